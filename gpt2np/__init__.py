@@ -1,0 +1,29 @@
+"""gpt2np: GPT-2 from scratch in NumPy, built to teach and measure speculative decoding.
+
+The public API (everything the notebooks, tests, benchmarks and main.py use):
+
+    model = gpt2np.load_model("124M")                  # size name, bundled name, or folder
+    ids = model.tokenizer.encode("Alan Turing theorized that")
+    out = gpt2np.generate(model, ids, n_tokens=20, temperature=0)
+    print(model.tokenizer.decode(out))
+
+    cache = model.new_cache()                          # preallocated KV cache
+    logits = model.forward(ids, cache, n_logits=1)     # [1, n_vocab]; cache.truncate(n) rolls back
+
+    result = gpt2np.speculative_generate(target, draft, ids, n_tokens=40, K=4,
+                                         temperature=0.8, rng=np.random.default_rng(0))
+    result.tokens, result.provenance, result.stats
+"""
+from .autoregressive import generate
+from .config import PRESETS, GPT2Config
+from .kv_cache import KVCache
+from .loading import RELEASE_SIZES, bundled_models, load_model, random_model
+from .model import GPT2
+from .sampling import check_sampling_options, sample, sampling_distribution
+from .speculative import speculative_generate
+
+__all__ = [
+    "GPT2", "GPT2Config", "KVCache", "PRESETS", "RELEASE_SIZES", "bundled_models",
+    "check_sampling_options", "generate", "load_model", "random_model", "sample",
+    "sampling_distribution", "speculative_generate",
+]

@@ -1,0 +1,56 @@
+"""Plain autoregressive decoding: one forward pass per new token, through the KV cache.
+
+This is the baseline speculative decoding is measured against, and the distribution it must
+reproduce exactly. It sees the model only through the model interface (docs/CONTRACTS.md):
+`new_cache()`, `forward(ids, cache, n_logits)`, `n_ctx`, `n_vocab`, `eot_id`; so the toy models
+of toy_models.py run through it unchanged.
+
+>>> from gpt2np.toy_models import random_toy_model
+>>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
+>>> len(generate(model, [0], n_tokens=5, rng=np.random.default_rng(1)))
+5
+"""
+import numpy as np
+
+from .sampling import check_sampling_options, next_token
+
+
+def check_generation_request(model, prompt_ids, n_tokens):
+    """Raise a one-line ValueError unless the prompt and n_tokens fit the model; does no work."""
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
+        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    if len(prompt_ids) == 0:
+        raise ValueError("the prompt is empty: GPT-2 needs at least one token to condition on")
+    if min(prompt_ids) < 0 or max(prompt_ids) >= model.n_vocab:
+        raise ValueError(f"prompt token ids must be in [0, {model.n_vocab}), "
+                         f"got min {min(prompt_ids)}, max {max(prompt_ids)}")
+    if len(prompt_ids) + n_tokens > model.n_ctx:
+        raise ValueError(f"prompt ({len(prompt_ids)} tokens) + n_tokens ({n_tokens}) = "
+                         f"{len(prompt_ids) + n_tokens} exceeds the context of {model.n_ctx} tokens; "
+                         f"shorten the prompt or ask for fewer tokens")
+
+
+def check_rng(rng, temperature):
+    """Sampling needs an explicit generator; greedy decoding (temperature 0) does not."""
+    if rng is None and temperature != 0:
+        raise ValueError("sampling (temperature > 0) needs rng=np.random.default_rng(seed); "
+                         "use temperature=0 for greedy decoding without one")
+
+
+def generate(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):
+    """Continue prompt_ids by n_tokens tokens, or fewer if the model emits `model.eot_id`.
+
+    Returns the new tokens only (a list of ints); an end-of-text token is included, then we stop.
+    Every check runs before the first forward pass.
+    """
+    check_sampling_options(temperature, top_k, top_p)
+    check_generation_request(model, prompt_ids, n_tokens)
+    check_rng(rng, temperature)
+    cache = model.new_cache()
+    logits = model.forward(np.asarray(prompt_ids), cache, n_logits=1)  # prefill: [1, n_vocab]
+    tokens = []
+    while True:
+        tokens.append(next_token(logits[-1], temperature, top_k, top_p, rng))
+        if len(tokens) == n_tokens or tokens[-1] == model.eot_id:
+            return tokens  # the last token is never fed: nothing would read its logits
+        logits = model.forward(np.array(tokens[-1:]), cache, n_logits=1)  # [1, n_vocab]

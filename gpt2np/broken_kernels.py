@@ -1,0 +1,48 @@
+"""Deliberately broken variants of speculative sampling: negative controls for tests and classes.
+
+Each one is a bug found in public speculative-decoding code (see issue 3). Each still runs, emits
+plausible text and accepts a plausible share of drafts; only a distribution test can tell it is
+wrong. tests/test_speculative_exact.py shows that the exact check rejects all three.
+
+Use them through speculative_generate's injection points:
+
+    speculative_generate(target, draft, ids, n, K, rng=rng, **BROKEN_VARIANTS["softmax_residual"])
+
+>>> sorted(BROKEN_VARIANTS)
+['first_position_only', 'greedy_draft', 'softmax_residual']
+"""
+import numpy as np
+
+from .sampling import softmax
+from .speculative_kernel import RoundResult, accept_draft, residual_distribution, target_token
+
+
+def softmax_residual_kernel(drafts, q, p, rng, greedy=False):
+    """BUG: after a rejection, the residual max(0, p - q) is "normalised" with softmax (as if it
+    were logits) instead of being divided by its sum, so tokens with p <= q, even p = 0, get mass."""
+    for i, x in enumerate(drafts):
+        if not accept_draft(p[i][x], q[i][x], rng):
+            return RoundResult(i, target_token(softmax(np.maximum(0.0, p[i] - q[i])), rng, greedy), "resample")
+    return RoundResult(len(drafts), target_token(p[len(drafts)], rng, greedy), "bonus")
+
+
+def first_position_only_kernel(drafts, q, p, rng, greedy=False):
+    """BUG: only x_1 gets the accept test; once it passes, x_2..x_K are waved through (what a
+    vectorised "find the first rejection" does when it only looks at position 0). Invisible at K = 1."""
+    if len(drafts) > 0 and not accept_draft(p[0][drafts[0]], q[0][drafts[0]], rng):
+        return RoundResult(0, target_token(residual_distribution(p[0], q[0]), rng, greedy), "resample")
+    return RoundResult(len(drafts), target_token(p[len(drafts)], rng, greedy), "bonus")
+
+
+def greedy_draft_sampler(q_i, rng):
+    """BUG: the draft proposes its argmax token, but the kernel's ratio p(x)/q(x) still uses the
+    full softmax q. Leviathan's proof needs x ~ q; with x = argmax q the output is not p.
+    (Pass as draft_sampler=: the kernel itself is correct.)"""
+    return int(np.argmax(q_i))
+
+
+BROKEN_VARIANTS = {  # name -> keyword arguments for speculative_generate
+    "softmax_residual": {"kernel": softmax_residual_kernel},
+    "first_position_only": {"kernel": first_position_only_kernel},
+    "greedy_draft": {"draft_sampler": greedy_draft_sampler},
+}

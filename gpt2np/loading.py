@@ -1,0 +1,71 @@
+"""From a model name to a ready GPT2: resolve the name, download if needed, read weights and tokenizer.
+
+A model can be named three ways, wherever gpt2np asks for one:
+  * a size of OpenAI's release ("124M", "355M", "774M", "1558M"): looked up in models_dir/<size>/,
+    downloaded there on first use;
+  * a bundled model shipped inside the package (see gpt2np/bundled/README.md), e.g. the small
+    Shakespeare pair that makes `python main.py` work offline;
+  * a path to any folder in the release layout (hparams.json, model.ckpt.*, encoder.json, vocab.bpe).
+"""
+from pathlib import Path
+
+import numpy as np
+
+from .config import GPT2Config
+from .download import download_model
+from .model import GPT2
+from .tokenizer import load_tokenizer
+from .weights import init_params, load_params
+
+RELEASE_SIZES = ("124M", "355M", "774M", "1558M")
+BUNDLED_DIR = Path(__file__).parent / "bundled"
+MODEL_FILES = ("hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of-00001")
+TOKENIZER_FILES = ("encoder.json", "vocab.bpe")
+
+
+def bundled_models():
+    """Names of the models shipped inside the package."""
+    if not BUNDLED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / "hparams.json").is_file())
+
+
+def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None):
+    """Return the folder holding the named model, downloading a release size if it is missing."""
+    name = str(name_or_dir)
+    if name in RELEASE_SIZES:
+        folder = Path(models_dir) / name
+        if not all((folder / f).is_file() for f in MODEL_FILES + TOKENIZER_FILES):
+            download_model(name, models_dir, base_url=base_url)
+        return folder
+    if name in bundled_models():
+        return BUNDLED_DIR / name
+    folder = Path(name)
+    if not folder.is_dir():
+        known = ", ".join(RELEASE_SIZES + tuple(bundled_models()))
+        raise ValueError(f"unknown model {name!r}: use one of {known}, or a folder in the release layout")
+    missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a model folder: missing {', '.join(missing)}")
+    return folder
+
+
+def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=None, fast_tokenizer=True):
+    """Load a GPT-2 by size name, bundled name or folder; see the module docstring.
+
+    The tokenizer files are taken from the model folder, or from tokenizer_dir if given.
+    """
+    folder = resolve_model_dir(name_or_dir, models_dir, base_url)
+    config = GPT2Config.from_hparams_json(folder / "hparams.json")
+    params = load_params(folder, config)
+    tokenizer = load_tokenizer(Path(tokenizer_dir or folder), fast=fast_tokenizer)
+    if tokenizer.n_vocab != config.n_vocab:
+        raise ValueError(f"{folder}: the tokenizer has {tokenizer.n_vocab} tokens but hparams.json "
+                         f"says n_vocab={config.n_vocab}")
+    return GPT2(config, params, tokenizer, name=str(name_or_dir))
+
+
+def random_model(config, seed=0, std=0.02):
+    """A GPT2 with random weights of any shape (benchmarks and tests need 124M-1558M without downloads)."""
+    params = init_params(config, np.random.default_rng(seed), std=std)
+    return GPT2(config, params, name=f"random {config.n_params() / 1e6:.1f}M")

@@ -1,0 +1,151 @@
+"""The GPT-2 forward pass in NumPy, with a KV cache (Radford et al. 2019, openai/gpt-2 model.py).
+
+Dimension names used in every shape comment:
+    n_seq   tokens fed in this call           n_past  tokens already in the cache
+    n_kv    n_past + n_seq (keys attended to)  n_embd  width of the residual stream
+    n_head  attention heads                   d_head  n_embd // n_head
+    n_vocab vocabulary size                   n_ctx   longest context the model accepts
+    n_layer transformer blocks                n_logits positions whose logits are returned
+
+Everything is float32. NumPy 2 promotes float32 arrays mixed with float64 *arrays or NumPy
+scalars* to float64 (11x slower), so constants below are Python floats, which never promote.
+
+The slow, cache-free oracle this file is tested against lives in reference.py.
+"""
+import math
+
+import numpy as np
+
+from .kv_cache import KVCache
+
+
+def gelu(x):
+    """GPT-2's tanh approximation of GELU (Hendrycks & Gimpel 2016), not the erf form."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def softmax(x):  # [..., n] -> [..., n]
+    """Softmax over the last axis; subtracting the max changes nothing but prevents overflow."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layer_norm(x, g, b, eps=1e-5):  # [n_seq, n_embd] -> [n_seq, n_embd]
+    """Normalise each row to mean 0 and variance 1, then scale by g and shift by b."""
+    mean = x.mean(axis=-1, keepdims=True)
+    variance = x.var(axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(variance + eps) + b
+
+
+def linear(x, w, b):  # [m, in], [in, out], [out] -> [m, out]
+    """GPT-2's Conv1D: w is stored [in, out], so there is no transpose (unlike torch's Linear)."""
+    return x @ w + b
+
+
+def causal_mask(n_seq, n_kv):  # -> [n_seq, n_kv]
+    """Additive mask: 0 where query i may see key j, a large negative number elsewhere.
+
+    The n_seq queries are the *last* n_seq of the n_kv positions (the first n_past come from the
+    cache), so the triangle is anchored at the lower-right corner, as in openai/gpt-2's
+    `attention_mask`. Verifying K draft tokens feeds K+1 queries against n_past + K+1 keys.
+
+    >>> causal_mask(2, 4)
+    array([[ 0.e+00,  0.e+00,  0.e+00, -1.e+10],
+           [ 0.e+00,  0.e+00,  0.e+00,  0.e+00]], dtype=float32)
+    """
+    query_pos = np.arange(n_seq)[:, None] + (n_kv - n_seq)  # [n_seq, 1] absolute positions
+    key_pos = np.arange(n_kv)[None, :]                       # [1, n_kv]
+    return np.where(key_pos <= query_pos, 0.0, -1e10).astype(np.float32)
+
+
+def split_heads(x, n_head):  # [n_seq, n_embd] -> [n_head, n_seq, d_head]
+    n_seq, n_embd = x.shape
+    return x.reshape(n_seq, n_head, n_embd // n_head).transpose(1, 0, 2)
+
+
+def merge_heads(x):  # [n_head, n_seq, d_head] -> [n_seq, n_embd]
+    n_head, n_seq, d_head = x.shape
+    return x.transpose(1, 0, 2).reshape(n_seq, n_head * d_head)
+
+
+def attention(q, k, v, mask):  # [n_head, n_seq, d_head], 2 x [n_head, n_kv, d_head] -> [n_head, n_seq, d_head]
+    """softmax(q k^T / sqrt(d_head) + mask) v, for every head at once."""
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])  # [n_head, n_seq, n_kv]
+    if mask is not None:
+        scores = scores + mask                                  # broadcast over heads
+    return softmax(scores) @ v                                  # [n_head, n_seq, d_head]
+
+
+def mha(x, attn, cache_k, cache_v, n_past, n_head):  # [n_seq, n_embd] -> [n_seq, n_embd]
+    """Multi-head causal self-attention that appends this call's keys and values to the cache.
+
+    cache_k, cache_v: [n_head, n_ctx, d_head], this layer's slice of the KVCache (written in place).
+    """
+    n_seq = x.shape[0]
+    n_kv = n_past + n_seq
+    qkv = linear(x, **attn["c_attn"])                           # [n_seq, 3*n_embd]
+    q, k, v = (split_heads(t, n_head) for t in np.split(qkv, 3, axis=-1))  # 3 x [n_head, n_seq, d_head]
+    cache_k[:, n_past:n_kv] = k                                 # write, never concatenate
+    cache_v[:, n_past:n_kv] = v
+    mask = causal_mask(n_seq, n_kv) if n_seq > 1 else None      # one query may see every key
+    out = attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv], mask)  # [n_head, n_seq, d_head]
+    return linear(merge_heads(out), **attn["c_proj"])           # [n_seq, n_embd]
+
+
+def ffn(x, mlp):  # [n_seq, n_embd] -> [n_seq, n_embd]
+    return linear(gelu(linear(x, **mlp["c_fc"])), **mlp["c_proj"])  # via [n_seq, 4*n_embd]
+
+
+def transformer_block(x, block, cache, layer, n_head):  # [n_seq, n_embd] -> [n_seq, n_embd]
+    """Pre-LN residual block: x + attention(ln_1(x)), then x + mlp(ln_2(x))."""
+    n_past = len(cache)
+    x = x + mha(layer_norm(x, **block["ln_1"]), block["attn"], cache.k[layer], cache.v[layer], n_past, n_head)
+    return x + ffn(layer_norm(x, **block["ln_2"]), block["mlp"])
+
+
+def gpt2_forward(ids, params, n_head, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
+    """Feed ids after the len(cache) cached tokens; return logits for the last n_logits of them.
+
+    Only the positions asked for go through the final layer norm and the output head: for
+    decoding that is one row instead of n_seq, and the head is the biggest product in the model.
+    """
+    ids = np.asarray(ids)
+    n_past, n_seq = len(cache), len(ids)
+    x = params["wte"][ids] + params["wpe"][n_past:n_past + n_seq]  # [n_seq, n_embd]
+    for layer, block in enumerate(params["blocks"]):
+        x = transformer_block(x, block, cache, layer, n_head)     # [n_seq, n_embd]
+    cache.length = n_past + n_seq
+    x = layer_norm(x[n_seq - n_logits:], **params["ln_f"])        # [n_logits, n_embd]
+    return x @ params["wte"].T                                    # tied head: [n_logits, n_vocab]
+
+
+class GPT2:
+    """A GPT-2 model behind the interface the generation loops use.
+
+    n_vocab, n_ctx, eot_id; new_cache(); forward(ids, cache, n_logits) -> [n_logits, n_vocab].
+    The toy models in toy_models.py implement the same interface.
+    """
+
+    def __init__(self, config, params, tokenizer=None, name=None):
+        self.config, self.params, self.tokenizer = config, params, tokenizer
+        self.name = name or f"GPT-2 ({config.n_params() / 1e6:.1f}M parameters)"
+        self.n_vocab, self.n_ctx = config.n_vocab, config.n_ctx
+        self.eot_id = tokenizer.eot_id if tokenizer is not None else None
+
+    def __repr__(self):
+        return f"GPT2({self.name!r}, {self.config})"
+
+    def new_cache(self):
+        c = self.config
+        return KVCache.allocate(c.n_layer, c.n_head, c.n_ctx, c.d_head)
+
+    def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
+        n_seq = len(ids)
+        if n_seq == 0 or not 1 <= n_logits <= n_seq:
+            raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits}, len(ids)={n_seq}")
+        if len(cache) + n_seq > self.n_ctx:
+            raise ValueError(
+                f"{len(cache)} cached + {n_seq} new tokens exceed the context of {self.n_ctx} tokens")
+        if np.min(ids) < 0 or np.max(ids) >= self.n_vocab:
+            raise ValueError(f"token ids must be in [0, {self.n_vocab}), got {list(ids)}")
+        return gpt2_forward(ids, self.params, self.config.n_head, cache, n_logits)

@@ -1,0 +1,65 @@
+"""What speculative decoding should gain, in closed form (Leviathan et al. 2023, sections 3.3-3.4).
+
+Notation as in the paper: p is the target's distribution, q the draft's, K draft tokens per round
+(the paper's gamma), c = cost of one draft call / cost of one target call. We add
+v = cost of one target call over K+1 tokens / cost of one target call over 1 token. The paper
+assumes v = 1 (on a GPU, verifying K+1 tokens costs about as much as decoding one); on a CPU
+in NumPy it is about 3-5 (see ../shared/docs/perf-notes.md), which eats most of the gain.
+
+>>> a = alpha(np.array([0.7, 0.3]), np.array([0.5, 0.5]))
+>>> round(a, 3), round(expected_tokens_per_round(a, K=4), 3)
+(0.8, 3.362)
+"""
+import numpy as np
+
+
+def alpha(p, q):  # [..., n_vocab], [..., n_vocab] -> [...]
+    """Acceptance probability of one draft token: beta = sum_x min(p(x), q(x)) (Thm 3.5).
+
+    Leviathan's alpha is the expectation of this beta over contexts. It is 1 when p == q and 0
+    when p and q have disjoint supports; 1 - beta is the total variation distance between them.
+
+    >>> alpha(np.array([1.0, 0.0]), np.array([0.0, 1.0]))
+    0.0
+    """
+    beta = np.minimum(p, q).sum(axis=-1)
+    return float(beta) if np.ndim(beta) == 0 else beta
+
+
+def expected_tokens_per_round(alpha, K):
+    """Mean tokens a round emits: (1 - alpha^(K+1)) / (1 - alpha), which is K + 1 when alpha = 1.
+
+    Each draft token is accepted with probability alpha, independently (the paper's i.i.d.
+    assumption); a round emits the accepted drafts plus one target token. We sum the geometric
+    series 1 + alpha + ... + alpha^K directly: same number, no 0/0 at alpha = 1.
+
+    >>> expected_tokens_per_round(1.0, K=4), expected_tokens_per_round(0.0, K=4)
+    (5.0, 1.0)
+    """
+    return float(sum(alpha**i for i in range(K + 1)))
+
+
+def predicted_speedup(alpha, K, c, v=1.0):
+    """Expected wall-time speedup over target-only decoding: tokens per round / cost per round.
+
+    A round costs K draft calls (K * c target-call units) plus one (K+1)-token target call (v).
+    With v = 1 this is Leviathan's Thm 3.8: (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1));
+    with measured v: (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)).
+
+    >>> round(predicted_speedup(0.8, K=4, c=0.05), 2), round(predicted_speedup(0.8, K=4, c=0.05, v=3.5), 2)
+    (2.8, 0.91)
+    """
+    return expected_tokens_per_round(alpha, K) / (K * c + v)
+
+
+def best_K(alpha, c, v=1.0, K_max=32):
+    """The K in 1..K_max with the largest predicted speedup (the smallest such K on ties).
+
+    A costlier verification (larger v) makes each round dearer, so longer rounds pay off. With
+    alpha = 1 and v > c the speedup (K + 1) / (K c + v) grows with K forever: the answer is K_max.
+
+    >>> best_K(0.8, c=0.05), best_K(0.8, c=0.05, v=3.5)
+    (8, 12)
+    """
+    speedups = [predicted_speedup(alpha, K, c, v) for K in range(1, K_max + 1)]
+    return 1 + int(np.argmax(speedups))  # np.argmax returns the first maximum

@@ -1,0 +1,320 @@
+"""GPT-2's byte-level BPE tokenizer, from scratch, plus a fast tiktoken path built from the same files.
+
+Reference algorithm: openai/gpt-2 `src/encoder.py` (Radford et al. 2019, section 2.2). Text goes
+through three stages, and `Tokenizer.encode_with_steps` returns every one of them:
+
+1. pre-tokenize: a regex cuts the text into words, numbers, punctuation runs and whitespace, so
+   that no merge ever crosses a word boundary ("dog." and "dog!" share the token "dog");
+2. bytes -> symbols: each pre-token's UTF-8 bytes become printable characters (`bytes_to_unicode`);
+3. merge: adjacent symbols are merged pair by pair, always the pair that comes first in vocab.bpe
+   (learned earliest), until no pair is mergeable; each final symbol string is an encoder.json key.
+
+Special token: the literal text "<|endoftext|>" encodes to its own id (50256 in GPT-2), as
+Hugging Face's GPT2Tokenizer does; tiktoken needs `allowed_special` for that, which we pass.
+With GPT-2's files, "Hello, world!" -> [15496, 11, 995, 0].
+
+A byte-level vocabulary (256 byte symbols + "<|endoftext|>", no merges) works the same way:
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as d:
+...     tok = load_tokenizer(write_byte_level_vocab(d))
+>>> tok.n_vocab, tok.eot_id, tok.encode("hi!<|endoftext|>")  # 'h' is byte 104 but id 71
+(257, 256, [71, 72, 0, 256])
+>>> tok.decode([71, 72, 0])
+'hi!'
+"""
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from unittest.mock import patch  # patch.dict: change os.environ for one `with` block only
+
+import regex  # unlike `re`, knows the Unicode classes \p{L} (letters) and \p{N} (numbers)
+
+EOT = "<|endoftext|>"
+# sha256 of OpenAI's own files (= tiktoken's expected_hash); other files (e.g. byte-level) differ.
+OPENAI_SHA256 = {
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+
+# GPT-2's pre-tokenizer. Alternatives are tried left to right at each position:
+#   's|'t|'re|'ve|'m|'ll|'d   English contractions, lower case only ("'VE" is "'" + "VE")
+#    ?\p{L}+                  a run of letters, with at most one leading space (" world")
+#    ?\p{N}+                  a run of digits/numerals, same
+#    ?[^\s\p{L}\p{N}]+        a run of everything else (punctuation, emoji, ...), same
+#   \s+(?!\S)                 whitespace, but leave the last space if a word follows, so that the
+#                             word gets its " " prefix: "a   b" -> "a", "  ", " b"
+#   \s+                       any other whitespace (e.g. "\n" right before a word)
+# tiktoken writes the same splits as '(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|
+# \s++$|\s+(?!\S)|\s' (possessive ++ and \s++$ only make its regex engine faster).
+# Unicode caveat: \p{L}, \p{N} and \s follow each library's Unicode tables (`regex` 2026.11: Unicode
+# 18.0; tiktoken 0.14: 16.0), so for letters added in Unicode 17/18 the two paths can differ:
+# "\U000323B0's" is "𲎰" + "'s" here but "𲎰'" + "s" in tiktoken. tests/test_tokenizer.py measures it.
+PRE_TOKENIZER = regex.compile(
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+def bytes_to_unicode():
+    """Map each byte 0..255 to one printable character, in the order of GPT-2's ids 0..255.
+
+    BPE here works on *strings* and vocab.bpe is a text file of space-separated pairs, so every
+    byte needs a visible, non-space stand-in. Printable Latin-1 bytes stand for themselves; the
+    other 68 (control codes, space, NBSP, soft hyphen) are shifted to chr(256 + n) in byte order.
+    >>> b2u = bytes_to_unicode()
+    >>> b2u[ord("A")], b2u[ord(" ")], b2u[ord("\\n")]
+    ('A', 'Ġ', 'Ċ')
+    >>> list(b2u)[:3], len(b2u)  # dict order = id order: "!" is id 0
+    ([33, 34, 35], 256)
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    shifted = [b for b in range(256) if b not in keep]
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + n) for n, b in enumerate(shifted)}}
+
+
+BYTE_TO_SYMBOL = bytes_to_unicode()
+SYMBOL_TO_BYTE = {s: b for b, s in BYTE_TO_SYMBOL.items()}
+
+
+def merge_pair(symbols, pair):
+    """Replace every non-overlapping occurrence of `pair`, scanning left to right, by one symbol."""
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def bpe_steps(symbols, ranks):
+    """The merge loop: return [(pair, rank, symbols after the merge), ...] in the order applied.
+
+    `ranks[(a, b)]` is the position of "a b" among vocab.bpe's merges: 0 was learned first, and at
+    each step the lowest-ranked adjacent pair is merged (all its non-overlapping occurrences).
+    """
+    steps = []
+    while len(symbols) > 1:
+        pairs = set(zip(symbols, symbols[1:]))
+        best = min(pairs, key=lambda pair: ranks.get(pair, float("inf")))
+        if best not in ranks:  # no adjacent pair is a known merge: done
+            break
+        symbols = merge_pair(symbols, best)
+        steps.append((best, ranks[best], symbols))
+    return steps
+
+
+def replace_lone_surrogates(text):
+    """A Python str may hold lone UTF-16 surrogates, which have no UTF-8: make them U+FFFD (and join
+    valid pairs into one character), exactly as tiktoken does. Other text comes back unchanged."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def read_encoder(path):
+    """encoder.json -> {symbol string: id}, checked: ids 0..N-1 and all 256 byte symbols present."""
+    try:
+        encoder = json.loads(Path(path).read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(encoder, dict) or not all(isinstance(i, int) for i in encoder.values()):
+        raise ValueError(f"{path} must be a JSON object mapping token strings to integer ids")
+    if sorted(encoder.values()) != list(range(len(encoder))):
+        raise ValueError(f"{path}: ids must be 0..{len(encoder) - 1}, each used once")
+    missing = [b for b, s in BYTE_TO_SYMBOL.items() if s not in encoder]
+    if missing:
+        raise ValueError(f"{path} lacks the symbols of bytes {missing[:5]}...; GPT-2 needs all 256")
+    bad = next((k for k in encoder if not all(c in SYMBOL_TO_BYTE for c in k)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: token {bad!r} uses characters that are not byte symbols")
+    return encoder
+
+
+def read_merges(path, encoder):
+    """vocab.bpe -> [(a, b), ...] in rank order; line 1 is a "#version" header, then one "a b" a line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e})") from None
+    if not lines[0].startswith("#version"):
+        raise ValueError(f"{path} must start with a '#version' line, got {lines[0][:40]!r}")
+    merges = [tuple(line.split()) for line in lines[1:] if line.strip()]
+    for n, pair in enumerate(merges, start=2):
+        if len(pair) != 2 or "".join(pair) not in encoder:
+            raise ValueError(f"{path} line {n}: {' '.join(pair)!r} is not two symbols whose "
+                             f"merge is in encoder.json")
+    return merges
+
+
+def check_ids(ids, n_vocab):
+    """Raise a one-line ValueError for an id outside 0..n_vocab-1 (a negative one would wrap around)."""
+    bad = next((i for i in ids if not 0 <= i < n_vocab), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad} is outside the vocabulary 0..{n_vocab - 1}")
+
+
+def vocab_paths(directory):
+    """The two files of a tokenizer directory, with a clear error if either is missing."""
+    paths = Path(directory) / "encoder.json", Path(directory) / "vocab.bpe"
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: download a GPT-2 model into {directory}, "
+                                    f"or write a byte-level vocabulary there (write_byte_level_vocab)")
+    return paths
+
+
+class Tokenizer:
+    """From scratch: `encoder` maps symbol strings to ids, `merges` are (a, b) pairs in rank order.
+
+    Usually built with `from_dir`; `encode_with_steps` shows a toy vocabulary built by hand.
+    """
+
+    def __init__(self, encoder, merges):
+        self.encoder = dict(encoder)
+        self.ranks = {pair: rank for rank, pair in enumerate(merges)}
+        self.id_to_bytes = [b""] * len(self.encoder)  # id -> raw bytes, for decoding
+        for symbols, i in self.encoder.items():
+            self.id_to_bytes[i] = bytes(SYMBOL_TO_BYTE[s] for s in symbols)
+        # One cache per tokenizer (not one @lru_cache on the method, which all instances would
+        # share). Text repeats its words, so most pre-tokens skip the merge loop entirely.
+        self._encode_pre_token = functools.lru_cache(maxsize=2**16)(self._encode_pre_token_uncached)
+
+    @classmethod
+    def from_files(cls, encoder_json, vocab_bpe):
+        encoder = read_encoder(encoder_json)
+        return cls(encoder, read_merges(vocab_bpe, encoder))
+
+    @classmethod
+    def from_dir(cls, directory):
+        return cls.from_files(*vocab_paths(directory))
+
+    @property
+    def n_vocab(self):
+        return len(self.encoder)
+
+    @property
+    def eot_id(self):
+        return self.encoder.get(EOT)
+
+    def pre_tokens(self, text):
+        """Yield (pre-token, is_special): "<|endoftext|>" is cut out first, the rest by the regex."""
+        parts = text.split(EOT) if self.eot_id is not None else [text]
+        for n, part in enumerate(parts):
+            if n > 0:  # an EOT stood between parts n-1 and n
+                yield EOT, True
+            for pre_token in PRE_TOKENIZER.findall(part):
+                yield pre_token, False
+
+    def _encode_pre_token_uncached(self, pre_token):
+        symbols = tuple(BYTE_TO_SYMBOL[b] for b in pre_token.encode("utf-8"))
+        steps = bpe_steps(symbols, self.ranks)
+        return tuple(self.encoder[s] for s in (steps[-1][2] if steps else symbols))
+
+    def encode(self, text):
+        """Text -> token ids."""
+        ids = []
+        for pre_token, special in self.pre_tokens(replace_lone_surrogates(text)):
+            ids.extend([self.eot_id] if special else self._encode_pre_token(pre_token))
+        return ids
+
+    def encode_with_steps(self, text):
+        """Like `encode`, but return every intermediate step as plain data (dicts, lists, str, int).
+
+        >>> enc = {s: i for i, s in enumerate(bytes_to_unicode().values())}
+        >>> enc.update({"lo": 256, "Ġlo": 257})
+        >>> steps = Tokenizer(enc, [("l", "o"), ("Ġ", "lo")]).encode_with_steps("lo lol")
+        >>> [p["text"] for p in steps["pre_tokens"]], steps["ids"]
+        (['lo', ' lol'], [256, 257, 75])
+        >>> for m in steps["pre_tokens"][1]["merges"]: print(m)
+        {'pair': ('l', 'o'), 'rank': 0, 'symbols': ['Ġ', 'lo', 'l']}
+        {'pair': ('Ġ', 'lo'), 'rank': 1, 'symbols': ['Ġlo', 'l']}
+        """
+        pre_tokens = []
+        for pre_token, special in self.pre_tokens(replace_lone_surrogates(text)):
+            symbols = [EOT] if special else [BYTE_TO_SYMBOL[b] for b in pre_token.encode("utf-8")]
+            steps = [] if special else bpe_steps(tuple(symbols), self.ranks)
+            tokens = list(steps[-1][2]) if steps else symbols
+            pre_tokens.append({
+                "text": pre_token, "special": special, "bytes": list(pre_token.encode("utf-8")),
+                "symbols": symbols, "tokens": tokens, "ids": [self.encoder[t] for t in tokens],
+                "merges": [{"pair": pair, "rank": rank, "symbols": list(after)}
+                           for pair, rank, after in steps]})
+        return {"text": text, "pre_tokens": pre_tokens,
+                "ids": [i for p in pre_tokens for i in p["ids"]]}
+
+    def decode_bytes(self, ids):
+        """Token ids -> the raw bytes they stand for (may end mid-character)."""
+        check_ids(ids, self.n_vocab)
+        return b"".join(self.id_to_bytes[i] for i in ids)
+
+    def decode(self, ids):
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD, as in openai/gpt-2."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+
+def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
+    """Build a tiktoken.Encoding offline from the same two files (no network: they are local paths)."""
+    import tiktoken
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's regex, tiktoken spelling
+
+    def known_hash(path):  # pass OpenAI's hash only when it matches: a byte-level vocab has others
+        sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha if sha == OPENAI_SHA256[Path(path).name] else None
+
+    # tiktoken copies each file it reads into a cache keyed by the file's *path*; with no hash to
+    # check, an edited file at the same path would be served stale. TIKTOKEN_CACHE_DIR="" turns the
+    # cache off; patch.dict sets it only inside the `with` and then restores os.environ.
+    try:  # tiktoken wants ids = the 256 bytes in bytes_to_unicode order, then 256 + merge rank
+        with patch.dict(os.environ, TIKTOKEN_CACHE_DIR=""):
+            ranks = data_gym_to_mergeable_bpe_ranks(str(vocab_bpe), str(encoder_json),
+                                                    known_hash(vocab_bpe), known_hash(encoder_json))
+        return tiktoken.Encoding(name=f"gpt2np:{encoder_json}", pat_str=r50k_pat_str,
+                                 mergeable_ranks=ranks, explicit_n_vocab=n_vocab,
+                                 special_tokens={} if eot_id is None else {EOT: eot_id})
+    except (AssertionError, KeyError, ValueError) as e:
+        raise ValueError(f"tiktoken cannot use {encoder_json} + {vocab_bpe} ({type(e).__name__}"
+                         f" {e}); try load_tokenizer(dir, fast=False)") from None
+
+
+class FastTokenizer(Tokenizer):
+    """A Tokenizer whose encode and decode_bytes run in tiktoken's Rust code, built from the same files.
+
+    The rest is inherited; `encode_with_steps` stays from scratch, as tiktoken does not expose merges.
+    """
+
+    def __init__(self, encoder, merges, encoding):
+        super().__init__(encoder, merges)
+        self.encoding = encoding  # a tiktoken.Encoding
+
+    @classmethod
+    def from_files(cls, encoder_json, vocab_bpe):
+        encoder = read_encoder(encoder_json)  # our readers check the files and explain any problem
+        merges = read_merges(vocab_bpe, encoder)
+        encoding = tiktoken_encoding(encoder_json, vocab_bpe, len(encoder), encoder.get(EOT))
+        return cls(encoder, merges, encoding)
+
+    def encode(self, text):
+        return self.encoding.encode(text, allowed_special="all")  # "all" = just <|endoftext|>
+
+    def decode_bytes(self, ids):
+        check_ids(ids, self.n_vocab)  # tiktoken would raise KeyError or OverflowError
+        return self.encoding.decode_bytes(ids)
+
+
+def load_tokenizer(directory, fast=True):
+    """The tokenizer in `directory` (encoder.json + vocab.bpe): tiktoken-backed if fast, else scratch."""
+    return (FastTokenizer if fast else Tokenizer).from_dir(directory)
+
+
+def write_byte_level_vocab(directory):
+    """Write a 257-token vocabulary: the 256 byte symbols (GPT-2's ids 0..255), <|endoftext|> = 256,
+    and a vocab.bpe with no merges, so every byte is one token. Returns the directory as a Path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    encoder = {symbol: i for i, symbol in enumerate(BYTE_TO_SYMBOL.values())}
+    encoder[EOT] = len(encoder)
+    (directory / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    (directory / "vocab.bpe").write_text("#version: 0.2\n", encoding="utf-8")
+    return directory

@@ -1,0 +1,208 @@
+"""GPT-2 parameters: map OpenAI's checkpoint names to our nested dict, load them fast, or draw them.
+
+The layout of `params` is the one in docs/CONTRACTS.md (picoGPT's). The checkpoint side is
+OpenAI's TF1 release (variable names from openai/gpt-2's src/model.py), read by checkpoint.py.
+One table, `tf_layout`, states the whole mapping. The only remapping is the Conv1D weight:
+the checkpoint stores it as [1, in, out] and we drop the leading 1. It is already [in, out],
+so `x @ w + b` needs NO transpose (the opposite of the torch ports, which transpose it).
+
+>>> from gpt2np.config import PRESETS
+>>> params = init_params(PRESETS["tiny"], np.random.default_rng(0))
+>>> params["blocks"][0]["attn"]["c_attn"]["w"].shape      # [n_embd, 3 * n_embd]
+(16, 48)
+>>> params_to_tf(params)["model/h0/attn/c_attn/w"].shape  # the checkpoint's [1, in, out]
+(1, 16, 48)
+"""
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from .checkpoint import read_checkpoint
+from .config import GPT2Config
+
+CACHE_DIR = ".gpt2np-cache"  # inside the model folder
+CACHE_FORMAT = 1             # bump when the cache layout changes, so old caches are rebuilt
+
+
+def tf_layout(config):  # -> {TF name: (path into params, shape in the checkpoint)}
+    """The one name table: every checkpoint tensor, where it goes in `params`, and its shape."""
+    V, C, E = config.n_vocab, config.n_ctx, config.n_embd
+    layout = {
+        "model/wte": (("wte",), (V, E)),   # token embeddings, also the output head (tied)
+        "model/wpe": (("wpe",), (C, E)),   # position embeddings
+    }
+    for i in range(config.n_layer):  # built in layer order: never sort names ("h10" < "h2")
+        block = {  # name under model/h{i}/ -> (path under params["blocks"][i], checkpoint shape)
+            "ln_1/g": (("ln_1", "g"), (E,)),
+            "ln_1/b": (("ln_1", "b"), (E,)),
+            "attn/c_attn/w": (("attn", "c_attn", "w"), (1, E, 3 * E)),  # q|k|v side by side
+            "attn/c_attn/b": (("attn", "c_attn", "b"), (3 * E,)),
+            "attn/c_proj/w": (("attn", "c_proj", "w"), (1, E, E)),
+            "attn/c_proj/b": (("attn", "c_proj", "b"), (E,)),
+            "ln_2/g": (("ln_2", "g"), (E,)),
+            "ln_2/b": (("ln_2", "b"), (E,)),
+            "mlp/c_fc/w": (("mlp", "c_fc", "w"), (1, E, 4 * E)),
+            "mlp/c_fc/b": (("mlp", "c_fc", "b"), (4 * E,)),
+            "mlp/c_proj/w": (("mlp", "c_proj", "w"), (1, 4 * E, E)),
+            "mlp/c_proj/b": (("mlp", "c_proj", "b"), (E,)),
+        }
+        layout.update({f"model/h{i}/{name}": (("blocks", i) + path, shape)
+                       for name, (path, shape) in block.items()})
+    layout["model/ln_f/g"] = (("ln_f", "g"), (E,))  # final layer norm
+    layout["model/ln_f/b"] = (("ln_f", "b"), (E,))
+    return layout
+
+
+def _first(names, n=3):
+    """At most n names, then how many more: keeps 1558M's 580-name lists to one line."""
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def check_tensors(tensors, config, source="checkpoint"):
+    """Raise one ValueError naming every missing, unexpected or mis-shaped tensor."""
+    layout = tf_layout(config)
+    missing = [name for name in layout if name not in tensors]
+    unexpected = [name for name in tensors if name not in layout]
+    misshaped = [f"{name} is {tuple(np.shape(tensors[name]))} not {shape}"
+                 for name, (_, shape) in layout.items()
+                 if name in tensors and tuple(np.shape(tensors[name])) != shape]
+    problems = [f"{what} {len(names)}: {_first(names)}" for what, names in
+                (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshaped)) if names]
+    if problems:
+        raise ValueError(f"{source} does not fit {config}: {'; '.join(problems)} "
+                         f"(does hparams.json belong to this checkpoint?)")
+
+
+def _float32(x):
+    """Contiguous float32, without copying arrays (or memory maps) that already are."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous:
+        return x
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def params_from_tf(tensors, config):  # {TF name: array} -> params
+    """Arrange checkpoint tensors as the nested params dict, checking every name and shape."""
+    check_tensors(tensors, config)
+    params = {"wte": None, "wpe": None, "blocks": [{} for _ in range(config.n_layer)], "ln_f": {}}
+    for name, (path, shape) in tf_layout(config).items():
+        x = _float32(tensors[name])
+        node = params
+        for key in path[:-1]:
+            node = node[key] if isinstance(key, int) else node.setdefault(key, {})
+        node[path[-1]] = x[0] if len(shape) == 3 else x  # Conv1D w: [1, in, out] -> [in, out], a view
+    return params
+
+
+def params_to_tf(params):  # params -> {TF name: array}
+    """The inverse of params_from_tf: checkpoint names, and w gets back its leading axis of 1."""
+    n_vocab, n_embd = params["wte"].shape
+    # n_head changes no shape, and 1 divides every n_embd.
+    config = GPT2Config(n_vocab, params["wpe"].shape[0], n_embd, 1, len(params["blocks"]))
+    tensors = {}
+    for name, (path, shape) in tf_layout(config).items():
+        node = params
+        for key in path:
+            if not isinstance(node, list) and key not in node:
+                raise ValueError(f"params has no {'.'.join(map(str, path))} (for {name})")
+            node = node[key]
+        tensors[name] = np.asarray(node)[None] if len(shape) == 3 else np.asarray(node)
+    check_tensors(tensors, config, source="params")
+    return tensors
+
+
+def init_params(config, rng, std=0.02):  # -> params with fresh, writable float32 arrays
+    """Random GPT-2 weights of any size: weights ~ N(0, std^2), layer-norm gains 1, biases 0.
+
+    Drawn directly in float32 and scaled in place, so 1558M never needs float64 temporaries.
+    """
+    tensors = {}
+    for name, (_, shape) in tf_layout(config).items():
+        if name.endswith("/g"):
+            tensors[name] = np.ones(shape, np.float32)
+        elif name.endswith("/b"):
+            tensors[name] = np.zeros(shape, np.float32)
+        else:
+            tensors[name] = rng.standard_normal(shape, dtype=np.float32)
+            tensors[name] *= np.float32(std)
+    return params_from_tf(tensors, config)
+
+
+# ---- loading with a fast cache ----------------------------------------------------------------
+
+def _checkpoint_key(prefix):  # -> dict identifying the checkpoint's exact bytes, or None
+    """Sizes and mtimes of the checkpoint files plus the sha256 of the .index (which holds
+    every tensor's CRC, so it changes whenever a tensor does). None if there is no .index."""
+    if not os.path.isfile(prefix + ".index"):
+        return None
+    with open(prefix + ".index", "rb") as f:
+        key = {"format": CACHE_FORMAT, "index_sha256": hashlib.sha256(f.read()).hexdigest()}
+    folder, base = os.path.split(prefix)
+    data = sorted(n for n in os.listdir(folder or ".") if n.startswith(base + ".data-"))
+    for name in [base + ".index"] + data:
+        stat = os.stat(os.path.join(folder, name))
+        key[name] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return key
+
+
+def _load_cache(cache_dir, key):  # -> {TF name: read-only memmap}, or None to rebuild
+    try:
+        with open(os.path.join(cache_dir, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        if key is None or manifest["key"] != key:
+            return None
+        return {name: np.load(os.path.join(cache_dir, file), mmap_mode="r")
+                for name, file in manifest["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: rebuild it
+        return None
+
+
+def _save_atomically(path, write):
+    """Call write(file) on a temporary name, then rename it to `path`."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _write_cache(cache_dir, key, tensors):
+    """One .npy per tensor, then the manifest last: only a finished cache has a manifest."""
+    os.makedirs(cache_dir, exist_ok=True)
+    manifest_path = os.path.join(cache_dir, "manifest.json")
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)  # the old manifest must not vouch for half-rewritten files
+    files = {name: name.replace("/", ".") + ".npy" for name in tensors}  # model.h0.ln_1.g.npy
+    for name, file in files.items():
+        # np.save streams a memmap straight from the page cache: no second copy in RAM.
+        _save_atomically(os.path.join(cache_dir, file), lambda f, x=tensors[name]: np.save(f, x))
+    manifest = json.dumps({"key": key, "files": files}, indent=1).encode()
+    _save_atomically(manifest_path, lambda f: f.write(manifest))
+
+
+def load_params(model_dir, config):  # -> params
+    """Load OpenAI-format weights from `model_dir` (model.ckpt.index + .data-*).
+
+    The first load checks every CRC (checkpoint.read_checkpoint) and writes one .npy per
+    tensor to `<model_dir>/.gpt2np-cache/`; later loads memory-map those (seconds, even for
+    1558M) until the checkpoint files change. A folder we cannot write just goes uncached.
+    The arrays are read-only memory maps: replace those files (as write_checkpoint does),
+    never overwrite them in place while they are mapped (reads would then fail with SIGBUS).
+    """
+    prefix = os.path.join(model_dir, "model.ckpt")
+    cache_dir = os.path.join(model_dir, CACHE_DIR)
+    key = _checkpoint_key(prefix)
+    tensors = _load_cache(cache_dir, key)
+    if tensors is None:
+        tensors = read_checkpoint(prefix)  # memory maps: nothing is held in RAM twice
+        check_tensors(tensors, config, source=prefix)  # fail before writing a useless cache
+        try:
+            _write_cache(cache_dir, key, tensors)
+            tensors = _load_cache(cache_dir, key) or tensors
+        except OSError:  # read-only folder, disk full...: use the checkpoint's own memory maps
+            pass
+    return params_from_tf(tensors, config)

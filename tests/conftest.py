@@ -1,0 +1,57 @@
+"""Shared test fixtures: where the reference data lives, and small models to test on."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"          # tiny TF checkpoints + HF reference logits (copied from shared/)
+SHARED = REPO.parent / "shared"                 # present on developers' machines and CI, not in users' clones
+
+
+def gpt2_bpe_dir():
+    """A folder with OpenAI's encoder.json + vocab.bpe (third-party files we never commit), or None."""
+    candidates = [SHARED / "data" / "gpt2-bpe"] + sorted((REPO / "weights").glob("*M"))
+    for folder in candidates:
+        if (folder / "encoder.json").is_file() and (folder / "vocab.bpe").is_file():
+            return folder
+    return None
+
+
+@pytest.fixture(scope="session")
+def bpe_dir():
+    folder = gpt2_bpe_dir()
+    if folder is None:
+        pytest.skip("needs OpenAI's encoder.json/vocab.bpe: not in ../shared/data/gpt2-bpe or weights/<size>/")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_fixture_dir(tmp_path_factory):
+    """Returns f(name) -> a writable copy of tests/fixtures/<name> (so caches are not written into the repo)."""
+    import shutil
+    copies = {}
+
+    def copy(name):
+        if name not in copies:
+            copies[name] = tmp_path_factory.mktemp(name) / name
+            shutil.copytree(FIXTURES / name, copies[name])
+        return copies[name]
+    return copy
+
+
+def random_params(config, seed, std=0.3):
+    """Random GPT-2 weights with every bias and layer-norm term non-trivial, and a large init
+    scale so that next-token distributions are peaked rather than uniform."""
+    from gpt2np.weights import init_params
+    rng = np.random.default_rng(seed)
+    params = init_params(config, rng, std=std)
+
+    def perturb(tree):
+        for key, value in (tree.items() if isinstance(tree, dict) else enumerate(tree)):
+            if isinstance(value, (dict, list)):
+                perturb(value)
+            elif key in ("b", "g"):
+                value += np.float32(0.1) * rng.standard_normal(value.shape, dtype=np.float32)
+    perturb(params)
+    return params

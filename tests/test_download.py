@@ -1,0 +1,172 @@
+"""gpt2np.download against a local HTTP server (tests/http_fixture_server.py), never the internet.
+
+The server serves release-layout folders built from tests/fixtures/gpt2-tiny-a, with small generated
+stand-ins for OpenAI's encoder.json and vocab.bpe (which must not be copied into the repository).
+"""
+import hashlib
+import json
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from gpt2np import download
+from gpt2np.download import DATA_FILE, RELEASE_FILES, DownloadError, download_model, download_release
+from http_fixture_server import FixtureServer
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gpt2-tiny-a"
+STANDINS = {"encoder.json": b'{"!": 0, "\\"": 1, "<|endoftext|>": 2}',
+            "vocab.bpe": b"#version: 0.2\n\xc4\xa0 t\n"}
+STANDIN_SHA256 = {name: hashlib.sha256(body).hexdigest() for name, body in STANDINS.items()}
+
+
+@pytest.fixture(scope="module")
+def release_root(tmp_path_factory):
+    """root/tiny-a: a consistent release; root/124M: the same, for download_model;
+    root/bad-size: hparams.json says 3 layers, but the data file holds 2."""
+    root = tmp_path_factory.mktemp("release")
+    shutil.copytree(FIXTURE, root / "tiny-a", ignore=shutil.ignore_patterns("reference.npz"))
+    for name, body in STANDINS.items():
+        (root / "tiny-a" / name).write_bytes(body)
+    shutil.copytree(root / "tiny-a", root / "124M")
+    shutil.copytree(root / "tiny-a", root / "bad-size")
+    hparams = json.loads((FIXTURE / "hparams.json").read_text()) | {"n_layer": 3}
+    (root / "bad-size" / "hparams.json").write_text(json.dumps(hparams))
+    return root
+
+
+@pytest.fixture
+def server(release_root):
+    with FixtureServer(release_root) as s:
+        yield s
+
+
+def fetch(server, dest, folder="tiny-a", progress=False):
+    url = f"{server.url}/{folder}"
+    return download_release(url, dest, known_sha256=STANDIN_SHA256, progress=progress)
+
+
+def assert_same_files(dest, source):
+    for name in RELEASE_FILES:
+        assert (dest / name).read_bytes() == (source / name).read_bytes(), name
+    assert not list(dest.glob("*.part"))
+
+
+def test_first_run_downloads_every_file_with_progress(server, release_root, tmp_path, capsys):
+    dest = fetch(server, tmp_path / "tiny-a", progress=True)
+    assert_same_files(dest, release_root / "tiny-a")
+    err = capsys.readouterr().err
+    for name in RELEASE_FILES:
+        assert name in err
+    assert "6.24M" in err  # the data file's size (6,542,976 B) in the bar, from Content-Length
+
+
+def test_second_run_makes_no_request_and_progress_false_is_silent(server, tmp_path, capsys):
+    fetch(server, tmp_path)
+    assert len(server.requests) == len(RELEASE_FILES)
+    fetch(server, tmp_path)
+    assert len(server.requests) == len(RELEASE_FILES)
+    assert capsys.readouterr().err == ""
+
+
+def ranges_asked(server, name):
+    """The Range header of every request the server saw for `name`, in order."""
+    return [range_ for path, range_ in server.requests if path.endswith("/" + name)]
+
+
+def test_cut_transfer_leaves_part_and_rerun_resumes_with_range(server, release_root, tmp_path, capsys):
+    server.faults[DATA_FILE] = "cut"
+    with pytest.raises(DownloadError, match="run again to resume"):
+        fetch(server, tmp_path)
+    assert not (tmp_path / DATA_FILE).exists()
+    n = (tmp_path / (DATA_FILE + ".part")).stat().st_size
+    assert 0 < n < (release_root / "tiny-a" / DATA_FILE).stat().st_size
+    server.faults.clear()
+    fetch(server, tmp_path, progress=True)
+    assert ranges_asked(server, DATA_FILE) == [None, f"bytes={n}-"]
+    assert f"{DATA_FILE} (resumed)" in capsys.readouterr().err
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+def test_server_ignoring_range_restarts_from_zero(server, release_root, tmp_path):
+    server.faults[DATA_FILE] = "cut"
+    with pytest.raises(DownloadError):
+        fetch(server, tmp_path)
+    server.faults[DATA_FILE] = "ignore_range"
+    fetch(server, tmp_path)
+    assert ranges_asked(server, DATA_FILE)[-1] is not None  # it asked for a range and got 200
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+def test_part_longer_than_the_file_asks_to_delete_it(server, tmp_path):
+    (tmp_path / "checkpoint.part").write_bytes(b"x" * 1000)  # server answers 416
+    with pytest.raises(DownloadError, match="HTTP 416.*delete the .part"):
+        fetch(server, tmp_path)
+    assert not (tmp_path / "checkpoint").exists()
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("404", "HTTP 404"), ("xml404", "HTTP 404"), ("xml200", "error page"), ("html", "text/html")])
+@pytest.mark.parametrize("name", [DATA_FILE, "hparams.json"])
+def test_error_replies_raise_and_leave_nothing(server, tmp_path, fault, message, name):
+    server.faults[name] = fault
+    with pytest.raises(DownloadError, match=message) as info:
+        fetch(server, tmp_path)
+    assert f"/tiny-a/{name}" in str(info.value) and "GPT2NP_MIRROR" in str(info.value)
+    assert not (tmp_path / name).exists() and not (tmp_path / (name + ".part")).exists()
+
+
+def test_unreachable_mirror_fails_fast(tmp_path):
+    with socket.socket() as s:  # take a free port, then close it: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(DownloadError, match="cannot reach .*GPT2NP_MIRROR"):
+        download_release(f"http://127.0.0.1:{port}/tiny-a", tmp_path, progress=False)
+    assert time.perf_counter() - t0 < 5
+    assert not list(tmp_path.iterdir())
+
+
+def test_tokenizer_hash_mismatch_is_refused(server, tmp_path):
+    with pytest.raises(DownloadError, match="sha256 of .*encoder.json"):
+        download_release(f"{server.url}/tiny-a", tmp_path, known_sha256={"encoder.json": "0" * 64},
+                         progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint"]  # encoder.json and .part are gone
+
+
+def test_existing_tokenizer_file_with_wrong_hash_is_fetched_again(server, release_root, tmp_path):
+    (tmp_path / "vocab.bpe").write_bytes(b"a re-indented copy")
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+def test_data_size_mismatch_with_hparams_is_caught(server, tmp_path):
+    with pytest.raises(DownloadError, match="hparams.json implies"):
+        fetch(server, tmp_path, folder="bad-size")
+
+
+def test_download_model_uses_mirror_env_and_argument_beats_it(server, tmp_path, monkeypatch):
+    for name, sha in STANDIN_SHA256.items():  # the stand-ins replace OpenAI's tokenizer files
+        monkeypatch.setitem(download.KNOWN_SHA256, name, sha)
+    monkeypatch.setenv("GPT2NP_MIRROR", server.url + "/")
+    assert download_model("124M", tmp_path, progress=False) == tmp_path / "124M"
+    assert {path for path, _ in server.requests} == {f"/124M/{name}" for name in RELEASE_FILES}
+    monkeypatch.setenv("GPT2NP_MIRROR", "http://127.0.0.1:9/unused")
+    download_model("124M", tmp_path / "again", base_url=server.url, progress=False)
+    assert len(server.requests) == 2 * len(RELEASE_FILES)
+
+
+def test_base_url_precedence(monkeypatch):
+    monkeypatch.delenv("GPT2NP_MIRROR", raising=False)
+    assert download.resolve_base_url() == download.DEFAULT_BASE_URL
+    monkeypatch.setenv("GPT2NP_MIRROR", "http://mirror.example/gpt-2/models/")
+    assert download.resolve_base_url() == "http://mirror.example/gpt-2/models"
+    assert download.resolve_base_url("http://arg.example") == "http://arg.example"
+
+
+@pytest.mark.parametrize("size", ["tiny", "117M", "124m"])
+def test_unknown_size_lists_the_valid_ones(size, tmp_path):
+    with pytest.raises(ValueError, match="124M, 355M, 774M, 1558M"):
+        download_model(size, tmp_path)

@@ -1,0 +1,295 @@
+"""Tests for gpt2np.tokenizer: the from-scratch BPE against tiktoken, round trips, known ids, errors.
+
+GPT-2's real encoder.json/vocab.bpe are third-party files and never live in this repo: tests that
+need them look in ../shared/data/gpt2-bpe/ (next to the repo) or a downloaded weights/<size>/,
+and skip with a one-line reason if neither holds OpenAI's exact bytes.
+"""
+import doctest
+import functools
+import hashlib
+import json
+import os
+import unicodedata
+from pathlib import Path
+
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+import regex
+import tiktoken
+
+import gpt2np.tokenizer as tokenizer_module
+from gpt2np.tokenizer import (BYTE_TO_SYMBOL, OPENAI_SHA256, FastTokenizer, Tokenizer,
+                              bytes_to_unicode, load_tokenizer, replace_lone_surrogates,
+                              write_byte_level_vocab)
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "data" / "corpus" / "tinyshakespeare.txt"
+SETTINGS = hypothesis.settings(deadline=None, max_examples=200)
+
+
+def gpt2_vocab_dir():
+    """The first folder holding OpenAI's exact encoder.json + vocab.bpe, or None."""
+    for folder in [REPO.parent / "shared" / "data" / "gpt2-bpe", *sorted(REPO.glob("weights/*"))]:
+        files = [folder / name for name in OPENAI_SHA256]
+        if all(f.is_file() and hashlib.sha256(f.read_bytes()).hexdigest() == OPENAI_SHA256[f.name]
+               for f in files):
+            return folder
+    return None
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    folder = gpt2_vocab_dir()
+    if folder is None:
+        pytest.skip("GPT-2's encoder.json/vocab.bpe not found in ../shared/data/gpt2-bpe or weights/*")
+    return {"scratch": load_tokenizer(folder, fast=False), "fast": load_tokenizer(folder, fast=True)}
+
+
+@pytest.fixture(scope="module")
+def byte_level(tmp_path_factory):
+    folder = write_byte_level_vocab(tmp_path_factory.mktemp("byte_level"))
+    return {"scratch": load_tokenizer(folder, fast=False), "fast": load_tokenizer(folder, fast=True)}
+
+
+@pytest.fixture(scope="module", params=["gpt2", "byte_level"])
+def vocab(request):
+    """Each vocabulary in turn, as {"scratch": Tokenizer, "fast": FastTokenizer}."""
+    return request.getfixturevalue(request.param)
+
+
+@functools.cache
+def unicode_classes():
+    """{class: set of code points} for \\p{L}, \\p{N}, \\s, as seen by `regex` and by tiktoken.
+
+    tiktoken encodes only the regex *matches* (text between matches is dropped), so an Encoding
+    whose pattern is just r"\\p{L}", over a byte-level vocabulary, decodes back to exactly the
+    characters its Rust regex engine calls letters. Takes about 0.3 s for all 1.1M code points.
+    """
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    ranks = {bytes([b]): b for b in range(256)}
+    ours, theirs = {}, {}
+    for cls in [r"\p{L}", r"\p{N}", r"\s"]:
+        enc = tiktoken.Encoding(name="probe", pat_str=cls, mergeable_ranks=ranks, special_tokens={})
+        theirs[cls] = set(enc.decode(enc.encode_ordinary(everything)))
+        ours[cls] = set(regex.findall(cls, everything))
+    return ours, theirs
+
+
+def unicode_disagreements():
+    ours, theirs = unicode_classes()
+    return set().union(*(ours[cls] ^ theirs[cls] for cls in ours))
+
+
+# Fragments that stress the pre-tokenizer: contractions (GPT-2 matches lower case only), every kind
+# of whitespace run, digits in several scripts, emoji sequences, combining marks, control bytes.
+FRAGMENTS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'VE", "'", "<|endoftext|>",
+             " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", "\x0b", "\x0c", "\x85", "\xa0",
+             "\u2009", "\u3000", "\u2028", "\u200b", "\ufeff", "0", "123", "٣٤", "½", "Ⅻ", "😀", "👍🏽",
+             "👩‍💻", "🇫🇷", "e\u0301", "中文", "ﬁ", "\x00", "\x7f", "dog", " world", "...", "—"]
+# Any text without lone surrogates (st.text() leaves them out); every path must round-trip it.
+any_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=12).map("".join)
+# For scratch == tiktoken we must leave out the ~17k code points that the two libraries' Unicode
+# tables classify differently (letters and digits added in Unicode 17/18; see the two tests
+# below, which pin down that this is the only disagreement and show it in the ids). Unlike
+# st.text(), st.characters() does draw lone surrogates: both paths must turn them into U+FFFD.
+agreed_text = st.lists(st.one_of(
+    st.sampled_from(FRAGMENTS),
+    st.text(st.characters(exclude_characters=unicode_disagreements()), max_size=8)),
+    max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("path", ["scratch", "fast"])
+def test_known_ids(gpt2, path):
+    tok = gpt2[path]
+    assert tok.encode("Hello, world!") == [15496, 11, 995, 0]
+    alan = "Alan Turing theorized that computers would one day become"
+    assert tok.encode(alan) == [36235, 39141, 18765, 1143, 326, 9061, 561, 530, 1110, 1716]
+    assert tok.n_vocab == 50257 and tok.eot_id == 50256
+    assert tok.encode("a<|endoftext|>b") == [64, 50256, 65]  # the literal text is the special id
+
+
+def test_tinyshakespeare_scratch_equals_tiktoken(gpt2):
+    if not CORPUS.is_file():
+        pytest.skip(f"corpus not found: {CORPUS}")
+    text = CORPUS.read_text(encoding="utf-8")
+    ids = gpt2["scratch"].encode(text)  # ~0.5 s thanks to the per-pre-token cache
+    assert ids == gpt2["fast"].encode(text)
+    assert len(ids) == 338025 and gpt2["scratch"].decode(ids) == text
+
+
+@SETTINGS
+@hypothesis.given(text=agreed_text)
+def test_scratch_equals_tiktoken_on_unicode(gpt2, text):
+    assert gpt2["scratch"].encode(text) == gpt2["fast"].encode(text)
+
+
+@SETTINGS
+@hypothesis.given(text=any_text)
+def test_roundtrip(vocab, text):
+    for tok in vocab.values():
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_unicode_tables_disagree_only_on_new_characters():
+    """`regex` 2026.11 has Unicode 18.0 tables, tiktoken 0.14 (Rust's regex crate) Unicode 16.0.
+
+    Probing every code point shows they disagree on exactly the letters and digits added in 17.0
+    and 18.0 (17,480 code points, e.g. CJK Extension J), which `regex` calls \\p{L}/\\p{N} and
+    tiktoken calls "other". None of them existed in Python 3.11's own tables (Unicode 14.0).
+    """
+    ours, theirs = unicode_classes()
+    disagree = unicode_disagreements()
+    assert ours[r"\s"] == theirs[r"\s"]  # both use the White_Space property (not str.isspace)
+    assert disagree <= ours[r"\p{L}"] | ours[r"\p{N}"]
+    assert not disagree & (theirs[r"\p{L}"] | theirs[r"\p{N}"])
+    assert all(unicodedata.category(c) == "Cn" for c in disagree)  # Python's tables: unassigned
+
+
+def test_unicode_disagreement_shows_in_ids(gpt2):
+    """A new letter X before "'s": here "X" + "'s" (338), in tiktoken "X'" + "s" (82)."""
+    for c in sorted(unicode_disagreements())[::1000]:
+        assert gpt2["scratch"].encode(c + "'s")[-1] == 338
+        assert gpt2["fast"].encode(c + "'s")[-1] == 82
+
+
+def test_lone_surrogates_become_replacement_char(vocab):
+    text = "a\ud800b\udfff\ud83d\ude00"  # lone surrogates have no UTF-8; a valid pair is one emoji
+    assert vocab["scratch"].encode(text) == vocab["fast"].encode(text)
+    assert vocab["scratch"].decode(vocab["scratch"].encode(text)) == "a\ufffdb\ufffd😀"
+
+
+def check_steps(tok, text):
+    steps = tok.encode_with_steps(text)
+    assert steps["ids"] == tok.encode(text)
+    assert "".join(p["text"] for p in steps["pre_tokens"]) == replace_lone_surrogates(text)
+    for p in steps["pre_tokens"]:
+        assert p["bytes"] == list(p["text"].encode("utf-8"))
+        assert p["special"] or p["symbols"] == [BYTE_TO_SYMBOL[b] for b in p["bytes"]]
+        ranks = [m["rank"] for m in p["merges"]]
+        assert ranks == sorted(set(ranks))  # merges are applied in the order they were learned
+        for m in p["merges"]:  # a merge regroups symbols, never changes them
+            assert "".join(m["symbols"]) == "".join(p["symbols"]) and "".join(m["pair"]) in m["symbols"]
+        assert p["tokens"] == (p["merges"][-1]["symbols"] if p["merges"] else p["symbols"])
+        assert p["ids"] == [tok.encoder[t] for t in p["tokens"]]
+    json.dumps(steps)  # plain data
+
+
+@SETTINGS
+@hypothesis.given(text=agreed_text)
+def test_encode_with_steps_matches_encode(gpt2, text):
+    check_steps(gpt2["scratch"], text)
+    assert gpt2["fast"].encode_with_steps(text)["ids"] == gpt2["fast"].encode(text)
+
+
+def test_encode_with_steps_example(gpt2):
+    steps = gpt2["scratch"].encode_with_steps(" world<|endoftext|>")
+    world, eot = steps["pre_tokens"]
+    assert world["symbols"] == ["Ġ", "w", "o", "r", "l", "d"] and world["tokens"] == ["Ġworld"]
+    # the merge order read off GPT-2's vocab.bpe: (pair, its rank)
+    assert [(m["pair"], m["rank"]) for m in world["merges"]] == [
+        (("Ġ", "w"), 10), (("o", "r"), 17), (("l", "d"), 79), (("Ġw", "or"), 220), (("Ġwor", "ld"), 739)]
+    assert eot == {"text": "<|endoftext|>", "special": True, "bytes": list(b"<|endoftext|>"),
+                   "symbols": ["<|endoftext|>"], "merges": [], "tokens": ["<|endoftext|>"], "ids": [50256]}
+
+
+def test_bytes_to_unicode():
+    b2u = bytes_to_unicode()
+    assert sorted(b2u) == list(range(256)) and len(set(b2u.values())) == 256
+    assert all(c.isprintable() and not c.isspace() for c in b2u.values())  # safe in a text file
+
+
+def test_byte_level_vocab(byte_level):
+    for tok in byte_level.values():
+        assert (tok.n_vocab, tok.eot_id) == (257, 256)
+        assert tok.encode("hi!<|endoftext|>") == [71, 72, 0, 256]
+        assert tok.encode(" \n") == [220, 198]  # GPT-2's ids for " " and "\n"
+
+
+def test_byte_level_ids_are_gpt2_byte_ids(gpt2, byte_level):
+    for symbol in BYTE_TO_SYMBOL.values():  # id i is the byte of GPT-2's id i, for i < 256
+        assert byte_level["scratch"].encoder[symbol] == gpt2["scratch"].encoder[symbol]
+
+
+@SETTINGS
+@hypothesis.given(text=any_text)
+def test_byte_level_one_id_per_byte(byte_level, text):
+    ids = byte_level["scratch"].encode(text)
+    assert ids == byte_level["fast"].encode(text)  # no merges: Unicode tables cannot matter
+    if "<|endoftext|>" not in text:
+        assert len(ids) == len(text.encode("utf-8", "replace"))
+
+
+@pytest.mark.parametrize("path", ["scratch", "fast"])
+def test_decode_invalid_utf8_and_bad_ids(byte_level, path):
+    tok = byte_level[path]
+    e2 = tok.encoder[BYTE_TO_SYMBOL[0xE2]]  # the first of 3 bytes of e.g. "—"
+    assert tok.decode_bytes([e2]) == b"\xe2" and tok.decode([71, e2, 72]) == "h\ufffdi"
+    for bad in [257, -1]:
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            tok.decode([71, bad])
+
+
+def write_vocab(folder, encoder, bpe_text):
+    folder.mkdir(exist_ok=True)
+    (folder / "encoder.json").write_text(json.dumps(encoder) if isinstance(encoder, dict) else encoder)
+    (folder / "vocab.bpe").write_text(bpe_text)
+    return folder
+
+
+def byte_encoder(*extra):
+    encoder = {s: i for i, s in enumerate(BYTE_TO_SYMBOL.values())}
+    return {**encoder, **{token: 256 + n for n, token in enumerate(extra)}}
+
+
+def test_tiktoken_reads_files_afresh(tmp_path):
+    """tiktoken's file cache is keyed by path; rewriting the files must change the tokenizer."""
+    env_before = os.environ.get("TIKTOKEN_CACHE_DIR")
+    folder = write_byte_level_vocab(tmp_path)
+    assert FastTokenizer.from_dir(folder).encode("hi") == [71, 72]
+    write_vocab(folder, byte_encoder("hi", "<|endoftext|>"), "#version: 0.2\nh i\n")
+    for fast in [True, False]:
+        assert load_tokenizer(folder, fast).encode("hi hi<|endoftext|>") == [256, 220, 256, 257]
+    assert os.environ.get("TIKTOKEN_CACHE_DIR") == env_before
+
+
+@pytest.mark.parametrize("encoder, bpe, error, match", [
+    ("{", "#version: 0.2\n", ValueError, "not valid JSON"),
+    ("[1, 2]", "#version: 0.2\n", ValueError, "must be a JSON object"),
+    ({**byte_encoder(), "<|endoftext|>": 300}, "#version: 0.2\n", ValueError, "ids must be 0..256"),
+    ({s: i for i, s in enumerate(list(BYTE_TO_SYMBOL.values())[1:])}, "", ValueError, "lacks the symbols"),
+    (byte_encoder("€"), "#version: 0.2\n", ValueError, "not byte symbols"),
+    (byte_encoder(), "h i\n", ValueError, "#version"),
+    (byte_encoder("hi"), "#version: 0.2\nh i x\n", ValueError, "line 2"),
+    (byte_encoder("hi"), "#version: 0.2\nh j\n", ValueError, "line 2"),
+], ids=["bad-json", "not-object", "id-gap", "missing-byte", "non-byte-char", "no-header",
+        "three-symbols", "merge-not-in-encoder"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_malformed_files(tmp_path, encoder, bpe, error, match, fast):
+    with pytest.raises(error, match=match):
+        load_tokenizer(write_vocab(tmp_path / "v", encoder, bpe), fast)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_missing_files(tmp_path, fast):
+    with pytest.raises(FileNotFoundError, match="encoder.json not found"):
+        load_tokenizer(tmp_path / "nowhere", fast)
+    (write_byte_level_vocab(tmp_path) / "vocab.bpe").unlink()
+    with pytest.raises(FileNotFoundError, match="vocab.bpe not found"):
+        load_tokenizer(tmp_path, fast)
+
+
+@pytest.mark.parametrize("encoder, bpe", [
+    ({**byte_encoder(), "!": 1, '"': 0}, "#version: 0.2\n"),  # ids not in GPT-2's byte order
+    (byte_encoder("hi"), "#version: 0.2\nh i"),  # no final newline: tiktoken drops the last line
+])
+def test_scratch_only_layouts(tmp_path, encoder, bpe):
+    """Valid BPE files that tiktoken cannot load: the scratch path works, the fast one explains."""
+    folder = write_vocab(tmp_path / "v", encoder, bpe)
+    assert Tokenizer.from_dir(folder).decode(Tokenizer.from_dir(folder).encode("hi!")) == "hi!"
+    with pytest.raises(ValueError, match="tiktoken cannot use .*fast=False"):
+        FastTokenizer.from_dir(folder)
+
+
+def test_docstring_examples():
+    assert doctest.testmod(tokenizer_module).failed == 0

@@ -1,0 +1,221 @@
+"""Tests for gpt2np.weights: the name table, shape checks, random init and the .npy load cache."""
+import doctest
+import json
+import os
+import shutil
+from pathlib import Path
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from gpt2np import weights
+from gpt2np.checkpoint import read_checkpoint
+from gpt2np.checkpoint_writer import write_checkpoint
+from gpt2np.config import PRESETS, GPT2Config
+from gpt2np.weights import init_params, load_params, params_from_tf, params_to_tf
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CACHE = weights.CACHE_DIR
+
+
+def fixture_config(name):
+    return GPT2Config.from_hparams_json(FIXTURES / name / "hparams.json")
+
+
+def leaves(params, path=""):
+    """Flatten params to {"blocks.0.attn.c_attn.w": array}, to compare whole trees."""
+    items = params.items() if isinstance(params, dict) else enumerate(params)
+    flat = {}
+    for key, value in items:
+        name = f"{path}.{key}" if path else str(key)
+        flat.update(leaves(value, name) if isinstance(value, (dict, list)) else {name: value})
+    return flat
+
+
+def assert_same_bits(a, b):
+    a, b = leaves(a), leaves(b)
+    assert a.keys() == b.keys(), f"only in one: {sorted(a.keys() ^ b.keys())}"
+    for name in a:
+        assert a[name].shape == b[name].shape, f"{name}: {a[name].shape} vs {b[name].shape}"
+        assert a[name].tobytes() == b[name].tobytes(), f"{name}: max |diff| {np.abs(a[name] - b[name]).max()}"
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """A private copy of the tiny-a fixture folder (loading writes a cache into it)."""
+    return Path(shutil.copytree(FIXTURES / "gpt2-tiny-a", tmp_path / "gpt2-tiny-a"))
+
+
+# ---- the name table ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["gpt2-tiny-a", "gpt2-tiny-b"])
+def test_params_from_tf_layout(name):
+    config = fixture_config(name)
+    tensors = read_checkpoint(FIXTURES / name / "model.ckpt")
+    params = params_from_tf(tensors, config)
+    E = config.n_embd
+    assert params["wte"].shape == (config.n_vocab, E) and params["wpe"].shape == (config.n_ctx, E)
+    assert len(params["blocks"]) == config.n_layer
+    block = params["blocks"][-1]
+    assert block["attn"]["c_attn"]["w"].shape == (E, 3 * E)   # [in, out]: y = x @ w + b
+    assert block["mlp"]["c_proj"]["w"].shape == (4 * E, E)
+    np.testing.assert_array_equal(block["mlp"]["c_fc"]["w"],
+                                  tensors[f"model/h{config.n_layer - 1}/mlp/c_fc/w"][0])
+    for key, x in leaves(params).items():
+        assert x.dtype == np.float32 and x.flags.c_contiguous, key
+    assert_same_bits(params_to_tf(params), tensors)  # the inverse restores every name and shape
+
+
+def test_layer_order_is_numeric_past_ten_layers():
+    config = GPT2Config(n_vocab=5, n_ctx=4, n_embd=4, n_head=2, n_layer=12)
+    tensors = params_to_tf(init_params(config, np.random.default_rng(0)))
+    for i in range(12):
+        tensors[f"model/h{i}/ln_1/b"] = np.full(4, i, np.float32)
+    params = params_from_tf(tensors, config)
+    assert [int(b["ln_1"]["b"][0]) for b in params["blocks"]] == list(range(12))
+
+
+def test_wrong_tensors_are_named():
+    config = fixture_config("gpt2-tiny-a")
+    tensors = dict(read_checkpoint(FIXTURES / "gpt2-tiny-a" / "model.ckpt"))
+    del tensors["model/h1/mlp/c_fc/b"]
+    tensors["model/global_step"] = np.zeros((), np.float32)
+    tensors["model/wpe"] = np.zeros((63, 32), np.float32)
+    with pytest.raises(ValueError) as info:
+        params_from_tf(tensors, config)
+    message = str(info.value)
+    for part in ["missing 1: model/h1/mlp/c_fc/b", "unexpected 1: model/global_step",
+                 "model/wpe is (63, 32) not (64, 32)", "hparams.json"]:
+        assert part in message, message
+
+
+def test_checkpoint_of_another_size_is_rejected():
+    tensors = read_checkpoint(FIXTURES / "gpt2-tiny-b" / "model.ckpt")
+    with pytest.raises(ValueError, match=r"unexpected 24: model/h2/.* and 21 more"):
+        params_from_tf(tensors, fixture_config("gpt2-tiny-a"))
+
+
+def test_params_to_tf_names_a_missing_param():
+    params = init_params(PRESETS["tiny"], np.random.default_rng(0))
+    del params["blocks"][1]["ln_2"]["g"]
+    with pytest.raises(ValueError, match=r"blocks\.1\.ln_2\.g \(for model/h1/ln_2/g\)"):
+        params_to_tf(params)
+
+
+def test_doctests():
+    result = doctest.testmod(weights)
+    assert result.failed == 0 and result.attempted > 0, result
+
+
+# ---- random parameters --------------------------------------------------------------------------
+
+@settings(max_examples=20, deadline=None)
+@given(n_layer=st.integers(1, 3), n_head=st.integers(1, 3), d_head=st.integers(1, 4),
+       n_vocab=st.integers(1, 30), n_ctx=st.integers(1, 9), seed=st.integers(0, 2**32 - 1))
+def test_init_params_any_size(n_layer, n_head, d_head, n_vocab, n_ctx, seed):
+    config = GPT2Config(n_vocab, n_ctx, n_head * d_head, n_head, n_layer)
+    params = init_params(config, np.random.default_rng(seed))
+    flat = leaves(params)
+    assert sum(x.size for x in flat.values()) == config.n_params()
+    for key, x in flat.items():
+        assert x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable, key
+        if key.endswith(".g"):
+            assert (x == 1).all(), key
+        elif key.endswith(".b"):
+            assert (x == 0).all(), key
+    assert_same_bits(params, init_params(config, np.random.default_rng(seed)))  # rng decides all
+
+
+def test_init_params_std_and_independent_arrays():
+    params = init_params(PRESETS["tiny"], np.random.default_rng(1), std=0.5)
+    std = params["wte"].std()
+    assert abs(std - 0.5) < 0.05, f"wte std {std:.4f}, expected 0.5"
+    params["blocks"][0]["ln_1"]["b"] += 1  # in-place edits (tests do them) must not leak
+    assert (params["blocks"][0]["ln_2"]["b"] == 0).all() and (params["ln_f"]["b"] == 0).all()
+
+
+# ---- load_params and its cache -------------------------------------------------------------------
+
+def test_first_load_writes_cache_second_load_uses_it(model_dir, monkeypatch):
+    config = fixture_config("gpt2-tiny-a")
+    first = load_params(model_dir, config)
+    assert_same_bits(first, params_from_tf(read_checkpoint(model_dir / "model.ckpt"), config))
+    manifest = json.loads((model_dir / CACHE / "manifest.json").read_text())
+    assert len(manifest["files"]) == 28 and all((model_dir / CACHE / f).is_file()
+                                                for f in manifest["files"].values())
+
+    def fail(prefix):
+        raise AssertionError("the second load read the checkpoint instead of the cache")
+    monkeypatch.setattr(weights, "read_checkpoint", fail)
+    second = load_params(model_dir, config)
+    assert_same_bits(first, second)
+    for key, x in leaves(second).items():
+        assert isinstance(x, np.memmap) and Path(x.filename).parent == model_dir / CACHE, key
+        assert not x.flags.writeable, key
+
+
+def test_changed_checkpoint_rebuilds_cache(model_dir):
+    config = fixture_config("gpt2-tiny-a")
+    load_params(model_dir, config)
+    tensors = {k: np.array(v) for k, v in read_checkpoint(model_dir / "model.ckpt").items()}
+    tensors["model/wte"][7] += 1  # same sizes; the .index changes (tensor CRC)
+    write_checkpoint(model_dir / "model.ckpt", tensors)
+    params = load_params(model_dir, config)
+    np.testing.assert_array_equal(params["wte"][7], tensors["model/wte"][7])
+
+
+def test_touched_data_file_rebuilds_cache(model_dir, monkeypatch):
+    config = fixture_config("gpt2-tiny-a")
+    load_params(model_dir, config)
+    data = model_dir / "model.ckpt.data-00000-of-00001"
+    stat = data.stat()
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    calls = []
+    monkeypatch.setattr(weights, "read_checkpoint", lambda p: calls.append(p) or read_checkpoint(p))
+    load_params(model_dir, config)
+    assert len(calls) == 1, "a newer data file must be re-read (and its CRCs re-checked)"
+
+
+def test_damaged_cache_is_rebuilt(model_dir):
+    config = fixture_config("gpt2-tiny-a")
+    # Copies: overwriting a file in place under a live memory map would crash (SIGBUS) on access.
+    first = {name: np.array(x) for name, x in leaves(load_params(model_dir, config)).items()}
+    (model_dir / CACHE / "model.wte.npy").write_bytes(b"not an npy file")
+    assert_same_bits(load_params(model_dir, config), first)
+    (model_dir / CACHE / "manifest.json").write_text("{")
+    assert_same_bits(load_params(model_dir, config), first)
+
+
+def test_unwritable_cache_location_loads_without_cache(model_dir):
+    (model_dir / CACHE).write_text("a file where the cache folder should be")
+    params = load_params(model_dir, fixture_config("gpt2-tiny-a"))
+    assert params["wte"].shape == (50257, 32) and (model_dir / CACHE).is_file()
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root can write anywhere")
+def test_read_only_folder_loads_without_cache(model_dir):
+    model_dir.chmod(0o555)
+    try:
+        params = load_params(model_dir, fixture_config("gpt2-tiny-a"))
+    finally:
+        model_dir.chmod(0o755)
+    assert params["wte"].shape == (50257, 32) and not (model_dir / CACHE).exists()
+
+
+def test_missing_checkpoint_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model\.ckpt\.index not found"):
+        load_params(tmp_path, PRESETS["tiny"])
+
+
+def test_wrong_config_fails_before_caching(model_dir):
+    with pytest.raises(ValueError, match="does not fit"):
+        load_params(model_dir, fixture_config("gpt2-tiny-b"))
+    assert not (model_dir / CACHE).exists()
+
+
+def test_saved_random_model_loads_back(tmp_path):
+    params = init_params(PRESETS["tiny"], np.random.default_rng(3))
+    write_checkpoint(tmp_path / "model.ckpt", params_to_tf(params))
+    assert_same_bits(load_params(tmp_path, PRESETS["tiny"]), params)

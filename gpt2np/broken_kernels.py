@@ -22,7 +22,8 @@ def softmax_residual_kernel(drafts, q, p, rng, greedy=False):
     were logits) instead of being divided by its sum, so tokens with p <= q, even p = 0, get mass."""
     for i, x in enumerate(drafts):
         if not accept_draft(p[i][x], q[i][x], rng):
-            return RoundResult(i, target_token(softmax(np.maximum(0.0, p[i] - q[i])), rng, greedy), "resample")
+            softmaxed = softmax(np.maximum(0.0, p[i] - q[i]))  # should be: residual / residual.sum()
+            return RoundResult(i, target_token(softmaxed, rng, greedy), "resample")
     return RoundResult(len(drafts), target_token(p[len(drafts)], rng, greedy), "bonus")
 
 

@@ -8,6 +8,7 @@ Cache invariant. Let `context` be the prompt plus every token emitted so far. Be
   * the target cache holds context[:-1] exactly: the newest token has not been fed yet;
   * the draft cache holds a prefix of context[:-1], and catches up at the start of its next call
     (after a round in which all K drafts were accepted it lacks x_K and the bonus token).
+    Both caches start empty: the first round feeds each model the whole prompt.
 One round (the step numbers of Algorithm 1):
   Step 1    the draft is fed what it lacks, then its own proposals one at a time: x_1..x_k, q_1..q_k
   Step 2    the target is fed the newest token plus x_1..x_k in ONE call: p_1..p_{k+1}
@@ -144,8 +145,10 @@ def check_same_vocabulary(target, draft):
                          "use a draft trained with the target's encoder.json and vocab.bpe")
 
 
-def check_speculative_request(target, draft, prompt_ids, n_tokens, K):
+def check_speculative_request(target, draft, prompt_ids, n_tokens, K, temperature, top_k, top_p, rng):
     """Every check speculative_generate makes before its first forward pass."""
+    check_sampling_options(temperature, top_k, top_p)
+    check_rng(rng, temperature)
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
         raise ValueError(f"K (draft tokens per round) must be an integer >= 1, got {K!r}")
     check_same_vocabulary(target, draft)
@@ -252,9 +255,7 @@ def speculative_generate(target, draft, prompt_ids, n_tokens, K, temperature=1.0
     with the full p and q rows. kernel and draft_sampler exist for teaching: pass a broken one
     (broken_kernels.py) and watch the exact tests fail. Returns a SpeculativeResult.
     """
-    check_sampling_options(temperature, top_k, top_p)
-    check_speculative_request(target, draft, prompt_ids, n_tokens, K)
-    check_rng(rng, temperature)
+    check_speculative_request(target, draft, prompt_ids, n_tokens, K, temperature, top_k, top_p, rng)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     timed_target, timed_draft = TimedModel(target), TimedModel(draft)
     prompt = [int(t) for t in prompt_ids]

@@ -2,8 +2,9 @@
 
 Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via Speculative Decoding",
 Algorithm 1 (SpeculativeDecodingStep); Chen et al. 2023, "Accelerating Large Language Model
-Decoding with Speculative Sampling", Algorithm 2. They are ONE algorithm, published twice in the
-same month: "modified rejection sampling". We implement it once, in Leviathan's notation:
+Decoding with Speculative Sampling", Algorithm 2. The two groups found the same algorithm
+independently, "modified rejection sampling"; it is ONE algorithm, implemented here once, in
+Leviathan's notation:
 
     p     the TARGET model's distribution (the one we must sample from)     Chen et al. call it q
     q     the DRAFT model's distribution (cheap, proposes tokens)           Chen et al. call it p
@@ -12,7 +13,8 @@ same month: "modified rejection sampling". We implement it once, in Leviathan's 
 Both distributions are taken AFTER the same temperature / top-k / top-p transform (sampling.py);
 the guarantee is that the emitted tokens follow the transformed p exactly.
 
-Algorithm 1, as steps (the loop in speculative.py does steps 1-2; this file does 3-4):
+Algorithm 1's four commented phases, numbered here Step 1-4 (speculative.py does steps 1-2, this
+file steps 3-4):
     Step 1  draft x_1..x_K autoregressively, x_i ~ q_i = Mq(prefix + x_1..x_{i-1})
     Step 2  run the target once on prefix + x_1..x_K: p_1..p_{K+1}
     Step 3  accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); n = index of first rejection
@@ -20,30 +22,36 @@ Algorithm 1, as steps (the loop in speculative.py does steps 1-2; this file does
             else (all K accepted):   t ~ p_{K+1}                           ("bonus")
             emit x_1..x_n, t
 
-Chen et al.'s Algorithm 2, line by line, in Leviathan's letters (swap p and q back to read theirs):
-    "for t = 1:K, sample draft x~_t ~ q(x | x_1..x_n, x~_1..x~_{t-1})"             = Step 1
-    "in parallel, compute K+1 sets of logits from the target"                       = Step 2
-    "for t = 1:K: r ~ U[0,1]; if r < min(1, p(x~_t)/q(x~_t)) accept x~_t, n += 1"   = Step 3
-    "else sample x_{n+t} ~ (p - q)_+ and exit the for loop"                         = Step 4, resample
-    "if all drafts were accepted, sample an extra token from p(. | x_1..x_{n+K})"   = Step 4, bonus
-where Chen's (f)_+ = max(0, f) / sum_x max(0, f(x)) is Leviathan's norm(max(0, f)).
+Chen et al.'s Algorithm 2, paraphrased line by line in Leviathan's letters (swap p and q to
+read it in theirs):
+    for t = 1..K: sample the draft x~_t ~ q(. | x_1..x_n, x~_1..x~_{t-1})          Step 1
+    in parallel, compute the target's K+1 distributions p(. | x_1..x_n, x~_1..x~_t)  Step 2
+    for t = 1..K: r ~ U[0, 1]; if r < min(1, p(x~_t) / q(x~_t)): accept x~_t, n += 1 Step 3
+        else: sample x_{n+t} ~ (p - q)_+ and exit the loop                         Step 4, resample
+    if all K drafts were accepted: sample one extra token from p                  Step 4, bonus
+where Chen's (f)_+ = max(0, f) / sum_x max(0, f(x)) is Leviathan's norm(max(0, f)). (Chen's outer
+loop runs while fewer than T tokens exist, so it can overshoot T by up to K; speculative.py
+clamps K instead, and returns exactly N tokens.)
 
 Leviathan draws all K uniforms r_1..r_K up front and takes n = min{i-1 : r_i > p_i/q_i}; we draw
 them one at a time and stop at the first rejection, as Chen does. Same distribution: the coins
-after the first rejection are never looked at. (Vectorised code that "counts" accepts instead of
-stopping at the first rejection is a classic bug: see broken_kernels.py.)
+after the first rejection are never looked at. (Vectorised code that forgets to stop at the first
+rejection is a classic bug: see broken_kernels.py.)
 
-Why it is exact, at one position (Leviathan Thm 3.5 / Appendix A.1): P(emit x) =
-q(x) min(1, p(x)/q(x)) + (1 - sum_y min(p(y), q(y))) norm(max(0, p - q))(x) = min(p, q)(x) +
-max(0, p - q)(x) = p(x), because the rejection mass 1 - sum min(p, q) equals sum max(0, p - q).
-`output_distribution` writes this sum out; the tests check it and the real kernel against p.
+Why it is exact, at one position (Leviathan et al., Appendix A.1). A draft x ~ q is accepted
+with probability sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x)) (their Thm 3.5), so
+P(emit x) = min(p, q)(x) + (1 - sum_y min(p(y), q(y))) norm(max(0, p - q))(x)
+          = min(p, q)(x) + max(0, p - q)(x) = p(x),
+because the rejection mass 1 - sum min(p, q) equals sum max(0, p - q). `output_distribution`
+writes this sum out; the tests check it, and the real kernel by enumeration, against p.
 
 NOTE: the papers index positions from 1, Python from 0: drafts[i] is the paper's x_{i+1}.
 
->>> p = np.array([[0.5, 0.5], [0.9, 0.1]])  # target at positions 1 and 2 (K = 1)
->>> q = np.array([[0.5, 0.5]])              # draft at position 1
->>> verify_round([1], q, p, rng=None, greedy=True)  # x_1 = 1 is not argmax p_1 = 0
+>>> p = np.array([[0.6, 0.4], [0.9, 0.1]])  # target at positions 1 and 2 (K = 1)
+>>> verify_round([1], p[:1], p, rng=None, greedy=True)  # x_1 = 1 is not argmax p_1 = 0
 RoundResult(n_accepted=0, next_token=0, kind='resample')
+>>> verify_round([1], p[:1], p, np.random.default_rng(0)).n_accepted  # q == p: always accepted
+1
 """
 from dataclasses import dataclass
 

@@ -10,7 +10,8 @@ through three stages, and `Tokenizer.encode_with_steps` returns every one of the
    (learned earliest), until no pair is mergeable; each final symbol string is an encoder.json key.
 
 Special token: the literal text "<|endoftext|>" encodes to its own id (50256 in GPT-2), as
-Hugging Face's GPT2Tokenizer does; tiktoken needs `allowed_special` for that, which we pass.
+Hugging Face's GPT2Tokenizer does (tiktoken needs `allowed_special` for that, which we pass), so
+text containing it gets a document boundary there; it is cut out before the regex runs.
 With GPT-2's files, "Hello, world!" -> [15496, 11, 995, 0].
 
 A byte-level vocabulary (256 byte symbols + "<|endoftext|>", no merges) works the same way:
@@ -172,6 +173,8 @@ class Tokenizer:
 
     def __init__(self, encoder, merges):
         self.encoder = dict(encoder)
+        self.n_vocab = len(self.encoder)
+        self.eot_id = self.encoder.get(EOT)  # None if the vocabulary has no <|endoftext|>
         self.ranks = {pair: rank for rank, pair in enumerate(merges)}
         self.id_to_bytes = [b""] * len(self.encoder)  # id -> raw bytes, for decoding
         for symbols, i in self.encoder.items():
@@ -188,14 +191,6 @@ class Tokenizer:
     @classmethod
     def from_dir(cls, directory):
         return cls.from_files(*vocab_paths(directory))
-
-    @property
-    def n_vocab(self):
-        return len(self.encoder)
-
-    @property
-    def eot_id(self):
-        return self.encoder.get(EOT)
 
     def pre_tokens(self, text):
         """Yield (pre-token, is_special): "<|endoftext|>" is cut out first, the rest by the regex."""
@@ -255,7 +250,7 @@ class Tokenizer:
 
 def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
     """Build a tiktoken.Encoding offline from the same two files (no network: they are local paths)."""
-    import tiktoken
+    import tiktoken  # imported here, so that the from-scratch path runs without tiktoken installed
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's regex, tiktoken spelling
 
@@ -279,10 +274,8 @@ def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
 
 
 class FastTokenizer(Tokenizer):
-    """A Tokenizer whose encode and decode_bytes run in tiktoken's Rust code, built from the same files.
-
-    The rest is inherited; `encode_with_steps` stays from scratch, as tiktoken does not expose merges.
-    """
+    """A Tokenizer whose encode and decode_bytes run in tiktoken's Rust code, built from the same
+    files. The rest is inherited: `encode_with_steps` stays from scratch (tiktoken hides merges)."""
 
     def __init__(self, encoder, merges, encoding):
         super().__init__(encoder, merges)

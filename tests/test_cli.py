@@ -1,0 +1,109 @@
+"""main.py end to end, as a user runs it: real subprocesses, real exit codes, real stderr."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, REPO
+
+
+@pytest.fixture(scope="module")
+def release_dirs(bpe_dir, tmp_path_factory):
+    """The two tiny fixtures as complete release folders (model files + OpenAI's tokenizer files)."""
+    folders = {}
+    for name in ("gpt2-tiny-a", "gpt2-tiny-b"):
+        folder = tmp_path_factory.mktemp("release") / name
+        shutil.copytree(FIXTURES / name, folder)
+        for f in ("encoder.json", "vocab.bpe"):
+            shutil.copy(bpe_dir / f, folder / f)
+        folders[name] = str(folder)
+    return folders
+
+
+def run_main(*args, env=None):
+    return subprocess.run([sys.executable, "main.py", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_one_model_generates_text(release_dirs):
+    out = run_main("--target_model_size", release_dirs["gpt2-tiny-a"], "--prompt", "Hello",
+                   "--n_tokens_to_generate", "8", "--seed", "0")
+    assert out.returncode == 0, out.stderr
+    assert "tokens/s" in out.stdout and "Hello" in out.stdout
+    assert "speculative" not in out.stdout  # no draft: plain generation only
+
+
+def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend(release_dirs):
+    out = run_main("--draft_model_size", release_dirs["gpt2-tiny-a"], "--target_model_size",
+                   release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "20", "--K", "4",
+                   "--temperature", "0", "-v")
+    assert out.returncode == 0, out.stderr
+    sections = out.stdout.split("=== ")
+    ar_text = sections[1].split("\n", 2)[2]
+    sd_text = sections[2].split("\n", 2)[2].split("\nlegend")[0]
+    assert ar_text.strip() == sd_text.strip()
+    for expected in ("legend", "accepted draft token", "alpha_hat", "predicted speedup", "measured speedup"):
+        assert expected in out.stdout
+
+
+def test_verbose_colours_tokens_only_on_a_terminal(release_dirs):
+    """Captured output is not a TTY: no ANSI escapes, even with -v."""
+    out = run_main("--draft_model_size", release_dirs["gpt2-tiny-a"], "--target_model_size",
+                   release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "5", "-v")
+    assert out.returncode == 0, out.stderr
+    assert "\033[" not in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target_model_size", "999M"], "unknown model"),
+    (["--temperature", "-1"], "temperature"),
+    (["--top_p", "0"], "top_p"),
+    (["--top_p", "1.5"], "top_p"),
+    (["--top_k", "0"], "top_k"),
+    (["--n_tokens_to_generate", "0"], "n_tokens_to_generate"),
+    (["--K", "0"], "K"),
+    (["--K", "abc"], "invalid int"),
+    (["--no_such_flag"], "unrecognized"),
+])
+def test_bad_input_gives_one_line_and_exit_status_2(args, message):
+    out = run_main(*args)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_prompt_too_long_for_the_context_is_refused(release_dirs):
+    out = run_main("--target_model_size", release_dirs["gpt2-tiny-a"], "--prompt", "word " * 60,
+                   "--n_tokens_to_generate", "10")
+    assert out.returncode == 2 and "exceeds the context of 64" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_mirror_is_a_one_line_error(tmp_path):
+    out = run_main("--target_model_size", "124M", "--models_dir", str(tmp_path),
+                   "--mirror", "http://127.0.0.1:9")  # port 9 (discard): nothing listens there
+    assert out.returncode == 2 and "cannot reach" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*.ckpt*"))  # nothing left under a final name
+
+
+def test_corrupt_weights_are_a_one_line_error_naming_the_tensor(release_dirs, tmp_path):
+    folder = tmp_path / "corrupt"
+    shutil.copytree(release_dirs["gpt2-tiny-a"], folder)
+    data = folder / "model.ckpt.data-00000-of-00001"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    out = run_main("--target_model_size", str(folder), "--n_tokens_to_generate", "2")
+    assert out.returncode == 2 and "model/" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_mismatched_draft_and_target_vocabularies_are_refused(release_dirs, tmp_path):
+    folder = tmp_path / "other-vocab"
+    shutil.copytree(release_dirs["gpt2-tiny-a"], folder)
+    from gpt2np.tokenizer import write_byte_level_vocab
+    write_byte_level_vocab(folder)  # a 257-token vocabulary, while hparams says 50257
+    out = run_main("--draft_model_size", str(folder), "--target_model_size", release_dirs["gpt2-tiny-b"])
+    assert out.returncode == 2 and "50257" in out.stderr, out.stderr

@@ -1,22 +1,79 @@
-"""theory.py: the formulas, checked by hand, against the real kernel (exactly), and by simulation."""
+"""theory.py: the formulas, checked by hand, against the real kernel (exactly), and by simulation.
+
+The closed forms of Leviathan et al. 2023 (sections 3.3-3.4) must predict what the real kernel
+and the real generation loop do. Monte-Carlo comparisons are seeded (every run is identical) and
+allow N_SE = 5 standard errors of the simulated mean unless stated: a correct formula fails
+such a check with probability about 6e-7.
+"""
 import hypothesis
 import hypothesis.strategies as st
 import numpy as np
+import pytest
 
-from gpt2np.exact import exact_distribution
+from gpt2np.exact import exact_distribution, total_variation
 from gpt2np.sampling import sample
 from gpt2np.speculative import speculative_generate
 from gpt2np.speculative_kernel import verify_round
 from gpt2np.theory import alpha, best_K, expected_tokens_per_round, predicted_speedup
 from gpt2np.toy_models import ToyModel
 
+N_SE = 5  # tolerance of the Monte-Carlo checks, in standard errors of the simulated mean
+
+# A target p and a draft q on 4 tokens with alpha = sum min(p, q) = 0.1 + 0.2 + 0.1 + 0.2 = 0.6
+P = np.array([0.4, 0.3, 0.1, 0.2])
+Q = np.array([0.1, 0.2, 0.5, 0.2])
+ALPHA_PQ = 0.6
+
+
+def closed_form_speedup(a, K, c, v=1.0):
+    """Leviathan's Thm 3.8, (1 - a^(K+1)) / ((1 - a)(K c + 1)), with v in place of the 1
+    (written out here independently of theory.py, which sums the geometric series)."""
+    tokens_per_round = K + 1.0 if a == 1 else (1 - a ** (K + 1)) / (1 - a)
+    return tokens_per_round / (K * c + v)
+
+
+def assert_within_standard_errors(samples, predicted, n_se=N_SE):
+    samples = np.asarray(samples, dtype=np.float64)
+    standard_error = samples.std(ddof=1) / np.sqrt(len(samples))
+    assert abs(samples.mean() - predicted) <= n_se * standard_error + 1e-12, \
+        f"simulated {samples.mean():.5f}, predicted {predicted:.5f}, standard error {standard_error:.5f}"
+
+
+def iid_round_lengths(a, K, n_rounds, rng):  # -> [n_rounds] tokens emitted per round
+    """The paper's model of a round: each of the K drafts is accepted independently with
+    probability a; the round emits the accepted prefix plus one target token."""
+    accepted = rng.random((n_rounds, K)) < a                        # [n_rounds, K]
+    first_rejection = np.where(accepted.all(axis=1), K, np.argmin(accepted, axis=1))
+    return first_rejection + 1
+
+
+# --- alpha ---------------------------------------------------------------------------------------
 
 def test_alpha_is_the_overlap_of_p_and_q():
     assert alpha(np.array([0.7, 0.3, 0.0]), np.array([0.2, 0.5, 0.3])) == 0.2 + 0.3
     assert alpha(np.array([0.5, 0.5]), np.array([0.5, 0.5])) == 1.0
     assert alpha(np.array([1.0, 0.0]), np.array([0.0, 1.0])) == 0.0
     np.testing.assert_allclose(alpha(np.eye(3), np.full((3, 3), 1 / 3)), [1 / 3] * 3)  # row by row
+    assert alpha(P, Q) == pytest.approx(ALPHA_PQ, abs=1e-15)
 
+
+@hypothesis.settings(deadline=None, max_examples=50)
+@hypothesis.given(st.integers(2, 8), st.integers(0, 2**32 - 1))
+def test_alpha_is_one_minus_total_variation_distance(n_vocab, seed):
+    p, q = np.random.default_rng(seed).dirichlet(np.ones(n_vocab), size=2)
+    tv = total_variation(dict(enumerate(p)), dict(enumerate(q)))
+    assert alpha(p, q) == pytest.approx(1 - tv, abs=1e-12)
+
+
+def test_alpha_equals_the_kernels_measured_acceptance_rate():
+    """K = 1: the kernel accepts x ~ q with probability sum_x q(x) min(1, p(x)/q(x)) = alpha."""
+    rng = np.random.default_rng(0)
+    drafts = rng.choice(len(Q), size=20_000, p=Q)
+    accepted = [verify_round([x], Q[None], np.stack([P, P]), rng).n_accepted for x in drafts]
+    assert_within_standard_errors(accepted, ALPHA_PQ)
+
+
+# --- expected tokens per round -------------------------------------------------------------------
 
 @hypothesis.given(a=st.floats(0, 1 - 1e-6), K=st.integers(1, 12))
 def test_expected_tokens_per_round_is_the_closed_form(a, K):
@@ -41,23 +98,25 @@ def test_expected_tokens_per_round_equals_the_real_kernel_exactly():
     assert abs(mean - expected_tokens_per_round(alpha(p, q), K)) <= 1e-12
 
 
-def test_predicted_speedup_is_theorem_3_8_and_its_refinement_with_v():
-    a, K, c = 0.8, 4, 0.05
-    thm_3_8 = (1 - a ** (K + 1)) / ((1 - a) * (K * c + 1))
-    assert abs(predicted_speedup(a, K, c) - thm_3_8) <= 1e-12
-    refined = (1 - a ** (K + 1)) / ((1 - a) * (K * c + 3.5))
-    assert abs(predicted_speedup(a, K, c, v=3.5) - refined) <= 1e-12
+@pytest.mark.parametrize("a", [0.0, 0.3, 0.6, 0.9, 1.0])
+@pytest.mark.parametrize("K", [1, 4, 8])
+def test_expected_tokens_per_round_matches_simulated_iid_acceptances(a, K):
+    lengths = iid_round_lengths(a, K, 100_000, np.random.default_rng(K))
+    if a in (0.0, 1.0):  # deterministic: every round emits 1, or K + 1, tokens
+        assert set(lengths) == {1 if a == 0 else K + 1} and expected_tokens_per_round(a, K) == lengths[0]
+    else:
+        assert_within_standard_errors(lengths, expected_tokens_per_round(a, K))
 
 
-@hypothesis.given(a=st.floats(0, 1), c=st.floats(0.001, 2), v=st.floats(1, 6))
-def test_best_K_maximises_the_predicted_speedup(a, c, v):
-    K = best_K(a, c, v, K_max=20)
-    speedups = [predicted_speedup(a, k, c, v) for k in range(1, 21)]
-    assert speedups[K - 1] == max(speedups) and 1 <= K <= 20
-
-
-def test_best_K_runs_to_K_max_when_every_draft_is_accepted_and_cheaper_than_verification():
-    assert best_K(1.0, c=0.1, v=1.0, K_max=16) == 16
+@pytest.mark.parametrize("K", [1, 3, 6])
+def test_expected_tokens_per_round_matches_the_real_kernel_by_simulation(K):
+    """verify_round with the same p and q at every position: acceptances are i.i.d. with
+    probability alpha = 0.6, exactly the paper's model (the exact version of this is above)."""
+    rng = np.random.default_rng(K)
+    drafts = rng.choice(len(Q), size=(6_000, K), p=Q)  # x_i ~ q_i = Q, all drawn up front
+    q_rows, p_rows = np.tile(Q, (K, 1)), np.tile(P, (K + 1, 1))
+    tokens = [verify_round(list(x), q_rows, p_rows, rng).n_accepted + 1 for x in drafts]
+    assert_within_standard_errors(tokens, expected_tokens_per_round(ALPHA_PQ, K))
 
 
 def test_simulated_runs_agree_with_the_theory():
@@ -67,6 +126,58 @@ def test_simulated_runs_agree_with_the_theory():
                                   rng=np.random.default_rng(0), trace=True)
     assert abs(result.stats.alpha_hat - alpha(p, q)) <= 1e-12
     full_rounds = [len(r.emitted) for r in result.trace if len(r.drafts) == K]
-    mean, standard_error = np.mean(full_rounds), np.std(full_rounds) / np.sqrt(len(full_rounds))
-    assert abs(mean - expected_tokens_per_round(alpha(p, q), K)) < 4 * standard_error  # seeded
+    assert_within_standard_errors(full_rounds, expected_tokens_per_round(alpha(p, q), K), n_se=4)
     assert abs(result.stats.alpha_empirical - alpha(p, q)) < 0.03  # about 4 standard errors
+
+
+# --- speedup and best K --------------------------------------------------------------------------
+
+def test_predicted_speedup_is_theorem_3_8_and_its_refinement_with_v():
+    a, K, c = 0.8, 4, 0.05
+    thm_3_8 = (1 - a ** (K + 1)) / ((1 - a) * (K * c + 1))
+    assert abs(predicted_speedup(a, K, c) - thm_3_8) <= 1e-12
+    refined = (1 - a ** (K + 1)) / ((1 - a) * (K * c + 3.5))
+    assert abs(predicted_speedup(a, K, c, v=3.5) - refined) <= 1e-12
+
+
+@hypothesis.settings(deadline=None, max_examples=200)
+@hypothesis.given(st.floats(0, 1), st.integers(1, 32), st.floats(1e-3, 1), st.floats(1, 8))
+def test_predicted_speedup_is_the_closed_form_for_any_alpha_K_c_v(a, K, c, v):
+    assert predicted_speedup(a, K, c) == pytest.approx(closed_form_speedup(a, K, c), rel=1e-12)
+    assert predicted_speedup(a, K, c, v) == pytest.approx(closed_form_speedup(a, K, c, v), rel=1e-12)
+
+
+@pytest.mark.parametrize("a, K, c, v", [(0.8, 4, 0.05, 1.0), (0.8, 4, 0.05, 3.5), (0.5, 2, 0.3, 1.5)])
+def test_predicted_speedup_matches_a_simulated_cost_model(a, K, c, v):
+    """Simulate rounds with i.i.d. acceptances, each costing K draft calls (c each) plus one
+    verification (v), in units of one target call: target-only decoding makes 1 token per unit.
+    Speedup = tokens / cost over many rounds, which must converge to the prediction."""
+    lengths = iid_round_lengths(a, K, 200_000, np.random.default_rng(7))
+    simulated = lengths.sum() / (len(lengths) * (K * c + v))
+    standard_error = lengths.std(ddof=1) / np.sqrt(len(lengths)) / (K * c + v)
+    assert abs(simulated - predicted_speedup(a, K, c, v)) <= N_SE * standard_error
+
+
+@hypothesis.given(a=st.floats(0, 1), c=st.floats(0.001, 2), v=st.floats(1, 6))
+def test_best_K_maximises_the_predicted_speedup(a, c, v):
+    K = best_K(a, c, v, K_max=20)
+    speedups = [predicted_speedup(a, k, c, v) for k in range(1, 21)]
+    assert speedups[K - 1] == max(speedups) and 1 <= K <= 20
+
+
+@hypothesis.settings(deadline=None, max_examples=300)
+@hypothesis.given(st.floats(0, 0.999), st.floats(1e-3, 1), st.floats(1, 8), st.integers(1, 40))
+def test_best_K_matches_brute_force_search_over_the_closed_form(a, c, v, K_max):
+    speedups = [closed_form_speedup(a, K, c, v) for K in range(1, K_max + 1)]
+    best = best_K(a, c, v, K_max)
+    assert 1 <= best <= K_max
+    assert closed_form_speedup(a, best, c, v) == pytest.approx(max(speedups), rel=1e-12)
+
+
+def test_best_K_runs_to_K_max_when_every_draft_is_accepted_and_cheaper_than_verification():
+    assert best_K(1.0, c=0.1, v=1.0, K_max=16) == 16
+
+
+def test_best_K_takes_the_smallest_K_on_ties_and_1_when_nothing_is_accepted():
+    assert best_K(1.0, c=1.0, v=1.0) == 1  # (K + 1) / (K + 1) = 1 for every K: an exact tie
+    assert best_K(0.0, c=0.1) == 1         # every draft rejected: drafting is pure waste

@@ -1,0 +1,123 @@
+"""python -m gpt2np.classroom: runs, prints the table, passes the real sampler, rejects the broken
+ones, and answers bad flags with one line on stderr and exit status 2.
+
+Most tests call main(argv) in-process with a small --n_samples (fast); one runs the real
+`python -m` entry point. The classroom's defaults use model seed 16, where every bug has a large
+effect (see test_distribution_statistical.py), so even 300 samples reject every broken variant.
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpt2np.classroom import NEGATIVE_CONTROLS, main, unnormalised_residual_kernel
+from gpt2np.exact import exact_distribution
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--n_samples", "300"]
+
+
+def run_main(capsys, *argv):
+    status = main(list(argv))
+    out = capsys.readouterr().out
+    return status, out
+
+
+def section(out, number):
+    """The text of section `number` ("1.", "2.", "3.") of the classroom output."""
+    return re.split(r"^\d\. ", out, flags=re.M)[number]
+
+
+def test_prints_the_table_and_passes_the_real_sampler(capsys):
+    status, out = run_main(capsys, *FAST)
+    assert status == 0
+    real = section(out, 1)
+    assert "outcome" in real and "target P" in real and "observed" in real
+    rows = [line for line in real.splitlines() if re.match(r"^  [A-C]( [A-C]){2} ", line)]
+    assert len(rows) == 27                                          # 3 tokens, 3 positions: 3^3 outcomes
+    assert sum(float(row.split()[3]) for row in rows) == pytest.approx(1.0, abs=1e-3)  # target P column
+    assert sum(int(row.split()[5]) for row in rows) == 300                            # observed column
+    assert "verdict: consistent with the target distribution" in real and "REJECTED" not in real
+
+
+def test_rejects_the_broken_sampler_shown_and_every_variant_in_the_summary(capsys):
+    status, out = run_main(capsys, *FAST, "--broken", "softmax_residual")
+    assert status == 0
+    assert "softmax_residual" in section(out, 2) and "verdict: REJECTED" in section(out, 2)
+    summary = section(out, 3).splitlines()[1:]
+    assert len(summary) == len(NEGATIVE_CONTROLS)
+    assert all(line.rstrip().endswith("REJECTED") for line in summary), summary
+
+
+def test_options_reach_the_samplers(capsys):
+    status, out = run_main(capsys, "--n_samples", "200", "--n_vocab", "4", "--order", "3", "--n_tokens", "2",
+                           "--K", "3", "--temperature", "0.7", "--top_k", "3", "--top_p", "0.95",
+                           "--seed", "5")
+    assert status == 0
+    assert "vocabulary A B C D" in out and "K = 3" in out and "top_k 3" in out and "rng seed 5" in out
+    assert "verdict: consistent with the target distribution" in section(out, 1)
+
+
+def test_same_seed_same_output(capsys):
+    assert run_main(capsys, *FAST) == run_main(capsys, *FAST)
+
+
+def test_long_tables_are_cut_at_max_rows(capsys):
+    _, out = run_main(capsys, "--n_samples", "100", "--n_vocab", "4", "--max_rows", "5")
+    assert "59 rarer outcomes" in section(out, 1)  # 4^3 = 64 outcomes, 5 shown
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--n_samples", "0"], "--n_samples"),
+    (["--K", "-1"], "--K"),
+    (["--n_tokens", "x"], "--n_tokens"),
+    (["--temperature", "0"], "temperature must be > 0"),
+    (["--temperature", "-1"], "temperature must be"),
+    (["--top_p", "1.5"], "top_p must be in (0, 1]"),
+    (["--n_vocab", "27"], "--n_vocab must be between 2 and 8"),
+    (["--n_vocab", "8", "--n_tokens", "5"], "too many to enumerate"),
+    (["--alpha", "1"], "--alpha must be in (0, 1)"),
+    (["--broken", "nonsense"], "--broken"),
+    (["--no_such_flag"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_on_stderr_and_exit_status_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and message in captured.err, captured.err
+
+
+def test_help_documents_every_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    for flag in ["--n_samples", "--seed", "--n_tokens", "--K", "--n_vocab", "--order", "--model_seed",
+                 "--temperature", "--top_k", "--top_p", "--alpha", "--broken", "--max_rows"]:
+        assert re.search(rf"{flag} \S+\s+\S", help_text), f"{flag} has no help text"
+
+
+def test_python_dash_m_entry_point_runs():
+    completed = subprocess.run([sys.executable, "-m", "gpt2np.classroom", "--n_samples", "100"],
+                               cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert "1. The real speculative sampler" in completed.stdout and "REJECTED" in completed.stdout
+    bad = subprocess.run([sys.executable, "-m", "gpt2np.classroom", "--K", "0"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""
+
+
+def test_unnormalised_residual_kernel_puts_the_missing_mass_on_the_last_token():
+    """Our extra broken kernel, exactly: K = 1 and the draft always proposes token 0, which the
+    target never emits, so it is always rejected and the residual is max(0, p - q) = p - q where
+    positive. Its sum is 1 - sum min(p, q); the rest lands on the last token."""
+    p = np.array([[0.0, 0.5, 0.3, 0.2], [0.25, 0.25, 0.25, 0.25]])
+    q = np.array([[0.5, 0.4, 0.1, 0.0]])
+    emitted = exact_distribution(lambda rng: unnormalised_residual_kernel([0], q, p, rng).next_token)
+    residual = np.maximum(0.0, p[0] - q[0])  # [0, 0.1, 0.2, 0.2], sum 0.5
+    np.testing.assert_allclose([emitted.get(t, 0.0) for t in range(4)], residual + [0, 0, 0, 0.5], atol=1e-15)

@@ -14,6 +14,7 @@ import sys
 import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 import gpt2np
 from gpt2np.download import DownloadError
@@ -36,7 +37,7 @@ def _fail(message):
 def parse_args(argv):
     p = OneLineParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to continue")
-    p.add_argument("--n_tokens_to_generate", type=int, default=40, help="new tokens to generate (exactly this many unless <|endoftext|> comes first)")
+    p.add_argument("--n_tokens_to_generate", type=int, default=None, help="new tokens to generate, exactly this many unless <|endoftext|> comes first (default: 200 with the bundled byte-level pair, 40 otherwise)")
     p.add_argument("--target_model_size", default=None, help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({', '.join(gpt2np.bundled_models()) or 'none'}) or a folder in the release layout (default: {DEFAULT_TARGET})")
     p.add_argument("--draft_model_size", default=None, help=f"draft model, named like the target; omit for target-only generation (default with the default target: {DEFAULT_DRAFT})")
     p.add_argument("--K", type=int, default=4, help="draft tokens proposed per speculative round (Leviathan et al.'s gamma)")
@@ -46,16 +47,21 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator used for sampling")
     p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to / read from")
     p.add_argument("--mirror", default=None, help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads costs more than they save, as measured on the bundled pair; else the BLAS default)")
     p.add_argument("--num_runs", type=int, default=1, help="with N > 1: one warm-up, then N timed runs of each decoder, reported as mean ± std")
     p.add_argument("-v", "--verbose", action="store_true", help="colour every speculative token by where it came from (accepted draft / target resample / target bonus)")
     return p.parse_args(argv)
 
 
 def check_args(args):
+    if args.n_tokens_to_generate is None:
+        args.n_tokens_to_generate = 200 if args.target_model_size is None else 40
     if args.n_tokens_to_generate <= 0:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {args.n_tokens_to_generate}")
     if args.K < 1:
         raise ValueError(f"--K must be at least 1, got {args.K}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.num_runs < 1:
         raise ValueError(f"--num_runs must be at least 1, got {args.num_runs}")
     gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)
@@ -93,6 +99,9 @@ def main(argv=None):
     draft = gpt2np.load_model(draft_name, args.models_dir, base_url=args.mirror) if draft_name else None
     prompt_ids = target.tokenizer.encode(args.prompt)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
+    if threads:
+        threadpool_limits(limits=threads, user_api="blas")
     print(f"target: {target.name}, draft: {draft.name if draft else 'none'}, prompt: {len(prompt_ids)} tokens, "
           f"temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
 
@@ -124,5 +133,8 @@ if __name__ == "__main__":
         main()
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # e.g. `python main.py | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except (ValueError, OSError, DownloadError) as e:  # bad input, missing or corrupt files, HTTP
         _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)

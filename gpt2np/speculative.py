@@ -64,10 +64,11 @@ class SpeculativeStats:
     the fraction of examined drafts this run actually kept. Both estimate the same alpha.
 
     c and v are measured in this run: c = draft / target seconds per one-token call, v = target
-    seconds per (K+1)-token call / per one-token call. A run has a one-token target call only if
-    its last round had no room for drafts; otherwise we time one extra target call after the run
-    (calibration_seconds, excluded from target_calls and target_seconds). Ratios are None where
-    the run made no call of the size needed (e.g. no one-token draft call when K = 1).
+    seconds per (K+1)-token call / per one-token call, each the median over the run's calls of
+    that size. A run has a one-token target call only if its last round had no room for drafts;
+    with fewer than three, we time three extra target calls after the run (calibration_seconds,
+    excluded from target_calls and target_seconds). Ratios are None where the run made no call
+    of the size needed (e.g. no one-token draft call when K = 1).
     """
     K: int
     rounds: int                              # target verification calls
@@ -83,7 +84,7 @@ class SpeculativeStats:
     target_seconds: float
     draft_timings: dict                      # tokens fed per call -> (calls, seconds)
     target_timings: dict
-    calibration_seconds: float               # the extra one-token target call (0.0 if not needed)
+    calibration_seconds: float               # the extra one-token target calls (0.0 if not needed)
     c: float | None                          # draft / target seconds per one-token call
     v: float | None                          # target seconds per (K+1)-token / one-token call
     predicted_speedup: float | None          # Thm 3.8 with alpha_hat and c (assumes v = 1)
@@ -103,13 +104,16 @@ class TimedModel:
 
     def __init__(self, model):
         self.model, self.cache = model, model.new_cache()
-        self.timings = {}  # n_seq -> (calls, seconds)
+        self.timings = {}    # n_seq -> (calls, seconds)
+        self.durations = {}  # n_seq -> [seconds of each call]: medians resist one slow call
 
     def feed(self, ids, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         start = time.perf_counter()
         logits = self.model.forward(np.asarray(ids), self.cache, n_logits)
-        calls, seconds = self.timings.get(len(ids), (0, 0.0))
-        self.timings[len(ids)] = (calls + 1, seconds + time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        calls, total = self.timings.get(len(ids), (0, 0.0))
+        self.timings[len(ids)] = (calls + 1, total + seconds)
+        self.durations.setdefault(len(ids), []).append(seconds)
         return logits
 
     def roll_back(self, n):
@@ -202,38 +206,41 @@ def speculative_round(target, draft, context, k, options, rng, kernel, draft_sam
         provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None)
 
 
-def time_one_token_call(target, context):
-    """Seconds for one target call over a single token: the unit c and v are measured in.
+def time_one_token_calls(target, context, n_calls=3):
+    """Seconds of n_calls target calls over a single token: the unit c and v are measured in.
 
-    Made only when the run itself had no one-token target call. It feeds the newest token (the
-    call plain decoding would make next) and rolls it back, so the output is unaffected; its
-    time is reported as calibration_seconds, not hidden in target_seconds.
+    Made only when the run itself had fewer than n_calls one-token target calls (one timing is
+    too noisy to divide by). Each feeds the newest token (the call plain decoding would make
+    next) and rolls it back, so the output is unaffected; the time is reported as
+    calibration_seconds, not hidden in target_seconds.
     """
-    start = time.perf_counter()
-    target.model.forward(np.asarray(context[-1:]), target.cache, 1)
-    seconds = time.perf_counter() - start
-    target.roll_back(len(context) - 1)
+    seconds = []
+    for _ in range(n_calls):
+        start = time.perf_counter()
+        target.model.forward(np.asarray(context[-1:]), target.cache, 1)
+        seconds.append(time.perf_counter() - start)
+        target.roll_back(len(context) - 1)
     return seconds
 
 
-def seconds_per_call(timings, n_seq):
-    calls, seconds = timings.get(n_seq, (0, 0.0))
-    return seconds / calls if calls else None
+def seconds_per_call(durations, n_seq):
+    """Median seconds of the calls that fed n_seq tokens (None if there were none)."""
+    return float(np.median(durations[n_seq])) if durations.get(n_seq) else None
 
 
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def summarise(records, target, draft, K, n_tokens, calibration_seconds):
+def summarise(records, target, draft, K, n_tokens, calibration):
     """SpeculativeStats from the round records and the two stopwatches."""
     decisions = [d for r in records for d in r.decisions]
     overlaps = [b for r in records for b in r.overlaps]
     accepted, rejections = decisions.count(True), decisions.count(False)
     alpha_hat = float(np.mean(overlaps)) if overlaps else None
-    target_1 = seconds_per_call(target.timings, 1) if 1 in target.timings else calibration_seconds
-    c = ratio(seconds_per_call(draft.timings, 1), target_1)
-    v = ratio(seconds_per_call(target.timings, K + 1), target_1)
+    target_1 = seconds_per_call({1: target.durations.get(1, []) + calibration}, 1)
+    c = ratio(seconds_per_call(draft.durations, 1), target_1)
+    v = ratio(seconds_per_call(target.durations, K + 1), target_1)
     known = alpha_hat is not None and c is not None
     return SpeculativeStats(
         K=K, rounds=len(records), drafted=sum(len(r.drafts) for r in records), accepted=accepted,
@@ -241,7 +248,7 @@ def summarise(records, target, draft, K, n_tokens, calibration_seconds):
         tokens_per_target_call=n_tokens / target.calls, draft_calls=draft.calls,
         draft_seconds=draft.seconds, target_calls=target.calls, target_seconds=target.seconds,
         draft_timings=dict(draft.timings), target_timings=dict(target.timings),
-        calibration_seconds=calibration_seconds, c=c, v=v,
+        calibration_seconds=sum(calibration), c=c, v=v,
         predicted_speedup=predicted_speedup(alpha_hat, K, c) if known else None,
         predicted_speedup_refined=predicted_speedup(alpha_hat, K, c, v) if known and v else None)
 
@@ -267,6 +274,7 @@ def speculative_generate(target, draft, prompt_ids, n_tokens, K, temperature=1.0
         context += record.emitted
         provenance += record.provenance
         records.append(record)
-    calibration = 0.0 if 1 in timed_target.timings else time_one_token_call(timed_target, context)
+    enough = len(timed_target.durations.get(1, [])) >= 3
+    calibration = [] if enough else time_one_token_calls(timed_target, context)
     stats = summarise(records, timed_target, timed_draft, K, len(provenance), calibration)
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)

@@ -1,0 +1,37 @@
+"""gpt2np's benchmark suite: speed against the machine's own limits (issue 5).
+
+    python -m bench                                  # 124M and 355M, every section (< 10 min)
+    python -m bench --large                          # adds 774M and 1558M
+    python -m bench --sections decode,verify --sizes 355M --json bench/results/after.json \\
+                    --compare bench/results/before.json   # one section, before/after
+    python -m bench --tiny                           # seconds, tiny configs: the test suite's run
+
+No downloads: every model is gpt2np.random_model of a preset's shape. One file per section:
+  bandwidth.py    memory bandwidth (best of a streaming sum, gemv, a one-row product), GEMM
+                  GFLOP/s, and the product-level small-M curve; roofline = weight bytes / bandwidth
+  decode.py       prefill (128 tokens), decode s/token at contexts 128 and 896, and the
+                  verification curve t(M) / t(1) for M = 1..9 new tokens at context 128
+  spec.py         speculative decoding with draft = target and with a forced-acceptance drafter
+                  (forced_draft.py) at 124M -> 355M shapes, measured vs Thm 3.8 and its refinement
+  baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
+  overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
+  memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
+  hf.py           optional: Hugging Face transformers on PyTorch CPU, paired (if both import)
+  compare.py      headline numbers of two JSON files side by side (python -m bench.compare A B)
+run.py runs the sections and writes the JSON; common.py holds the Plan, timing and tables.
+
+The JSON (default bench/results/bench.json, git-ignored), seconds and bytes throughout:
+  meta        plan, sections, BLAS (threadpoolctl), threads, OPENBLAS_* env, load averages, notes
+  bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"]
+  sizes[size] weight_bytes_per_token, bandwidth_gbps, roofline_s_per_token,
+              prefill.seconds, decode["128"|"896"].{s_per_token, roofline_s, vs_roofline},
+              verify.ratio["1".."9"], hf (or hf.skipped),
+              speculative.self and speculative.forced.runs[]: {alpha_nominal, alpha_hat, c, v,
+              speedup, speedup_end_to_end, predicted_thm38, predicted_refined, refined_error, ...}
+  reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated
+  overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, bundled (or bundled.skipped)
+  memory      weight_bytes, kv_cache_bytes, {first_load, cached_load}.{load_seconds, peak_rss, peak_over_weights}
+  targets     [{target, measured, goal, met}]: issue 5's targets wherever this run measured them
+Median of `--repeats` timed runs after a warm-up everywhere; ratios are paired run by run.
+"""
+SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "reference", "overhead", "memory", "hf")

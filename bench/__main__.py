@@ -1,0 +1,97 @@
+"""python -m bench: parse the flags, run the sections, write the JSON (see bench/__init__.py)."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import SECTIONS
+from .common import full_plan, log, tiny_plan
+from .compare import print_comparison
+from .run import run
+
+DEFAULT_JSON = Path(__file__).parent / "results" / "bench.json"
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # what to measure
+    ap.add_argument("--sizes", default="124M,355M", help="comma-separated model sizes (random weights)")
+    ap.add_argument("--large", action="store_true", help="also 774M and 1558M (several more minutes)")
+    ap.add_argument("--sections", default="all",
+                    help=f"comma-separated subset of: {', '.join(SECTIONS)}; 'decode' adds 'bandwidth' "
+                         "(the roofline needs it)")
+    ap.add_argument("--tiny", action="store_true", help="tiny configs, a few seconds: checks the suite runs, "
+                                                          "its numbers mean nothing")
+    # how
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per measurement, after a warm-up "
+                                                           "(speculative runs use min(repeats, 3))")
+    ap.add_argument("--threads", type=int, default=None, help="BLAS threads (threadpoolctl); default: BLAS's own")
+    ap.add_argument("--K", type=int, default=4, help="draft tokens per speculative round")
+    ap.add_argument("--alphas", default="0.5,0.8,1.0", help="forced acceptance rates of the benchmark drafter")
+    ap.add_argument("--spec-tokens", type=int, default=None,
+                    help="tokens per speculative/baseline run; default 6 (K+1), so that alpha = 1 runs end on a "
+                         "full round (a clamped last round would bias tokens per round low)")
+    ap.add_argument("--reference-tokens", type=int, default=8,
+                    help="steps the slow reference really runs (of 64; the rest is extrapolated)")
+    # output
+    ap.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
+    ap.add_argument("--compare", default=None, metavar="OLD_JSON", help="print headline numbers beside this older run")
+    return ap.parse_args(argv)
+
+
+def selected_sections(text):
+    names = set(SECTIONS) if text == "all" else {s.strip() for s in text.split(",") if s.strip()}
+    unknown = names - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown section(s) {', '.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
+    if "decode" in names:
+        names.add("bandwidth")
+    return names
+
+
+def make_plan(args):
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
+    alphas = tuple(float(a) for a in args.alphas.split(","))
+    if args.tiny:
+        return tiny_plan(repeats=min(args.repeats, 2), alphas=alphas)
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    if args.large:
+        sizes += [s for s in ("774M", "1558M") if s not in sizes]
+    plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
+                     reference_tokens=args.reference_tokens)
+    unknown = [s for s in sizes if s not in plan.configs]
+    if unknown:
+        raise SystemExit(f"unknown size(s) {', '.join(unknown)}: choose from {', '.join(plan.configs)}")
+    return plan
+
+
+def to_json(x):
+    """json.dump's fallback for NumPy scalars and arrays."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    plan, sections = make_plan(args), selected_sections(args.sections)
+    results = run(plan, sections, threads=args.threads, argv=argv)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=to_json))
+    log(f"wrote {path} ({results['meta']['wall_seconds']:.0f} s in all)")
+    if args.compare:
+        with open(args.compare) as f:
+            print_comparison(json.load(f), results, args.compare, str(path))
+    return results
+
+
+if __name__ == "__main__":
+    main()

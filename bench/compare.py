@@ -1,0 +1,75 @@
+"""Headline numbers of a benchmark JSON, and two of them side by side (before/after a change).
+
+    python -m bench.compare bench/results/before.json bench/results/after.json
+
+Only numbers present in both files are compared, so a run of one section compares with a full run.
+Absolute times drift on a shared host; prefer ratios (x roofline, M=5/M=1, speedups), or run the
+before and after back to back.
+"""
+import json
+import sys
+
+from .common import print_table
+
+LOWER_IS_BETTER = ("s_per_token", "seconds", "x_roofline", "verify_M", "overhead", "peak_over", "numpy_over_hf")
+
+
+def headline(r):
+    """{metric name: value} for the numbers a before/after comparison cares about."""
+    h = {}
+    if "bandwidth" in r:
+        h["bandwidth best GB/s"] = r["bandwidth"]["best_gbps"]
+        h["gemm GFLOP/s"] = r["bandwidth"]["gemm"]["gflops"]
+        h["product verify_M5 ratio"] = r["bandwidth"]["small_m"]["ratio"].get("5")
+    for size, s in r.get("sizes", {}).items():
+        if "prefill" in s:
+            h[f"{size} prefill seconds"] = s["prefill"]["seconds"]
+        for ctx, d in s.get("decode", {}).items():
+            h[f"{size} decode@{ctx} s_per_token"] = d["s_per_token"]
+            h[f"{size} decode@{ctx} x_roofline"] = d["vs_roofline"]
+            h[f"{size} decode@{ctx} x_roofline_paired"] = d.get("vs_roofline_paired")
+        for m in ("2", "5", "9"):
+            if m in s.get("verify", {}).get("ratio", {}):
+                h[f"{size} verify_M{m} ratio"] = s["verify"]["ratio"][m]
+        spec = s.get("speculative", {})
+        runs = ([spec["self"]] if "self" in spec else []) + spec.get("forced", {}).get("runs", [])
+        for run in runs:
+            name = f"{size} spec {run['draft']} a={run['alpha_nominal']}"
+            h[f"{name} speedup"] = run["speedup"]
+            h[f"{name} refined prediction"] = run["predicted_refined"]
+        if isinstance(s.get("hf"), dict) and "numpy_over_hf" in s["hf"]:
+            h[f"{size} numpy_over_hf"] = s["hf"]["numpy_over_hf"]
+    if "reference" in r:
+        h["reference fast speedup"] = r["reference"]["speedup_vs_reference"]
+    for size, v in r.get("overhead", {}).get("per_call", {}).get("estimated_s_per_call", {}).items():
+        h[f"{size} python overhead s/call"] = v
+    for load in ("first_load", "cached_load"):
+        if load in r.get("memory", {}):
+            h[f"memory {load} peak_over_weights"] = r["memory"][load]["peak_over_weights"]
+            h[f"memory {load} seconds"] = r["memory"][load]["load_seconds_total"]
+    return {k: v for k, v in h.items() if v is not None}
+
+
+def better(name, old, new):
+    lower = any(key in name for key in LOWER_IS_BETTER)
+    if new == old:
+        return "="
+    return "better" if (new < old) == lower else "worse"
+
+
+def print_comparison(old, new, old_name="old", new_name="new"):
+    a, b = headline(old), headline(new)
+    rows = [[k, a[k], b[k], b[k] / a[k] if a[k] else None, better(k, a[k], b[k])] for k in a if k in b]
+    print_table(f"Comparison: {old_name} -> {new_name}", ["metric", "old", "new", "new/old", ""], rows,
+                note=None if rows else "no metric in common")
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit("usage: python -m bench.compare OLD.json NEW.json")
+    with open(argv[0]) as f, open(argv[1]) as g:
+        print_comparison(json.load(f), json.load(g), argv[0], argv[1])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

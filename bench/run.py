@@ -1,0 +1,211 @@
+"""Run the selected sections of a Plan, print a table per section, return the results dict.
+
+Order: bandwidth first (the roofline needs it), then every size in turn (prefill, verify, decode,
+hf, speculative: one random model in memory at a time, plus the pair's draft while its target is
+measured), then the reference comparison, the overhead fit, and memory last (subprocesses, with
+this process's models already freed).
+"""
+import datetime
+import os
+import platform
+import sys
+import time
+from contextlib import nullcontext
+
+import numpy as np
+
+import gpt2np
+
+from . import bandwidth, baseline, decode, hf, memory, overhead, spec
+from .common import log, print_table, weight_bytes, weight_bytes_per_token
+
+ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+TARGETS_SIZE = "355M"  # the issue's targets are stated at 355M (decode, verification) and 124M (reference)
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return [{"note": "threadpoolctl not installed; see numpy.show_config()"}]
+    return threadpool_info()
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
+def meta(plan, sections, threads, argv):
+    return {
+        "schema": 1, "started": datetime.datetime.now().isoformat(timespec="seconds"), "argv": argv,
+        "sections": sorted(sections), "threads_requested": threads, "plan": plan.as_dict(),
+        "python": sys.version.split()[0], "numpy": np.__version__, "platform": platform.platform(),
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        "env": {k: os.environ.get(k) for k in ENV_VARS},
+        "loadavg_start": list(os.getloadavg()), "notes": [],
+    }
+
+
+def size_entry(config, bandwidth_gbps):
+    per_token = weight_bytes_per_token(config)
+    return {"config": {k: getattr(config, k) for k in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")},
+            "n_params": config.n_params(), "weight_bytes": weight_bytes(config),
+            "weight_bytes_per_token": per_token, "bandwidth_gbps": bandwidth_gbps,
+            "roofline_s_per_token": per_token / (bandwidth_gbps * 1e9) if bandwidth_gbps else None}
+
+
+class ModelPool:
+    """Random models by size, built on first use (seed 0) and dropped when no longer needed."""
+
+    def __init__(self, plan):
+        self.plan, self.models = plan, {}
+
+    def get(self, size):
+        if size not in self.models:
+            log(f"building a random {size} model")
+            self.models[size] = gpt2np.random_model(self.plan.config(size), seed=0)
+        return self.models[size]
+
+    def keep_only(self, sizes):
+        for size in list(self.models):
+            if size not in sizes:
+                del self.models[size]
+
+
+def run_sizes(plan, sections, results, pool, threads):
+    bw = results.get("bandwidth", {}).get("best_gbps")
+    per_size = {"prefill", "decode", "verify", "speculative", "hf"} & sections
+    hf_skip = hf.available() if "hf" in sections else None
+    if hf_skip:
+        results["meta"]["notes"].append(f"hf section skipped: {hf_skip}")
+    probe = bandwidth.Probe(plan.bandwidth_mib << 20) if "decode" in sections else None
+    for i, size in enumerate(plan.sizes):
+        entry = results["sizes"][size] = size_entry(plan.config(size), bw)
+        if not per_size:
+            continue
+        model = pool.get(size)
+        if {"prefill", "decode", "verify"} & sections:
+            entry.update(decode.run(model, size, plan, sections, bw, probe))
+        if "hf" in sections:
+            entry["hf"] = {"skipped": hf_skip} if hf_skip else hf.run(model, size, plan, threads)
+        if "speculative" in sections:
+            draft = pool.get(plan.pair[0]) if size == plan.pair[1] else None
+            entry["speculative"] = spec.run(model, size, plan, draft)
+        later = set(plan.sizes[i + 1:])
+        needed = {plan.pair[0]} if "speculative" in sections and plan.pair[1] in later else set()
+        pool.keep_only(needed | ({plan.reference_size} if "reference" in sections else set()))
+    if "speculative" in sections and plan.pair[1] not in plan.sizes:
+        results["meta"]["notes"].append(
+            f"forced-acceptance runs skipped: the pair's target {plan.pair[1]} is not among --sizes")
+    del probe
+    decode.print_report(results["sizes"])
+    hf.print_report(results["sizes"])
+    spec.print_report(results["sizes"])
+
+
+def run(plan, sections, threads=None, argv=None):
+    """All selected sections; returns the results dict (see README section in bench/__init__.py)."""
+    start = time.perf_counter()
+    results = {"meta": meta(plan, sections, threads, argv or []), "sizes": {}}
+    section_seconds = results["meta"]["section_seconds"] = {}
+    try:
+        from threadpoolctl import threadpool_limits
+        limits = threadpool_limits(limits=threads, user_api="blas") if threads else nullcontext()
+    except ImportError:
+        limits = nullcontext()
+        if threads:
+            results["meta"]["notes"].append("--threads ignored: threadpoolctl is not installed")
+    pool = ModelPool(plan)
+    load = os.getloadavg()[0]
+    if load > 0.5 * (os.cpu_count() or 1):
+        note = (f"machine busy at the start (1-min load average {load:.2f} on {os.cpu_count()} CPUs): "
+                "absolute times are unreliable, and multi-thread BLAS slows down most (perf-notes.md); "
+                "--threads 1 gives steadier numbers on a shared host")
+        results["meta"]["notes"].append(note)
+        log("warning: " + note)
+    with limits:
+        results["meta"]["blas"] = blas_info()
+        print_env(results["meta"])
+        t = time.perf_counter()
+        if "bandwidth" in sections:
+            results["bandwidth"] = bandwidth.run(plan, threads)
+            section_seconds["bandwidth"] = time.perf_counter() - t
+        t = time.perf_counter()
+        run_sizes(plan, sections, results, pool, threads)
+        section_seconds["per_size"] = time.perf_counter() - t
+        if "reference" in sections:
+            t = time.perf_counter()
+            results["reference"] = baseline.run(pool.get(plan.reference_size), plan.reference_size, plan)
+            section_seconds["reference"] = time.perf_counter() - t
+        pool.keep_only(set())
+        if "overhead" in sections:
+            t = time.perf_counter()
+            gemm = results.get("bandwidth", {}).get("gemm") or bandwidth.measure_gemm(*plan.small_m_shape, 3)
+            decode_s = {s: e["decode"][str(min(plan.contexts))]["s_per_token"]
+                        for s, e in results["sizes"].items() if "decode" in e}
+            results["overhead"] = overhead.run(plan, gemm["gflops"], decode_s)
+            section_seconds["overhead"] = time.perf_counter() - t
+        if "memory" in sections:
+            t = time.perf_counter()
+            results["memory"] = memory.run(plan)
+            section_seconds["memory"] = time.perf_counter() - t
+    results["targets"] = targets(results, plan)
+    print_targets(results["targets"])
+    for note in results["meta"]["notes"]:
+        print(f"note: {note}")
+    results["meta"]["loadavg_end"] = list(os.getloadavg())
+    results["meta"]["wall_seconds"] = time.perf_counter() - start
+    return results
+
+
+def print_env(m):
+    blas = "; ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}), "
+                     f"{b.get('num_threads')} threads" for b in m["blas"] if "internal_api" in b)
+    env = ", ".join(f"{k}={v}" for k, v in m["env"].items() if v is not None) or "none set"
+    print(f"# gpt2np benchmark  {m['started']}  numpy {m['numpy']}  BLAS: {blas}")
+    print(f"# cpu: {m['cpu']} x {m['cpu_count']}  load average: {m['loadavg_start']}  BLAS env: {env}")
+
+
+def targets(r, plan):
+    """The issue's targets, as (name, measured, goal, met) wherever this run measured them."""
+    out = []
+    size = TARGETS_SIZE if TARGETS_SIZE in r["sizes"] else (plan.sizes[-1] if plan.sizes else None)
+    s = r["sizes"].get(size, {})
+    ctx = str(plan.verify_context)
+    if ctx in s.get("decode", {}):
+        out.append([f"{size} decode@{ctx} / roofline", s["decode"][ctx]["vs_roofline"], "<= 1.25"])
+        out.append([f"{size} decode@{ctx} / roofline, paired gemv", s["decode"][ctx]["vs_roofline_paired"], "<= 1.25"])
+    if "5" in s.get("verify", {}).get("ratio", {}):
+        out.append([f"{size} forward M=5 / M=1", s["verify"]["ratio"]["5"], "<= 1.6"])
+    if isinstance(s.get("hf"), dict) and "numpy_over_hf" in s["hf"]:
+        out.append([f"{size} decode numpy / HF torch", s["hf"]["numpy_over_hf"], "<= 1.0"])
+    for sz, e in r["sizes"].items():
+        sp = e.get("speculative", {})
+        for run_ in ([sp["self"]] if "self" in sp else []) + sp.get("forced", {}).get("runs", []):
+            out.append([f"{run_['draft']}->{sz} a={run_['alpha_nominal']}: speedup / refined - 1",
+                        run_["refined_error"], "|x| <= 0.15"])
+    if "reference" in r:
+        ref = r["reference"]
+        out.append([f"{ref['size']} fast / reference speed", ref["speedup_vs_reference"], ">= 30"])
+    for load in ("first_load", "cached_load"):
+        if load in r.get("memory", {}):
+            out.append([f"peak RSS / weights, {load}", r["memory"][load]["peak_over_weights"], "<= 1.3"])
+    return [{"target": name, "measured": value, "goal": goal, "met": met(value, goal)} for name, value, goal in out]
+
+
+def met(value, goal):
+    if value is None:
+        return None
+    op, bound = goal.split()[-2:]
+    x = abs(value) if goal.startswith("|x|") else value
+    return x <= float(bound) if op == "<=" else x >= float(bound)
+
+
+def print_targets(rows):
+    if rows:
+        print_table("Issue 5 targets (this run)", ["target", "measured", "goal", "met"],
+                    [[t["target"], t["measured"], t["goal"], t["met"]] for t in rows])

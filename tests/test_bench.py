@@ -1,0 +1,173 @@
+"""The benchmark suite (bench/) runs end to end on tiny configs and writes well-formed JSON.
+
+No timing assertions: on a shared machine any speed can happen. We check that every section
+ran, that the JSON has the keys issue 5 asks for (per size: bandwidth, roofline, decode s/token,
+the M = 1..9 ratios, measured vs predicted speculative speedups), and that the numbers are
+finite and positive where they must be.
+"""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np.config import PRESETS
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package
+
+from bench import SECTIONS  # noqa: E402
+from bench.__main__ import selected_sections  # noqa: E402
+from bench.common import tiny_plan, weight_bytes_per_token  # noqa: E402
+from bench.compare import headline  # noqa: E402
+from bench.forced_draft import ForcedAcceptanceDraft  # noqa: E402
+from bench.spec import run_baseline  # noqa: E402
+
+NO_HF = ",".join(s for s in SECTIONS if s != "hf")  # hf is optional and slow to import: tested apart
+
+
+def positive(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """`python -m bench --tiny` in a subprocess, exactly as a user runs it; the parsed JSON."""
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "bench", "--tiny", "--sections", NO_HF, "--json", str(path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "## Verification curve" in done.stdout and "## Speculative decoding" in done.stdout
+    return json.loads(path.read_text())
+
+
+def test_top_level_sections(results):
+    assert set(results) >= {"meta", "bandwidth", "sizes", "reference", "overhead", "memory", "targets"}
+    meta = results["meta"]
+    assert meta["plan"]["tiny"] is True and set(meta["sections"]) == set(NO_HF.split(","))
+    assert isinstance(meta["blas"], list) and positive(meta["wall_seconds"])
+    assert set(meta["env"]) >= {"OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS"}
+
+
+def test_bandwidth(results):
+    bw = results["bandwidth"]
+    assert set(bw["methods"]) == {"sum", "gemv", "row_matmul"}
+    assert positive(bw["best_gbps"]) and bw["best_gbps"] == bw["methods"][bw["best_method"]]["best_gbps"]
+    assert positive(bw["gemm"]["gflops"])
+    assert list(bw["small_m"]["ratio"]) == [str(m) for m in range(1, 10)]
+
+
+def test_per_size_keys(results):
+    plan = tiny_plan()
+    assert list(results["sizes"]) == list(plan.sizes)
+    for size, s in results["sizes"].items():
+        assert positive(s["bandwidth_gbps"]) and positive(s["roofline_s_per_token"])
+        assert s["weight_bytes_per_token"] == weight_bytes_per_token(plan.config(size))
+        assert positive(s["prefill"]["seconds"])
+        assert list(s["decode"]) == [str(c) for c in plan.contexts]
+        for d in s["decode"].values():
+            assert positive(d["s_per_token"]) and positive(d["roofline_s"]) and positive(d["vs_roofline"])
+            assert positive(d["vs_roofline_paired"])
+        assert list(s["verify"]["ratio"]) == [str(m) for m in range(1, 10)]
+        assert s["verify"]["ratio"]["1"] == 1.0
+        assert all(positive(r) for r in s["verify"]["ratio"].values())
+
+
+def check_speculative_run(run, K):
+    assert run["K"] == K and run["tokens_match_baseline"] is True  # greedy: exactly the baseline's tokens
+    for key in ("speedup", "speedup_end_to_end", "predicted_thm38", "predicted_refined", "c", "v",
+                "tokens_per_round", "round_cost_t1", "predicted_round_cost_t1"):
+        assert positive(run[key]), key
+    assert 0 <= run["alpha_hat"] <= 1 and isinstance(run["refined_error"], float)
+
+
+def test_speculative(results):
+    plan = tiny_plan()
+    for size, s in results["sizes"].items():
+        self_run = s["speculative"]["self"]
+        check_speculative_run(self_run, plan.K)
+        assert self_run["alpha_hat"] == 1.0  # draft = target at temperature 0: every draft accepted
+        assert self_run["tokens_per_round"] > 1
+    forced = results["sizes"][plan.pair[1]]["speculative"]["forced"]
+    assert [r["alpha_nominal"] for r in forced["runs"]] == results["meta"]["plan"]["alphas"]
+    for run in forced["runs"]:
+        check_speculative_run(run, plan.K)
+    assert forced["runs"][-1]["alpha_hat"] == 1.0  # alpha = 1: the drafter always proposes the target's token
+
+
+def test_reference_overhead_memory(results):
+    ref = results["reference"]
+    assert ref["tokens_match"] is True and positive(ref["speedup_vs_reference"])
+    assert ref["extrapolated"] is True and len(ref["reference_steps"]) == ref["reference_tokens_measured"] + 1
+    pc = results["overhead"]["per_call"]
+    assert set(pc["estimated_s_per_call"]) == set(tiny_plan().sizes)
+    bundled = results["overhead"]["bundled"]
+    assert "skipped" in bundled or positive(bundled["plain"]["s_per_token"])
+    mem = results["memory"]
+    for load in ("first_load", "cached_load"):
+        assert positive(mem[load]["peak_rss"]) and positive(mem[load]["peak_over_weights"])
+        assert set(mem[load]["load_seconds"]) == set(tiny_plan().memory_sizes)
+
+
+def test_targets_and_headline(results):
+    assert all(set(t) == {"target", "measured", "goal", "met"} for t in results["targets"])
+    h = headline(results)
+    assert "tiny2 verify_M5 ratio" in h and "reference fast speedup" in h
+    assert all(positive(v) or v == 0 or isinstance(v, float) for v in h.values())
+
+
+def test_weight_bytes_per_token_matches_perf_notes():
+    # ../shared/docs/perf-notes.md: 494.6 MB (124M) and 1415.1 MB (355M) read per token
+    assert round(weight_bytes_per_token(PRESETS["124M"]) / 1e6, 1) == 494.6
+    assert round(weight_bytes_per_token(PRESETS["355M"]) / 1e6, 1) == 1415.1
+
+
+def test_unknown_section_is_an_error():
+    with pytest.raises(SystemExit, match="unknown section"):
+        selected_sections("decode,nope")
+    assert "bandwidth" in selected_sections("decode")  # the roofline needs the bandwidth
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_forced_draft_acceptance(alpha):
+    """The benchmark drafter's acceptance rate is alpha by construction (0 and 1 exactly)."""
+    target = gpt2np.random_model(PRESETS["tiny"], seed=0)
+    draft_shape = gpt2np.random_model(PRESETS["tiny"], seed=1)
+    prompt = [1, 2, 3]
+    base = run_baseline(target, prompt, 20)
+    draft = ForcedAcceptanceDraft(draft_shape, prompt + base["tokens"], alpha, seed=0)
+    result = gpt2np.speculative_generate(target, draft, prompt, 20, K=3, temperature=0)
+    assert result.tokens == base["tokens"]
+    if alpha in (0.0, 1.0):
+        assert result.stats.alpha_hat == alpha
+    else:
+        assert 0.0 < result.stats.alpha_hat < 1.0
+
+
+def test_hf_section_when_available(tmp_path):
+    from bench import hf
+    reason = hf.available()
+    if reason:
+        pytest.skip(reason)
+    path = tmp_path / "hf.json"
+    done = subprocess.run([sys.executable, "-m", "bench", "--tiny", "--sections", "hf", "--json", str(path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for s in json.loads(path.read_text())["sizes"].values():
+        assert positive(s["hf"]["numpy_over_hf"]) and np.isfinite(s["hf"]["hf_verify5_ratio"])
+
+
+def test_bundled_pair_measurement_on_random_models():
+    """The bundled-pair part of the overhead section, on two random models (the pair may not exist yet)."""
+    from bench import overhead
+    from gpt2np.config import GPT2Config
+    target = gpt2np.random_model(GPT2Config(n_vocab=64, n_ctx=64, n_embd=32, n_head=2, n_layer=2), seed=0)
+    draft = gpt2np.random_model(PRESETS["tiny"], seed=1)
+    r = overhead.measure_bundled(target, draft, tiny_plan(), gemm_gflops=50.0)
+    assert set(r["models"]) == {"target", "draft"} and positive(r["models"]["target"]["s_per_call"])
+    assert positive(r["plain"]["s_per_token"]) and positive(r["speculative"]["speedup"])
+    assert 0 <= r["speculative"]["alpha_hat"] <= 1

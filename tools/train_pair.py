@@ -1,0 +1,331 @@
+"""Train the bundled draft/target pair: two small GPT-2s on Tiny Shakespeare, bytes as tokens.
+
+Training-only tool (PyTorch on CPU, see tools/requirements-train.txt); nothing at runtime
+imports it. The models are exactly GPT-2's architecture (Radford et al. 2019; the layout of
+openai/gpt-2's model.py): pre-LN blocks, tanh-GELU, LayerNorm eps 1e-5, learned position
+embeddings wpe, and a tied output head (logits = h @ wte.T). Every linear weight is stored
+[in, out] like GPT-2's Conv1D, so y = x @ w + b here, in the checkpoint and in gpt2np, and the
+export is a plain copy into gpt2np's params dict (docs/CONTRACTS.md).
+
+Vocabulary: 257 ids = GPT-2's 256 byte tokens, in GPT-2's id order (the order of
+`bytes_to_unicode`), plus <|endoftext|> = 256 (never seen in training). With no merges,
+GPT-2's BPE maps every byte to one token, so a corpus byte b has id BYTE_TO_ID[b].
+
+Pipeline: train the target on the data; train two drafts, one on the data ("plain") and one
+by distillation from the target ("distilled": KL(target || draft) mixed with the data loss);
+measure the acceptance rate alpha = E[sum_x min(p(x), q(x))] of each (teacher-forced on
+validation text), keep the better; export both models in OpenAI's release layout.
+
+    python tools/train_pair.py ../shared/data/corpus/tinyshakespeare.txt
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # gpt2np from this checkout: its tokenizer and checkpoint writer
+N_VOCAB = 257  # 256 byte tokens + <|endoftext|>
+EPS = 1e-5     # GPT-2's LayerNorm epsilon
+
+
+def gpt2_byte_order():
+    """The byte that GPT-2's token id i stands for, i = 0..255 (the order of bytes_to_unicode).
+
+    GPT-2 gives ids to printable bytes first ('!'..'~', then two Latin-1 ranges), then to the
+    remaining 68 bytes (control characters, space, ...) in increasing order.
+    >>> gpt2_byte_order()[:3], gpt2_byte_order()[220]  # '!', '"', '#', and the space byte (GPT-2's 'Ġ')
+    ([33, 34, 35], 32)
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    return printable + [b for b in range(256) if b not in printable]
+
+
+BYTE_TO_ID = np.argsort(gpt2_byte_order())  # [256] byte value -> token id
+
+
+def encode_bytes(data):  # bytes -> [n] int64 token ids
+    return BYTE_TO_ID[np.frombuffer(data, dtype=np.uint8)].astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- the model
+class GPT2Torch(torch.nn.Module):
+    """GPT-2 in torch whose parameters mirror gpt2np's params dict name by name."""
+
+    def __init__(self, n_vocab, n_ctx, n_embd, n_head, n_layer):
+        super().__init__()
+        self.hparams = dict(n_vocab=n_vocab, n_ctx=n_ctx, n_embd=n_embd, n_head=n_head, n_layer=n_layer)
+        E = n_embd
+        P = lambda *shape: torch.nn.Parameter(torch.zeros(*shape))  # noqa: E731
+        self.wte, self.wpe = P(n_vocab, E), P(n_ctx, E)
+        self.blocks = torch.nn.ModuleList()
+        for _ in range(n_layer):
+            block = torch.nn.ParameterDict({
+                "ln_1_g": P(E), "ln_1_b": P(E), "c_attn_w": P(E, 3 * E), "c_attn_b": P(3 * E),
+                "attn_c_proj_w": P(E, E), "attn_c_proj_b": P(E), "ln_2_g": P(E), "ln_2_b": P(E),
+                "c_fc_w": P(E, 4 * E), "c_fc_b": P(4 * E), "mlp_c_proj_w": P(4 * E, E), "mlp_c_proj_b": P(E)})
+            self.blocks.append(block)
+        self.ln_f_g, self.ln_f_b = P(E), P(E)
+
+    def init_weights(self, generator):
+        """GPT-2's init: N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2 n_layer)."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("_g"):
+                    p.fill_(1.0)
+                elif p.ndim == 2:
+                    std = 0.02 / math.sqrt(2 * len(self.blocks)) if "c_proj" in name else 0.02
+                    p.normal_(0.0, std, generator=generator)
+                # biases and LayerNorm offsets stay 0
+
+    def forward(self, ids):  # [B, T] -> [B, T, n_vocab]
+        B, T = ids.shape
+        E, H = self.wte.shape[1], self.hparams["n_head"]
+        x = self.wte[ids] + self.wpe[:T]  # [B, T, E]
+        for blk in self.blocks:
+            h = F.layer_norm(x, (E,), blk["ln_1_g"], blk["ln_1_b"], EPS)
+            qkv = h @ blk["c_attn_w"] + blk["c_attn_b"]  # [B, T, 3E]; Conv1D: w is [in, out]
+            q, k, v = (t.view(B, T, H, E // H).transpose(1, 2) for t in qkv.split(E, dim=-1))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, d_head]
+            a = a.transpose(1, 2).reshape(B, T, E)
+            x = x + a @ blk["attn_c_proj_w"] + blk["attn_c_proj_b"]
+            h = F.layer_norm(x, (E,), blk["ln_2_g"], blk["ln_2_b"], EPS)
+            h = F.gelu(h @ blk["c_fc_w"] + blk["c_fc_b"], approximate="tanh")  # GPT-2's GELU
+            x = x + h @ blk["mlp_c_proj_w"] + blk["mlp_c_proj_b"]
+        x = F.layer_norm(x, (E,), self.ln_f_g, self.ln_f_b, EPS)
+        return x @ self.wte.T  # tied output head
+
+    def n_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+
+def to_params(model):
+    """The torch model as gpt2np's params dict (float32 numpy, docs/CONTRACTS.md): a copy."""
+    t = lambda p: p.detach().cpu().numpy().astype(np.float32).copy()  # noqa: E731
+    blocks = [{"ln_1": {"g": t(b["ln_1_g"]), "b": t(b["ln_1_b"])},
+               "attn": {"c_attn": {"w": t(b["c_attn_w"]), "b": t(b["c_attn_b"])},
+                        "c_proj": {"w": t(b["attn_c_proj_w"]), "b": t(b["attn_c_proj_b"])}},
+               "ln_2": {"g": t(b["ln_2_g"]), "b": t(b["ln_2_b"])},
+               "mlp": {"c_fc": {"w": t(b["c_fc_w"]), "b": t(b["c_fc_b"])},
+                       "c_proj": {"w": t(b["mlp_c_proj_w"]), "b": t(b["mlp_c_proj_b"])}}}
+              for b in model.blocks]
+    return {"wte": t(model.wte), "wpe": t(model.wpe), "blocks": blocks,
+            "ln_f": {"g": t(model.ln_f_g), "b": t(model.ln_f_b)}}
+
+
+def from_params(params, n_head):
+    """Build the torch model from a gpt2np params dict (the inverse of to_params)."""
+    n_vocab, E = params["wte"].shape
+    model = GPT2Torch(n_vocab, params["wpe"].shape[0], E, n_head, len(params["blocks"]))
+    T = lambda a: torch.from_numpy(np.array(a, dtype=np.float32))  # noqa: E731  (a writable copy)
+    with torch.no_grad():
+        model.wte.copy_(T(params["wte"])), model.wpe.copy_(T(params["wpe"]))
+        model.ln_f_g.copy_(T(params["ln_f"]["g"])), model.ln_f_b.copy_(T(params["ln_f"]["b"]))
+        for blk, p in zip(model.blocks, params["blocks"]):
+            pairs = {"ln_1": p["ln_1"], "c_attn": p["attn"]["c_attn"], "attn_c_proj": p["attn"]["c_proj"],
+                     "ln_2": p["ln_2"], "c_fc": p["mlp"]["c_fc"], "mlp_c_proj": p["mlp"]["c_proj"]}
+            for prefix, d in pairs.items():
+                for key, value in d.items():
+                    blk[f"{prefix}_{key}"].copy_(T(value))
+    return model
+
+
+# ----------------------------------------------------------------------------- training
+def random_blocks(data, batch_size, n_ctx, generator):  # -> inputs, targets: [B, n_ctx] each
+    """Random windows of n_ctx + 1 tokens: every one of the n_ctx positions gets a target."""
+    starts = torch.randint(0, len(data) - n_ctx - 1, (batch_size,), generator=generator)
+    window = torch.stack([data[s:s + n_ctx + 1] for s in starts.tolist()])  # [B, n_ctx + 1]
+    return window[:, :-1], window[:, 1:]
+
+
+def val_blocks(data, n_ctx):  # -> inputs, targets: [n_blocks, n_ctx]
+    """All consecutive non-overlapping windows of the validation split."""
+    n = (len(data) - 1) // n_ctx
+    return data[: n * n_ctx].view(n, n_ctx), data[1: n * n_ctx + 1].view(n, n_ctx)
+
+
+@torch.no_grad()
+def mean_loss(model, x, y, batch_size=32):
+    """Cross-entropy in nats per token (= nats per byte here), averaged over all positions."""
+    total = sum(F.cross_entropy(model(x[i:i + batch_size]).flatten(0, 1), y[i:i + batch_size].flatten(),
+                                reduction="sum").item() for i in range(0, len(x), batch_size))
+    return total / y.numel()
+
+
+def learning_rate(step, n_steps, peak, warmup=100):
+    """Linear warmup, then cosine decay to a tenth of the peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, n_steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(model, name, train_data, val_xy, args, n_steps, teacher=None, mix=0.0):
+    """AdamW on random blocks; with a teacher, loss = mix * KL(teacher || model) + (1-mix) * CE."""
+    gen = torch.Generator().manual_seed(args.seed + 1)  # the same batches for every draft
+    decay = [p for p in model.parameters() if p.ndim == 2]  # matrices decay, gains/biases don't
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.99))
+    t0 = time.time()
+    for step in range(n_steps):
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, n_steps, args.lr)
+        x, y = random_blocks(train_data, args.batch_size, args.n_ctx, gen)
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        if teacher is not None:
+            with torch.no_grad():
+                log_q = F.log_softmax(teacher(x), dim=-1)  # the target's distribution
+            kl = F.kl_div(F.log_softmax(logits, dim=-1), log_q, log_target=True, reduction="none").sum(-1)
+            loss = mix * kl.mean() + (1 - mix) * loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % args.log_every == 0 or step == n_steps - 1:
+            val = mean_loss(model, val_xy[0][:16], val_xy[1][:16])
+            print(f"[{name}] step {step:5d}/{n_steps}  loss {loss.item():.4f}  val {val:.4f} (16 blocks)  "
+                  f"lr {opt.param_groups[0]['lr']:.2e}  {time.time() - t0:6.0f}s", flush=True)
+    return time.time() - t0
+
+
+@torch.no_grad()
+def acceptance(draft, target, x, temperatures=(1.0, 0.8, 0.6), batch_size=32):
+    """Teacher-forced on x, gpt2np's notation (p = target, q = draft, both at temperature T):
+    alpha(T) = mean over positions of sum_v min(p, q), and alpha(0) = mean[argmax p == argmax q],
+    the acceptance rate of greedy speculative decoding. Returns {T: alpha}."""
+    overlaps = {T: [] for T in (*temperatures, 0.0)}
+    for i in range(0, len(x), batch_size):
+        logits_p, logits_q = target(x[i:i + batch_size]), draft(x[i:i + batch_size])  # [B, T, n_vocab]
+        for T in temperatures:
+            p, q = F.softmax(logits_p / T, dim=-1), F.softmax(logits_q / T, dim=-1)
+            overlaps[T].append(torch.minimum(p, q).sum(-1).flatten())
+        overlaps[0.0].append((logits_p.argmax(-1) == logits_q.argmax(-1)).float().flatten())
+    return {T: torch.cat(values).mean().item() for T, values in overlaps.items()}
+
+
+# ----------------------------------------------------------------------------- export
+def model_name(corpus_name, n_params):
+    """'shakespeare-2.7M' style: the parameter count to two significant figures, like '124M'."""
+    for unit, scale in (("M", 1e6), ("K", 1e3)):
+        if n_params >= scale:
+            value = float(f"{n_params / scale:.2g}")
+            return f"{corpus_name}-{value:g}{unit}"
+    return f"{corpus_name}-{n_params}"
+
+
+def export(model, out_dir, prompt_ids):
+    """OpenAI's release layout (no model.ckpt.meta: nothing in gpt2np reads the graph), plus
+    reference.npz: the torch logits for prompt_ids, which tests/test_bundled.py checks."""
+    from gpt2np.checkpoint_writer import write_checkpoint
+    from gpt2np.tokenizer import write_byte_level_vocab
+    from gpt2np.weights import params_to_tf
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "hparams.json").write_text(json.dumps(model.hparams, indent=2) + "\n")
+    write_checkpoint(str(out_dir / "model.ckpt"), params_to_tf(to_params(model)))
+    write_byte_level_vocab(out_dir)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids]))[0].numpy().astype(np.float32)  # [n_seq, n_vocab]
+    np.savez(out_dir / "reference.npz", tokens=np.array(prompt_ids, dtype=np.int64), logits=logits)
+
+
+def check_tokenizer_agrees(text, ids, vocab_dir):
+    """gpt2np's tokenizer, given the byte-level vocabulary, must produce exactly our ids."""
+    from gpt2np.tokenizer import Tokenizer, write_byte_level_vocab
+
+    write_byte_level_vocab(vocab_dir)
+    tok = Tokenizer.from_dir(vocab_dir)
+    assert tok.n_vocab == N_VOCAB and tok.eot_id == N_VOCAB - 1, (tok.n_vocab, tok.eot_id)
+    assert tok.encode(text) == ids.tolist(), "gpt2np's tokenizer disagrees with GPT-2's byte order"
+    assert tok.decode(ids.tolist()) == text
+
+
+# ----------------------------------------------------------------------------- main
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("corpus", help="training text (UTF-8), e.g. ../shared/data/corpus/tinyshakespeare.txt")
+    ap.add_argument("--corpus_name", default="shakespeare", help="first part of the model names")
+    ap.add_argument("--out_dir", default=ROOT / "gpt2np" / "bundled", type=Path, help="models go to OUT_DIR/<name>/")
+    ap.add_argument("--work_dir", default="/tmp/gpt2np-train", help="torch state dicts (not committed)")
+    ap.add_argument("--reuse", action="store_true", help="load models already trained in WORK_DIR")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--n_ctx", type=int, default=256, help="context length in tokens (= bytes)")
+    # target (n_embd, n_head, n_layer) and draft, as in hparams.json
+    ap.add_argument("--target", type=int, nargs=3, default=[160, 5, 8], metavar=("N_EMBD", "N_HEAD", "N_LAYER"))
+    ap.add_argument("--draft", type=int, nargs=3, default=[128, 4, 1], metavar=("N_EMBD", "N_HEAD", "N_LAYER"))
+    ap.add_argument("--target_steps", type=int, default=2000, help="optimizer steps for the target")
+    ap.add_argument("--draft_steps", type=int, default=1500, help="optimizer steps for each draft")
+    ap.add_argument("--batch_size", type=int, default=16, help="blocks of n_ctx tokens per step")
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate")
+    ap.add_argument("--distill_mix", type=float, default=0.9, help="weight of the KL term for the distilled draft")
+    ap.add_argument("--alpha_blocks", type=int, default=64, help="validation blocks for measuring alpha")
+    ap.add_argument("--log_every", type=int, default=100, help="steps between progress lines")
+    ap.add_argument("--prompt", default="ROMEO:\nBut soft, what light through", help="reference.npz prompt")
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(2)  # the 2-core budget
+    torch.use_deterministic_algorithms(True)  # else wte's gradient (index_put) sums in thread order
+    torch.manual_seed(args.seed)
+    raw = Path(args.corpus).read_bytes()
+    data = torch.from_numpy(encode_bytes(raw))
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    check_tokenizer_agrees(raw.decode("utf-8"), data.numpy(), work / "vocab")  # before, not after, training
+    n_train = int(0.9 * len(data))  # 90/10 split: train on the first 90%, validate on the rest
+    train_data, val_data = data[:n_train], data[n_train:]
+    val_xy = val_blocks(val_data, args.n_ctx)
+    print(f"corpus {args.corpus}: {len(raw)} bytes, train {n_train}, val {len(val_data)} "
+          f"({len(val_xy[0])} blocks of {args.n_ctx})", flush=True)
+
+    def build(spec, key):
+        n_embd, n_head, n_layer = spec
+        model = GPT2Torch(N_VOCAB, args.n_ctx, n_embd, n_head, n_layer)
+        model.init_weights(torch.Generator().manual_seed(args.seed))
+        print(f"{key}: n_embd {n_embd} n_head {n_head} n_layer {n_layer}: {model.n_params()} params", flush=True)
+        return model
+
+    def fit(model, key, steps, **kw):
+        path = work / f"{key}.pt"
+        if args.reuse and path.exists():
+            model.load_state_dict(torch.load(path))
+            return 0.0
+        seconds = train(model, key, train_data, val_xy, args, steps, **kw)
+        torch.save(model.state_dict(), path)
+        return seconds
+
+    target, plain, distilled = build(args.target, "target"), build(args.draft, "plain"), build(args.draft, "distilled")
+    seconds = {"target": fit(target, "target", args.target_steps)}
+    target.eval()
+    seconds["plain"] = fit(plain, "plain", args.draft_steps)
+    seconds["distilled"] = fit(distilled, "distilled", args.draft_steps, teacher=target, mix=args.distill_mix)
+    x_alpha = val_xy[0][: args.alpha_blocks]
+    alphas = {key: acceptance(m, target, x_alpha) for key, m in (("plain", plain), ("distilled", distilled))}
+    for key, model in (("target", target), ("plain", plain), ("distilled", distilled)):
+        alpha = "".join(f"  alpha(T={T:g}) {a:.4f}" for T, a in alphas.get(key, {}).items())
+        print(f"final {key:9s}: val loss {mean_loss(model, *val_xy):.4f} nats/byte  "
+              f"trained {seconds[key]:.0f}s{alpha}", flush=True)
+    print(f"training time, all three models: {sum(seconds.values()) / 60:.1f} min", flush=True)
+    best = max(alphas, key=lambda k: alphas[k][1.0])
+    draft = {"plain": plain, "distilled": distilled}[best]
+    print(f"keeping the {best} draft (higher alpha at temperature 1)", flush=True)
+    prompt_ids = encode_bytes(args.prompt.encode("utf-8")).tolist()
+    for model in (target, draft):
+        name = model_name(args.corpus_name, model.n_params())
+        export(model, args.out_dir / name, prompt_ids)
+        print(f"exported {name} ({model.n_params()} params) to {args.out_dir / name}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 import gpt2np
 from gpt2np.download import DownloadError
 from gpt2np.report import colour_by_provenance, format_stats, mean_std
+from gpt2np.speculative import check_same_vocabulary
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
@@ -97,6 +98,8 @@ def main(argv=None):
     draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
     target = gpt2np.load_model(target_name, args.models_dir, base_url=args.mirror)
     draft = gpt2np.load_model(draft_name, args.models_dir, base_url=args.mirror) if draft_name else None
+    if draft is not None:
+        check_same_vocabulary(target, draft)  # before any work, not after the target-only run
     prompt_ids = target.tokenizer.encode(args.prompt)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster

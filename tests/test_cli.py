@@ -100,10 +100,24 @@ def test_corrupt_weights_are_a_one_line_error_naming_the_tensor(release_dirs, tm
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-def test_mismatched_draft_and_target_vocabularies_are_refused(release_dirs, tmp_path):
+def test_mismatched_draft_and_target_vocabularies_are_refused(release_dirs):
+    """The bundled byte-level draft (257 tokens) cannot draft for a GPT-2 vocabulary (50257)."""
+    out = run_main("--draft_model_size", "shakespeare-260K", "--target_model_size", release_dirs["gpt2-tiny-b"])
+    assert out.returncode == 2, out.stderr
+    assert "257" in out.stderr and "50257" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "autoregressive" not in out.stdout  # refused before any generation
+
+
+def test_a_folder_whose_tokenizer_disagrees_with_hparams_is_refused(release_dirs, tmp_path):
     folder = tmp_path / "other-vocab"
     shutil.copytree(release_dirs["gpt2-tiny-a"], folder)
     from gpt2np.tokenizer import write_byte_level_vocab
     write_byte_level_vocab(folder)  # a 257-token vocabulary, while hparams says 50257
-    out = run_main("--draft_model_size", str(folder), "--target_model_size", release_dirs["gpt2-tiny-b"])
-    assert out.returncode == 2 and "50257" in out.stderr, out.stderr
+    out = run_main("--target_model_size", str(folder))
+    assert out.returncode == 2 and "n_vocab=50257" in out.stderr, out.stderr
+
+
+def test_no_arguments_runs_the_bundled_pair_offline():
+    out = run_main("--n_tokens_to_generate", "30")
+    assert out.returncode == 0, out.stderr
+    assert "shakespeare-2.6M" in out.stdout and "alpha_hat" in out.stdout and "ROMEO" in out.stdout

@@ -32,6 +32,7 @@ import requests
 from tqdm import tqdm
 
 from .config import PRESETS, GPT2Config
+from .tokenizer import OPENAI_SHA256
 
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
 MIRROR_ENV = "GPT2NP_MIRROR"
@@ -40,10 +41,7 @@ DATA_FILE = "model.ckpt.data-00000-of-00001"
 RELEASE_FILES = ("checkpoint", "encoder.json", "hparams.json", DATA_FILE,
                  "model.ckpt.index", "model.ckpt.meta", "vocab.bpe")
 # The tokenizer files are the same for every size; tiktoken pins these hashes (openai_public.py).
-KNOWN_SHA256 = {
-    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-}
+KNOWN_SHA256 = dict(OPENAI_SHA256)
 TIMEOUT = (10, 60)   # seconds: (connect, wait between bytes)
 CHUNK = 1 << 20      # bytes per read and per progress-bar update
 ERROR_CONTENT_TYPES = ("text/html", "application/xml", "text/xml")

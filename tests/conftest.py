@@ -1,4 +1,5 @@
 """Shared test fixtures: where the reference data lives, and small models to test on."""
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,12 @@ SHARED = REPO.parent / "shared"                 # present on developers' machine
 
 
 def gpt2_bpe_dir():
-    """A folder with OpenAI's encoder.json + vocab.bpe (third-party files we never commit), or None."""
-    candidates = [SHARED / "data" / "gpt2-bpe"] + sorted((REPO / "weights").glob("*M"))
-    for folder in candidates:
-        if (folder / "encoder.json").is_file() and (folder / "vocab.bpe").is_file():
+    """A folder with OpenAI's exact encoder.json + vocab.bpe (third-party: never committed), or None."""
+    from gpt2np.tokenizer import OPENAI_SHA256
+    for folder in [SHARED / "data" / "gpt2-bpe", *sorted((REPO / "weights").glob("*"))]:
+        files = [folder / name for name in OPENAI_SHA256]
+        if all(f.is_file() and hashlib.sha256(f.read_bytes()).hexdigest() == OPENAI_SHA256[f.name]
+               for f in files):
             return folder
     return None
 

@@ -6,7 +6,6 @@ and skip with a one-line reason if neither holds OpenAI's exact bytes.
 """
 import doctest
 import functools
-import hashlib
 import json
 import os
 import unicodedata
@@ -19,7 +18,8 @@ import regex
 import tiktoken
 
 import gpt2np.tokenizer as tokenizer_module
-from gpt2np.tokenizer import (BYTE_TO_SYMBOL, OPENAI_SHA256, FastTokenizer, Tokenizer,
+from conftest import gpt2_bpe_dir
+from gpt2np.tokenizer import (BYTE_TO_SYMBOL, FastTokenizer, Tokenizer,
                               bytes_to_unicode, load_tokenizer, replace_lone_surrogates,
                               write_byte_level_vocab)
 
@@ -28,19 +28,9 @@ CORPUS = REPO.parent / "shared" / "data" / "corpus" / "tinyshakespeare.txt"
 SETTINGS = hypothesis.settings(deadline=None, max_examples=200)
 
 
-def gpt2_vocab_dir():
-    """The first folder holding OpenAI's exact encoder.json + vocab.bpe, or None."""
-    for folder in [REPO.parent / "shared" / "data" / "gpt2-bpe", *sorted(REPO.glob("weights/*"))]:
-        files = [folder / name for name in OPENAI_SHA256]
-        if all(f.is_file() and hashlib.sha256(f.read_bytes()).hexdigest() == OPENAI_SHA256[f.name]
-               for f in files):
-            return folder
-    return None
-
-
 @pytest.fixture(scope="module")
 def gpt2():
-    folder = gpt2_vocab_dir()
+    folder = gpt2_bpe_dir()
     if folder is None:
         pytest.skip("GPT-2's encoder.json/vocab.bpe not found in ../shared/data/gpt2-bpe or weights/*")
     return {"scratch": load_tokenizer(folder, fast=False), "fast": load_tokenizer(folder, fast=True)}

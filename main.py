@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 import gpt2np
 from gpt2np.download import DownloadError
 from gpt2np.report import colour_by_provenance, format_stats, mean_std
+from gpt2np.autoregressive import check_generation_request
 from gpt2np.speculative import check_same_vocabulary
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -98,9 +99,12 @@ def main(argv=None):
     draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
     target = gpt2np.load_model(target_name, args.models_dir, base_url=args.mirror)
     draft = gpt2np.load_model(draft_name, args.models_dir, base_url=args.mirror) if draft_name else None
+    # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
+    prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
+    for model in (target, draft) if draft else (target,):  # every check before any work
+        check_generation_request(model, prompt_ids, args.n_tokens_to_generate)
     if draft is not None:
-        check_same_vocabulary(target, draft)  # before any work, not after the target-only run
-    prompt_ids = target.tokenizer.encode(args.prompt)
+        check_same_vocabulary(target, draft)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
@@ -121,7 +125,7 @@ def main(argv=None):
         rng = np.random.default_rng(args.seed)
         return gpt2np.speculative_generate(target, draft, prompt_ids, args.n_tokens_to_generate, args.K, rng=rng, **sampling)
 
-    # the one-token target call that calibrates c and v (when the run made none) is not decoding
+    # the one-token target calls that calibrate c and v (when the run made too few) are not decoding
     result, sd_seconds = timed_runs(run_speculative, args.num_runs, lambda r: r.stats.calibration_seconds)
     colour = args.verbose and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     text = colour_by_provenance(target.tokenizer, result.tokens, result.provenance, colour) if args.verbose \

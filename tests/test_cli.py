@@ -77,7 +77,13 @@ def test_prompt_too_long_for_the_context_is_refused(release_dirs):
     out = run_main("--target_model_size", release_dirs["gpt2-tiny-a"], "--prompt", "word " * 60,
                    "--n_tokens_to_generate", "10")
     assert out.returncode == 2 and "exceeds the context of 64" in out.stderr, out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""  # refused before any work
+
+
+def test_empty_prompt_samples_unconditionally_from_end_of_text():
+    out = run_main("--prompt", "", "--n_tokens_to_generate", "20")
+    assert out.returncode == 0, out.stderr
+    assert "prompt: 1 tokens" in out.stdout
 
 
 def test_unreachable_mirror_is_a_one_line_error(tmp_path):

@@ -101,10 +101,10 @@ def main(argv=None):
     draft = gpt2np.load_model(draft_name, args.models_dir, base_url=args.mirror) if draft_name else None
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
     prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
-    for model in (target, draft) if draft else (target,):  # every check before any work
-        check_generation_request(model, prompt_ids, args.n_tokens_to_generate)
-    if draft is not None:
+    if draft is not None:  # every check before any work
         check_same_vocabulary(target, draft)
+    for model in (target, draft) if draft else (target,):
+        check_generation_request(model, prompt_ids, args.n_tokens_to_generate)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:

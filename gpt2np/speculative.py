@@ -39,6 +39,9 @@ from .speculative_kernel import verify_round
 from .theory import alpha, predicted_speedup
 
 
+CALIBRATION_CALLS = 5  # one-token target calls timed after a run that made fewer (for c and v)
+
+
 @dataclass(frozen=True)
 class RoundRecord:
     """One round, as the notebooks see it (speculative_generate(..., trace=True))."""
@@ -66,8 +69,8 @@ class SpeculativeStats:
     c and v are measured in this run: c = draft / target seconds per one-token call, v = target
     seconds per (K+1)-token call / per one-token call, each the median over the run's calls of
     that size. A run has a one-token target call only if its last round had no room for drafts;
-    with fewer than three, we time three extra target calls after the run (calibration_seconds,
-    excluded from target_calls and target_seconds). Ratios are None where the run made no call
+    with fewer than CALIBRATION_CALLS, we time that many extra target calls after the run
+    (calibration_seconds, excluded from target_calls and target_seconds). Ratios are None where the run made no call
     of the size needed (e.g. no one-token draft call when K = 1).
     """
     K: int
@@ -206,11 +209,11 @@ def speculative_round(target, draft, context, k, options, rng, kernel, draft_sam
         provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None)
 
 
-def time_one_token_calls(target, context, n_calls=3):
+def time_one_token_calls(target, context, n_calls):
     """Seconds of n_calls target calls over a single token: the unit c and v are measured in.
 
     Made only when the run itself had fewer than n_calls one-token target calls (one timing is
-    too noisy to divide by). Each feeds the newest token (the call plain decoding would make
+    too noisy to divide by; the median of five resists a slow call). Each feeds the newest token (the call plain decoding would make
     next) and rolls it back, so the output is unaffected; the time is reported as
     calibration_seconds, not hidden in target_seconds.
     """
@@ -274,7 +277,7 @@ def speculative_generate(target, draft, prompt_ids, n_tokens, K, temperature=1.0
         context += record.emitted
         provenance += record.provenance
         records.append(record)
-    enough = len(timed_target.durations.get(1, [])) >= 3
-    calibration = [] if enough else time_one_token_calls(timed_target, context)
+    enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
+    calibration = [] if enough else time_one_token_calls(timed_target, context, CALIBRATION_CALLS)
     stats = summarise(records, timed_target, timed_draft, K, len(provenance), calibration)
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)

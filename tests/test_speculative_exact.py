@@ -15,7 +15,7 @@ from gpt2np.autoregressive import generate
 from gpt2np.broken_kernels import BROKEN_VARIANTS
 from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
 from gpt2np.sampling import sample
-from gpt2np.speculative import speculative_generate
+from gpt2np.speculative import CALIBRATION_CALLS, speculative_generate
 from gpt2np.speculative_kernel import output_distribution, residual_distribution, verify_round
 from gpt2np.theory import alpha, predicted_speedup
 from gpt2np.toy_models import ToyModel, random_toy_model
@@ -362,7 +362,7 @@ def test_c_and_v_are_measured_and_feed_the_predicted_speedups():
     target, draft = toy_pair(0, n_vocab=3)
     s = speculative_generate(target, draft, [0], 30, K=3, rng=np.random.default_rng(0)).stats
     one_token_calls = s.target_timings.get(1, (0, 0.0))[0]
-    assert s.c > 0 and s.v > 0 and (s.calibration_seconds > 0) == (one_token_calls < 3)
+    assert s.c > 0 and s.v > 0 and (s.calibration_seconds > 0) == (one_token_calls < CALIBRATION_CALLS)
     assert s.predicted_speedup == predicted_speedup(s.alpha_hat, 3, s.c)
     assert s.predicted_speedup_refined == predicted_speedup(s.alpha_hat, 3, s.c, s.v)
     assert s.target_calls == sum(calls for calls, _ in s.target_timings.values())

@@ -17,9 +17,9 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import gpt2np
+from gpt2np.autoregressive import check_generation_request
 from gpt2np.download import DownloadError
 from gpt2np.report import colour_by_provenance, format_stats, mean_std
-from gpt2np.autoregressive import check_generation_request
 from gpt2np.speculative import check_same_vocabulary
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -31,27 +31,51 @@ class OneLineParser(argparse.ArgumentParser):
         _fail(f"{message} (see python main.py --help)")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def _fail(message):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
 def parse_args(argv):
-    p = OneLineParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(description=__doc__.split("\n")[0],
+                      formatter_class=HelpFormatter)
+    bundled = ", ".join(gpt2np.bundled_models()) or "none"
+    # what to generate
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to continue")
-    p.add_argument("--n_tokens_to_generate", type=int, default=None, help="new tokens to generate, exactly this many unless <|endoftext|> comes first (default: 200 with the bundled byte-level pair, 40 otherwise)")
-    p.add_argument("--target_model_size", default=None, help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({', '.join(gpt2np.bundled_models()) or 'none'}) or a folder in the release layout (default: {DEFAULT_TARGET})")
-    p.add_argument("--draft_model_size", default=None, help=f"draft model, named like the target; omit for target-only generation (default with the default target: {DEFAULT_DRAFT})")
-    p.add_argument("--K", type=int, default=4, help="draft tokens proposed per speculative round (Leviathan et al.'s gamma)")
+    p.add_argument("--n_tokens_to_generate", type=int, default=None,
+                   help="new tokens, exactly this many unless <|endoftext|> comes first "
+                        "(default: 200 with the bundled byte-level pair, 40 otherwise)")
+    # which models
+    p.add_argument("--target_model_size", default=None,
+                   help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}) or a "
+                        f"folder in the release layout (default: {DEFAULT_TARGET})")
+    p.add_argument("--draft_model_size", default=None,
+                   help="draft model, named like the target; omit for target-only generation "
+                        f"(default with the default target: {DEFAULT_DRAFT})")
+    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
+    p.add_argument("--mirror", default=None,
+                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    # speculative decoding and sampling
+    p.add_argument("--K", type=int, default=4, help="draft tokens per speculative round (Leviathan et al.'s gamma)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (argmax)")
-    p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (Hugging Face meaning)")
-    p.add_argument("--top_p", type=float, default=None, help="nucleus sampling: keep the smallest set of tokens with total probability >= top_p")
+    p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (Hugging Face meaning; default: all)")
+    p.add_argument("--top_p", type=float, default=None,
+                   help="nucleus sampling: keep the smallest set of most likely tokens with probability >= top_p (default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator used for sampling")
-    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to / read from")
-    p.add_argument("--mirror", default=None, help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads costs more than they save, as measured on the bundled pair; else the BLAS default)")
-    p.add_argument("--num_runs", type=int, default=1, help="with N > 1: one warm-up, then N timed runs of each decoder, reported as mean ± std")
-    p.add_argument("-v", "--verbose", action="store_true", help="colour every speculative token by where it came from (accepted draft / target resample / target bonus)")
+    # measurement and output
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads "
+                        "costs more than it saves, as measured on the bundled pair; else the BLAS default)")
+    p.add_argument("--num_runs", type=int, default=1,
+                   help="with N > 1: one warm-up, then N timed runs of each decoder, reported as mean ± std")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="colour every speculative token by where it came from "
+                        "(accepted draft / target resample / target bonus)")
     return p.parse_args(argv)
 
 

@@ -19,16 +19,11 @@ from threadpoolctl import threadpool_limits
 import gpt2np
 from gpt2np.autoregressive import check_generation_request
 from gpt2np.download import DownloadError
-from gpt2np.report import colour_by_provenance, format_stats, mean_std
+from gpt2np.report import OneLineErrorParser, colour_by_provenance, format_stats, mean_std
 from gpt2np.speculative import check_same_vocabulary
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):  # argparse prints usage plus a message; we want one line
-        _fail(f"{message} (see python main.py --help)")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -42,7 +37,7 @@ def _fail(message):
 
 
 def parse_args(argv):
-    p = OneLineParser(description=__doc__.split("\n")[0],
+    p = OneLineErrorParser(prog="python main.py", description=__doc__.split("\n")[0],
                       formatter_class=HelpFormatter)
     bundled = ", ".join(gpt2np.bundled_models()) or "none"
     # what to generate

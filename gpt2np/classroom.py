@@ -39,6 +39,7 @@ from .speculative import speculative_generate
 from .speculative_kernel import RoundResult, accept_draft, target_token
 from .stats import ChiSquareResult, chi_square_test
 from .toy_models import random_toy_model
+from .report import OneLineErrorParser
 
 PROMPT = [0]  # token "A": every sample continues the same one-token prompt
 
@@ -191,13 +192,6 @@ def format_header(args, n_outcomes):
         f"temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}",
         f"  target P: exact, by enumerating every random path of generate() ({n_outcomes} outcomes)",
         f"  each sampler: {args.n_samples} runs of speculative_generate, rng seed {args.seed}", ""])
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse, but a usage error is ONE line on stderr (and exit status 2, as argparse's)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def positive_int(text):

@@ -1,4 +1,5 @@
-"""Plain-text reporting shared by main.py and the notebooks: coloured tokens, stats tables."""
+"""Plain-text reporting shared by main.py, the classroom command and the notebooks."""
+import argparse
 import codecs
 
 import numpy as np
@@ -8,6 +9,13 @@ PROVENANCE_COLOURS = {"draft": "\033[32m", "resample": "\033[31m", "bonus": "\03
 PROVENANCE_LABELS = {"draft": "accepted draft token", "resample": "target resample (after a rejection)",
                      "bonus": "target bonus token (all K drafts accepted)"}
 RESET = "\033[0m"
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is ONE line on stderr (and exit status 2, as argparse's)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def token_texts(tokenizer, ids):

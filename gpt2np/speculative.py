@@ -107,16 +107,12 @@ class TimedModel:
 
     def __init__(self, model):
         self.model, self.cache = model, model.new_cache()
-        self.timings = {}    # n_seq -> (calls, seconds)
         self.durations = {}  # n_seq -> [seconds of each call]: medians resist one slow call
 
     def feed(self, ids, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         start = time.perf_counter()
         logits = self.model.forward(np.asarray(ids), self.cache, n_logits)
-        seconds = time.perf_counter() - start
-        calls, total = self.timings.get(len(ids), (0, 0.0))
-        self.timings[len(ids)] = (calls + 1, total + seconds)
-        self.durations.setdefault(len(ids), []).append(seconds)
+        self.durations.setdefault(len(ids), []).append(time.perf_counter() - start)
         return logits
 
     def roll_back(self, n):
@@ -124,12 +120,16 @@ class TimedModel:
         self.cache.truncate(min(n, len(self.cache)))
 
     @property
+    def timings(self):  # n_seq -> (calls, seconds)
+        return {n: (len(d), sum(d)) for n, d in self.durations.items()}
+
+    @property
     def calls(self):
-        return sum(calls for calls, _ in self.timings.values())
+        return sum(len(d) for d in self.durations.values())
 
     @property
     def seconds(self):
-        return sum(seconds for _, seconds in self.timings.values())
+        return sum(sum(d) for d in self.durations.values())
 
 
 def check_same_vocabulary(target, draft):
@@ -250,7 +250,7 @@ def summarise(records, target, draft, K, n_tokens, calibration):
         rejections=rejections, alpha_hat=alpha_hat, alpha_empirical=ratio(accepted, accepted + rejections),
         tokens_per_target_call=n_tokens / target.calls, draft_calls=draft.calls,
         draft_seconds=draft.seconds, target_calls=target.calls, target_seconds=target.seconds,
-        draft_timings=dict(draft.timings), target_timings=dict(target.timings),
+        draft_timings=draft.timings, target_timings=target.timings,
         calibration_seconds=sum(calibration), c=c, v=v,
         predicted_speedup=predicted_speedup(alpha_hat, K, c) if known else None,
         predicted_speedup_refined=predicted_speedup(alpha_hat, K, c, v) if known and v else None)

@@ -13,10 +13,10 @@ import os
 import sys
 import time
 
+import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-import gpt2np
 from gpt2np.autoregressive import check_generation_request
 from gpt2np.download import DownloadError
 from gpt2np.report import OneLineErrorParser, colour_by_provenance, format_stats, mean_std

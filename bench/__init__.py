@@ -34,4 +34,6 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
   targets     [{target, measured, goal, met}]: issue 5's targets wherever this run measured them
 Median of `--repeats` timed runs after a warm-up everywhere; ratios are paired run by run.
 """
+import gpt2np  # noqa: F401,E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
+
 SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "reference", "overhead", "memory", "hf")

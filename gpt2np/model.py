@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .kv_cache import KVCache
+from .matmul import matmul
 
 
 def gelu(x):
@@ -39,8 +40,10 @@ def layer_norm(x, g, b, eps=1e-5):  # [n_seq, n_embd] -> [n_seq, n_embd]
 
 
 def linear(x, w, b):  # [m, in], [in, out], [out] -> [m, out]
-    """GPT-2's Conv1D: w is stored [in, out], so there is no transpose (unlike torch's Linear)."""
-    return x @ w + b
+    """GPT-2's Conv1D, x @ w + b: w is [in, out], so there is no transpose (unlike torch's Linear).
+
+    matmul is x @ w, made fast for the few rows of a verification pass (matmul.py)."""
+    return matmul(x, w) + b
 
 
 def causal_mask(n_seq, n_kv):  # -> [n_seq, n_kv]
@@ -117,7 +120,7 @@ def gpt2_forward(ids, params, n_head, cache, n_logits=1):  # [n_seq] -> [n_logit
         x = transformer_block(x, block, cache, layer, n_head)     # [n_seq, n_embd]
     cache.length = n_past + n_seq
     x = layer_norm(x[n_seq - n_logits:], **params["ln_f"])        # [n_logits, n_embd]
-    return x @ params["wte"].T                                    # tied head: [n_logits, n_vocab]
+    return matmul(x, params["wte"].T)                             # tied head: [n_logits, n_vocab]
 
 
 class GPT2:

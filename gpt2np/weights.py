@@ -6,6 +6,10 @@ One table, `tf_layout`, states the whole mapping. The only remapping is the Conv
 the checkpoint stores it as [1, in, out] and we drop the leading 1. It is already [in, out],
 so `x @ w + b` needs NO transpose (the opposite of the torch ports, which transpose it).
 
+Conv1D weights are kept column-major in memory (w.T is C-contiguous: each output's weights are
+contiguous, like wte's rows and torch's Linear). Their shape and every result are the same; what
+changes is speed: matmul.py's few-row products need that order, and one-row products do not mind.
+
 >>> from gpt2np.config import PRESETS
 >>> params = init_params(PRESETS["tiny"], np.random.default_rng(0))
 >>> params["blocks"][0]["attn"]["c_attn"]["w"].shape      # [n_embd, 3 * n_embd]
@@ -23,7 +27,8 @@ from .checkpoint import read_checkpoint
 from .config import GPT2Config
 
 CACHE_DIR = ".gpt2np-cache"  # inside the model folder
-CACHE_FORMAT = 1             # bump when the cache layout changes, so old caches are rebuilt
+CACHE_FORMAT = 2             # bump when the cache layout changes, so old caches are rebuilt
+                             # (2: Conv1D weights column-major)
 
 
 def tf_layout(config):  # -> {TF name: (path into params, shape in the checkpoint)}
@@ -82,16 +87,25 @@ def _float32(x):
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def _column_major(x):
+    """Float32 with the last axis outermost in memory (np.asfortranarray), copying only if needed."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.f_contiguous:
+        return x
+    return np.asfortranarray(x, dtype=np.float32)
+
+
 def params_from_tf(tensors, config):  # {TF name: array} -> params
     """Arrange checkpoint tensors as the nested params dict, checking every name and shape."""
     check_tensors(tensors, config)
     params = {"wte": None, "wpe": None, "blocks": [{} for _ in range(config.n_layer)], "ln_f": {}}
     for name, (path, shape) in tf_layout(config).items():
-        x = _float32(tensors[name])
         node = params
         for key in path[:-1]:
             node = node[key] if isinstance(key, int) else node.setdefault(key, {})
-        node[path[-1]] = x[0] if len(shape) == 3 else x  # Conv1D w: [1, in, out] -> [in, out], a view
+        if len(shape) == 3:  # Conv1D w: [1, in, out] -> [in, out], column-major (module docstring)
+            node[path[-1]] = _column_major(tensors[name])[0]
+        else:
+            node[path[-1]] = _float32(tensors[name])
     return params
 
 
@@ -124,8 +138,9 @@ def init_params(config, rng, std=0.02):  # -> params with fresh, writable float3
         elif name.endswith("/b"):
             tensors[name] = np.zeros(shape, np.float32)
         else:
-            tensors[name] = rng.standard_normal(shape, dtype=np.float32)
-            tensors[name] *= np.float32(std)
+            x = rng.standard_normal(shape, dtype=np.float32)
+            x *= np.float32(std)
+            tensors[name] = _column_major(x) if len(shape) == 3 else x  # one copy at a time
     return params_from_tf(tensors, config)
 
 
@@ -178,8 +193,10 @@ def _write_cache(cache_dir, key, tensors):
         os.remove(manifest_path)  # the old manifest must not vouch for half-rewritten files
     files = {name: name.replace("/", ".") + ".npy" for name in tensors}  # model.h0.ln_1.g.npy
     for name, file in files.items():
-        # np.save streams a memmap straight from the page cache: no second copy in RAM.
-        _save_atomically(os.path.join(cache_dir, file), lambda f, x=tensors[name]: np.save(f, x))
+        # np.save streams a memmap straight from the page cache: no second copy in RAM. Conv1D
+        # weights are saved column-major (module docstring), one tensor's copy at a time.
+        x = _column_major(tensors[name]) if np.ndim(tensors[name]) == 3 else tensors[name]
+        _save_atomically(os.path.join(cache_dir, file), lambda f, x=x: np.save(f, x))
     manifest = json.dumps({"key": key, "files": files}, indent=1).encode()
     _save_atomically(manifest_path, lambda f: f.write(manifest))
 

@@ -64,7 +64,7 @@ def test_params_from_tf_layout(name):
     np.testing.assert_array_equal(block["mlp"]["c_fc"]["w"],
                                   tensors[f"model/h{config.n_layer - 1}/mlp/c_fc/w"][0])
     for key, x in leaves(params).items():
-        assert x.dtype == np.float32 and x.flags.c_contiguous, key
+        assert x.dtype == np.float32 and in_memory_order(key, x), key
     assert_same_bits(params_to_tf(params), tensors)  # the inverse restores every name and shape
 
 
@@ -109,6 +109,11 @@ def test_doctests():
     assert result.failed == 0 and result.attempted > 0, result
 
 
+def in_memory_order(key, x):
+    """Conv1D weights column-major (w.T C-contiguous, for matmul.py's pieces), all else C order."""
+    return x.T.flags.c_contiguous if key.endswith(".w") else x.flags.c_contiguous
+
+
 # ---- random parameters --------------------------------------------------------------------------
 
 @settings(max_examples=20, deadline=None)
@@ -120,7 +125,7 @@ def test_init_params_any_size(n_layer, n_head, d_head, n_vocab, n_ctx, seed):
     flat = leaves(params)
     assert sum(x.size for x in flat.values()) == config.n_params()
     for key, x in flat.items():
-        assert x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable, key
+        assert x.dtype == np.float32 and in_memory_order(key, x) and x.flags.writeable, key
         if key.endswith(".g"):
             assert (x == 1).all(), key
         elif key.endswith(".b"):
@@ -153,7 +158,7 @@ def test_first_load_writes_cache_second_load_uses_it(model_dir, monkeypatch):
     assert_same_bits(first, second)
     for key, x in leaves(second).items():
         assert isinstance(x, np.memmap) and Path(x.filename).parent == model_dir / CACHE, key
-        assert not x.flags.writeable, key
+        assert not x.flags.writeable and in_memory_order(key, x), key  # mapped as stored: no copy
 
 
 def test_changed_checkpoint_rebuilds_cache(model_dir):

@@ -1,0 +1,87 @@
+"""x @ w for products with a few rows, cut into pieces OpenBLAS computes quickly (PERFORMANCE.md).
+
+Decoding one token multiplies one row by every weight matrix, and BLAS's gemv streams the weights
+at memory speed. Verifying K draft tokens multiplies K+1 rows, and OpenBLAS's general sgemm first
+copies ("packs") the whole weight matrix into its own tile layout, which made a [5, 1024] @
+[1024, 4096] product cost 3.2 one-row products here. Speculative decoding only pays if it costs
+nearly one. Three measured facts give most of that back:
+
+  1. OpenBLAS sends some products to a "small matrix" kernel that reads the operands where they
+     are, without packing: measured here (OpenBLAS 0.3.31, SkylakeX, w column-major), those with
+     m * n * k <= 10^6 and m * n <= 1200, where n counts w's columns. With w stored column-major
+     (each output's weights contiguous, as GPT2 keeps them: see weights.py) that kernel streams w
+     at ~20 GB/s on one core, like gemv. So w's columns are cut into blocks that satisfy both.
+  2. The slice of x a piece reads is kept to K_CHUNK columns (20 KB for 5 rows), a size at which
+     two cores running pieces side by side do not slow each other; longer slices did (the MLP's
+     4 * n_embd-wide down-projection). Chunks along k give partial sums, added at the end.
+  3. The pieces are shared between as many Python threads as BLAS may use (NumPy releases the
+     GIL inside matmul), each taking the next piece when it is free, with OpenBLAS itself held to
+     one thread meanwhile: its own threads made concurrent small products slower.
+
+The result equals x @ w up to float32 rounding (the sums run in a different order); tests compare
+the two. Anything this does not help (one row, a small product, many rows, a BLAS other than
+OpenBLAS, a row-major w) is plain x @ w.
+"""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
+SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
+K_CHUNK = 1024         # columns of x per piece: short enough that two cores do not contend
+MAX_ROWS = 16          # measured up to here (16 rows: 2.5-3x a one-row product, plain sgemm 3.2-3.6x)
+
+
+def _openblas():
+    """threadpoolctl's handle on NumPy's OpenBLAS, or None (other BLAS, or no threadpoolctl)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    blas = [c for c in ThreadpoolController().select(user_api="blas").lib_controllers
+            if c.internal_api == "openblas"]
+    return blas[0] if blas else None
+
+
+_BLAS = _openblas()
+_POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="gpt2np-matmul")
+
+
+def pieces(m, k, n):  # -> [(k0, k1, j0, j1)], chunks of k outermost, or None to use x @ w
+    """How to cut [m, k] @ [k, n] into small-kernel pieces; None where that would not help."""
+    if not 2 <= m <= MAX_ROWS or m * k * n <= SMALL_MNK:
+        return None
+    kb = min(k, K_CHUNK)
+    block = min(SMALL_MNK // (m * kb), SMALL_MN // m)  # columns of w per piece
+    return [(k0, min(k, k0 + kb), j0, min(n, j0 + block))  # 10 % faster than blocks outermost
+            for k0 in range(0, k, kb) for j0 in range(0, n, block)]
+
+
+def _run(x_chunks, w, partial, todo):  # todo: one iterator, shared by every thread
+    for k0, k1, j0, j1 in todo:  # next() on a list iterator is atomic under the GIL
+        c = k0 // K_CHUNK
+        np.matmul(x_chunks[c], w[k0:k1, j0:j1], out=partial[c, :, j0:j1])
+
+
+def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
+    """x @ w, in pieces shared between threads when that is faster (see the module docstring)."""
+    m, k = x.shape
+    n = w.shape[1]
+    todo = pieces(m, k, n) if _BLAS is not None and w.T.flags.c_contiguous else None
+    if todo is None:
+        return x @ w
+    # each chunk of x copied to its own contiguous rows: 10-20 % faster than strided views
+    x_chunks = [np.ascontiguousarray(x[:, k0:k0 + K_CHUNK]) for k0 in range(0, k, K_CHUNK)]  # [m, <=K_CHUNK]
+    partial = np.empty((len(x_chunks), m, n), dtype=np.result_type(x, w))  # [n_chunks, m, n]
+    threads = _BLAS.get_num_threads()
+    todo = iter(todo)  # each thread takes the next piece when it is free: a helper that wakes up late
+    _BLAS.set_num_threads(1)  # does fewer pieces. Meanwhile, OpenBLAS's own threads would slow them
+    try:
+        helpers = [_POOL.submit(_run, x_chunks, w, partial, todo) for _ in range(threads - 1)]
+        _run(x_chunks, w, partial, todo)
+        for h in helpers:
+            h.result()
+    finally:
+        _BLAS.set_num_threads(threads)
+    return partial[0] if len(partial) == 1 else partial.sum(axis=0)  # [m, n]

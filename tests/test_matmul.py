@@ -1,0 +1,94 @@
+"""matmul.py's few-row products: the same numbers as x @ w, and pieces OpenBLAS takes its fast path for.
+
+Timing is measured by `python -m bench`, never here; these tests check what can be wrong silently:
+a piece missed or done twice, a piece too big for the small-matrix kernel, BLAS threads not restored.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import random_params
+from gpt2np import matmul as mm
+from gpt2np.config import GPT2Config
+from gpt2np.model import GPT2
+from gpt2np.reference import gpt2_reference
+
+
+def column_major(rng, k, n):
+    return np.asfortranarray(rng.standard_normal((k, n), dtype=np.float32))
+
+
+def max_relative_error(got, want):
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@given(m=st.integers(1, 20), k=st.integers(1, 3000), n=st.integers(1, 5000))
+@settings(max_examples=200, deadline=None)
+def test_pieces_cover_the_product_once_and_fit_the_small_kernel(m, k, n):
+    todo = mm.pieces(m, k, n)
+    if todo is None:  # plain x @ w: one row, many rows, or already small
+        assert m == 1 or m > mm.MAX_ROWS or m * k * n <= mm.SMALL_MNK
+        return
+    covered = np.zeros((k, n), np.int8)
+    for k0, k1, j0, j1 in todo:
+        covered[k0:k1, j0:j1] += 1
+        assert m * (k1 - k0) * (j1 - j0) <= mm.SMALL_MNK and m * (j1 - j0) <= mm.SMALL_MN
+        assert k0 % mm.K_CHUNK == 0 and k1 - k0 <= mm.K_CHUNK  # chunk index = k0 // K_CHUNK
+    assert (covered == 1).all(), f"{(covered != 1).sum()} of {k * n} weights covered other than once"
+
+
+@pytest.mark.parametrize("m, k, n", [(2, 1024, 4096), (5, 1024, 3072), (5, 4096, 1024), (9, 768, 2304),
+                                     (16, 1024, 1024), (5, 768, 50257), (3, 1500, 700)])
+def test_matmul_equals_numpy(m, k, n):
+    rng = np.random.default_rng(m * k + n)
+    x, w = rng.standard_normal((m, k), dtype=np.float32), column_major(rng, k, n)
+    assert mm.pieces(m, k, n) is not None  # these shapes take the pieces path
+    got, want = mm.matmul(x, w), x @ w
+    err = max_relative_error(got, want)
+    assert got.shape == (m, n) and got.dtype == np.float32
+    # float32 sums of up to 4096 terms in another order: measured <= 3e-7 of the largest entry
+    assert err <= 2e-6, f"max |matmul - x @ w| = {err:.2e} of max |x @ w|"
+
+
+def test_row_major_weights_and_one_row_are_plain_products():
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 1024), dtype=np.float32), rng.standard_normal((1024, 2048), dtype=np.float32)
+    np.testing.assert_array_equal(mm.matmul(x, w), x @ w)          # C-order w: not cut
+    wf = np.asfortranarray(w)
+    np.testing.assert_array_equal(mm.matmul(x[:1], wf), x[:1] @ wf)  # one row: gemv already streams
+
+
+@pytest.mark.skipif(mm._BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_blas_threads_restored_and_any_thread_count_agrees(threads):
+    from threadpoolctl import threadpool_limits
+    rng = np.random.default_rng(threads)
+    x, w = rng.standard_normal((5, 1024), dtype=np.float32), column_major(rng, 1024, 2048)
+    with threadpool_limits(limits=threads, user_api="blas"):
+        got = mm.matmul(x, w)
+        assert mm._BLAS.get_num_threads() == threads
+    assert max_relative_error(got, x @ w) <= 2e-6
+
+
+def test_model_through_many_pieces_equals_reference(monkeypatch):
+    """Shrink the thresholds so a small model's every product goes through pieces and k chunks."""
+    config = GPT2Config(n_vocab=50, n_ctx=16, n_embd=24, n_head=3, n_layer=2)
+    model = GPT2(config, random_params(config, seed=3))
+    ids = np.random.default_rng(4).integers(0, 50, 12)
+    plain = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)
+    monkeypatch.setattr(mm, "SMALL_MNK", 200)
+    monkeypatch.setattr(mm, "SMALL_MN", 20)
+    monkeypatch.setattr(mm, "K_CHUNK", 16)
+    assert len(mm.pieces(8, 4 * 24, 24)) > 10  # the MLP down-projection: chunks and blocks
+    cut = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)  # [8, n_vocab]
+    slow = gpt2_reference(ids, model.params, config)[4:]
+    print(f"max |pieces - plain| = {np.abs(cut - plain).max():.2e}, vs reference {np.abs(cut - slow).max():.2e}")
+    np.testing.assert_allclose(cut, plain, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(cut, slow, rtol=0, atol=1e-5)
+
+
+def cache_after(model, ids):
+    cache = model.new_cache()
+    model.forward(ids, cache)
+    return cache

@@ -29,21 +29,24 @@ def gelu(x):
 def softmax(x):  # [..., n] -> [..., n]
     """Softmax over the last axis; subtracting the max changes nothing but prevents overflow."""
     e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    e /= e.sum(axis=-1, keepdims=True)  # in place: one array fewer per call
+    return e
 
 
 def layer_norm(x, g, b, eps=1e-5):  # [n_seq, n_embd] -> [n_seq, n_embd]
     """Normalise each row to mean 0 and variance 1, then scale by g and shift by b."""
-    mean = x.mean(axis=-1, keepdims=True)
-    variance = x.var(axis=-1, keepdims=True)
-    return g * (x - mean) / np.sqrt(variance + eps) + b
+    centred = x - x.mean(axis=-1, keepdims=True)
+    variance = (centred * centred).mean(axis=-1, keepdims=True)  # x.var() would centre x again
+    return centred * (g / np.sqrt(variance + eps)) + b
 
 
 def linear(x, w, b):  # [m, in], [in, out], [out] -> [m, out]
     """GPT-2's Conv1D, x @ w + b: w is [in, out], so there is no transpose (unlike torch's Linear).
 
     matmul is x @ w, made fast for the few rows of a verification pass (matmul.py)."""
-    return matmul(x, w) + b
+    y = matmul(x, w)
+    y += b  # in place: one array fewer per call
+    return y
 
 
 def causal_mask(n_seq, n_kv):  # -> [n_seq, n_kv]

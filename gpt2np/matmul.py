@@ -9,8 +9,8 @@ nearly one. Three measured facts give most of that back:
   1. OpenBLAS sends some products to a "small matrix" kernel that reads the operands where they
      are, without packing: measured here (OpenBLAS 0.3.31, SkylakeX, w column-major), those with
      m * n * k <= 10^6 and m * n <= 1200, where n counts w's columns. With w stored column-major
-     (each output's weights contiguous, as GPT2 keeps them: see weights.py) that kernel streams w
-     at ~20 GB/s on one core, like gemv. So w's columns are cut into blocks that satisfy both.
+     (each output's weights contiguous, as weights.py keeps every weight of 2 MiB or more) that
+     kernel streams w at ~10 GB/s per core. So w's columns are cut into blocks that satisfy both.
   2. The slice of x a piece reads is kept to K_CHUNK columns (20 KB for 5 rows), a size at which
      two cores running pieces side by side do not slow each other; longer slices did (the MLP's
      4 * n_embd-wide down-projection). Chunks along k give partial sums, added at the end.
@@ -30,6 +30,9 @@ import numpy as np
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
 K_CHUNK = 1024         # columns of x per piece: short enough that two cores do not contend
+COLUMN_MAJOR_MIN = 1 << 19  # weights with fewer entries (2 MiB) stay row-major and unshared: the
+                            # bundled models' products ran 10-25 % slower column-major, and waking a
+                            # helper thread (40-85 us here) takes as long as streaming such a weight
 MAX_ROWS = 16          # measured up to here (16 rows: 2.5-3x a one-row product, plain sgemm 3.2-3.6x)
 
 
@@ -48,10 +51,15 @@ _BLAS = _openblas()
 _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="gpt2np-matmul")
 
 
+def stored_column_major(shape):
+    """Whether weights.py keeps a Conv1D weight of this shape column-major (for matmul's pieces)."""
+    return shape[-2] * shape[-1] >= COLUMN_MAJOR_MIN
+
+
 def pieces(m, k, n):  # -> [(k0, k1, j0, j1)], chunks of k outermost, or None to use x @ w
     """How to cut [m, k] @ [k, n] into small-kernel pieces; None where that would not help."""
-    if not 2 <= m <= MAX_ROWS or m * k * n <= SMALL_MNK:
-        return None
+    if not 2 <= m <= MAX_ROWS or (m * k * n <= SMALL_MNK and m * n <= SMALL_MN):
+        return None  # one row (gemv streams), many rows (packing pays), or one small-kernel product
     kb = min(k, K_CHUNK)
     block = min(SMALL_MNK // (m * kb), SMALL_MN // m)  # columns of w per piece
     return [(k0, min(k, k0 + kb), j0, min(n, j0 + block))  # 10 % faster than blocks outermost
@@ -74,7 +82,7 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     # each chunk of x copied to its own contiguous rows: 10-20 % faster than strided views
     x_chunks = [np.ascontiguousarray(x[:, k0:k0 + K_CHUNK]) for k0 in range(0, k, K_CHUNK)]  # [m, <=K_CHUNK]
     partial = np.empty((len(x_chunks), m, n), dtype=np.result_type(x, w))  # [n_chunks, m, n]
-    threads = _BLAS.get_num_threads()
+    threads = _BLAS.get_num_threads() if w.size >= COLUMN_MAJOR_MIN else 1
     todo = iter(todo)  # each thread takes the next piece when it is free: a helper that wakes up late
     _BLAS.set_num_threads(1)  # does fewer pieces. Meanwhile, OpenBLAS's own threads would slow them
     try:

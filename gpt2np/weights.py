@@ -6,9 +6,10 @@ One table, `tf_layout`, states the whole mapping. The only remapping is the Conv
 the checkpoint stores it as [1, in, out] and we drop the leading 1. It is already [in, out],
 so `x @ w + b` needs NO transpose (the opposite of the torch ports, which transpose it).
 
-Conv1D weights are kept column-major in memory (w.T is C-contiguous: each output's weights are
-contiguous, like wte's rows and torch's Linear). Their shape and every result are the same; what
-changes is speed: matmul.py's few-row products need that order, and one-row products do not mind.
+Conv1D weights of 2 MiB or more (all of GPT-2's) are kept column-major in memory (w.T is
+C-contiguous: each output's weights are contiguous, like wte's rows and torch's Linear). Their
+shape and every result are the same; what changes is speed: matmul.py's few-row products need
+that order. Smaller weights (the bundled models') run faster row-major and stay so.
 
 >>> from gpt2np.config import PRESETS
 >>> params = init_params(PRESETS["tiny"], np.random.default_rng(0))
@@ -25,10 +26,11 @@ import numpy as np
 
 from .checkpoint import read_checkpoint
 from .config import GPT2Config
+from .matmul import stored_column_major
 
 CACHE_DIR = ".gpt2np-cache"  # inside the model folder
 CACHE_FORMAT = 2             # bump when the cache layout changes, so old caches are rebuilt
-                             # (2: Conv1D weights column-major)
+                             # (2: Conv1D weights of 2 MiB or more column-major)
 
 
 def tf_layout(config):  # -> {TF name: (path into params, shape in the checkpoint)}
@@ -87,8 +89,11 @@ def _float32(x):
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _column_major(x):
-    """Float32 with the last axis outermost in memory (np.asfortranarray), copying only if needed."""
+def _conv1d_order(x):
+    """A Conv1D weight [1, in, out] in float32 and the memory order its size calls for (module
+    docstring): column-major (np.asfortranarray) from 2 MiB up, else C order. Copies only if needed."""
+    if not stored_column_major(np.shape(x)):
+        return _float32(x)
     if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.f_contiguous:
         return x
     return np.asfortranarray(x, dtype=np.float32)
@@ -102,8 +107,8 @@ def params_from_tf(tensors, config):  # {TF name: array} -> params
         node = params
         for key in path[:-1]:
             node = node[key] if isinstance(key, int) else node.setdefault(key, {})
-        if len(shape) == 3:  # Conv1D w: [1, in, out] -> [in, out], column-major (module docstring)
-            node[path[-1]] = _column_major(tensors[name])[0]
+        if len(shape) == 3:  # Conv1D w: [1, in, out] -> [in, out], in its memory order (module docstring)
+            node[path[-1]] = _conv1d_order(tensors[name])[0]
         else:
             node[path[-1]] = _float32(tensors[name])
     return params
@@ -140,7 +145,7 @@ def init_params(config, rng, std=0.02):  # -> params with fresh, writable float3
         else:
             x = rng.standard_normal(shape, dtype=np.float32)
             x *= np.float32(std)
-            tensors[name] = _column_major(x) if len(shape) == 3 else x  # one copy at a time
+            tensors[name] = _conv1d_order(x) if len(shape) == 3 else x  # one copy at a time
     return params_from_tf(tensors, config)
 
 
@@ -194,8 +199,8 @@ def _write_cache(cache_dir, key, tensors):
     files = {name: name.replace("/", ".") + ".npy" for name in tensors}  # model.h0.ln_1.g.npy
     for name, file in files.items():
         # np.save streams a memmap straight from the page cache: no second copy in RAM. Conv1D
-        # weights are saved column-major (module docstring), one tensor's copy at a time.
-        x = _column_major(tensors[name]) if np.ndim(tensors[name]) == 3 else tensors[name]
+        # weights are saved in their memory order (module docstring), one tensor's copy at a time.
+        x = _conv1d_order(tensors[name]) if np.ndim(tensors[name]) == 3 else tensors[name]
         _save_atomically(os.path.join(cache_dir, file), lambda f, x=x: np.save(f, x))
     manifest = json.dumps({"key": key, "files": files}, indent=1).encode()
     _save_atomically(manifest_path, lambda f: f.write(manifest))

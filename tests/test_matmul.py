@@ -74,7 +74,9 @@ def test_blas_threads_restored_and_any_thread_count_agrees(threads):
 def test_model_through_many_pieces_equals_reference(monkeypatch):
     """Shrink the thresholds so a small model's every product goes through pieces and k chunks."""
     config = GPT2Config(n_vocab=50, n_ctx=16, n_embd=24, n_head=3, n_layer=2)
+    monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 1)  # column-major weights, shared between threads
     model = GPT2(config, random_params(config, seed=3))
+    assert model.params["blocks"][0]["mlp"]["c_proj"]["w"].T.flags.c_contiguous
     ids = np.random.default_rng(4).integers(0, 50, 12)
     plain = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)
     monkeypatch.setattr(mm, "SMALL_MNK", 200)

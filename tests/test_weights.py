@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from gpt2np import weights
+from gpt2np import matmul, weights
 from gpt2np.checkpoint import read_checkpoint
 from gpt2np.checkpoint_writer import write_checkpoint
 from gpt2np.config import PRESETS, GPT2Config
+from gpt2np.matmul import stored_column_major
 from gpt2np.weights import init_params, load_params, params_from_tf, params_to_tf
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -110,8 +111,11 @@ def test_doctests():
 
 
 def in_memory_order(key, x):
-    """Conv1D weights column-major (w.T C-contiguous, for matmul.py's pieces), all else C order."""
-    return x.T.flags.c_contiguous if key.endswith(".w") else x.flags.c_contiguous
+    """Conv1D weights of 2 MiB or more column-major (w.T C-contiguous, for matmul.py's pieces), all
+    else C order."""
+    if key.endswith(".w") and stored_column_major(x.shape):
+        return x.T.flags.c_contiguous
+    return x.flags.c_contiguous
 
 
 # ---- random parameters --------------------------------------------------------------------------
@@ -224,3 +228,32 @@ def test_saved_random_model_loads_back(tmp_path):
     params = init_params(PRESETS["tiny"], np.random.default_rng(3))
     write_checkpoint(tmp_path / "model.ckpt", params_to_tf(params))
     assert_same_bits(load_params(tmp_path, PRESETS["tiny"]), params)
+
+
+# ---- memory order: column-major Conv1D weights from 2 MiB up -------------------------------------
+
+def test_gpt2_sized_weights_are_column_major_and_small_ones_row_major():
+    config = GPT2Config(n_vocab=10, n_ctx=4, n_embd=768, n_head=12, n_layer=1)  # 124M's widths
+    block = init_params(config, np.random.default_rng(0))["blocks"][0]
+    for name in ("c_attn", "c_proj"):
+        w = block["attn"][name]["w"]
+        assert stored_column_major(w.shape) and w.T.flags.c_contiguous, (name, w.shape)
+    small = init_params(PRESETS["tiny"], np.random.default_rng(0))["blocks"][0]["mlp"]["c_fc"]["w"]
+    assert not stored_column_major(small.shape) and small.flags.c_contiguous
+
+
+def test_column_major_weights_survive_cache_and_export(model_dir, monkeypatch, tmp_path):
+    """With the threshold lowered, the tiny fixture goes through every column-major code path:
+    the checkpoint -> params conversion, the .npy cache (mapped as stored, not copied), and the
+    export back to a checkpoint, which must give TensorFlow's bytes as before."""
+    config = fixture_config("gpt2-tiny-a")
+    row_major = params_from_tf(read_checkpoint(model_dir / "model.ckpt"), config)
+    monkeypatch.setattr(matmul, "COLUMN_MAJOR_MIN", 1)
+    for params in (load_params(model_dir, config), load_params(model_dir, config)):  # build, then map
+        for key, x in leaves(params).items():
+            assert in_memory_order(key, x), key
+        assert_same_bits(params, row_major)
+    assert isinstance(params["blocks"][0]["mlp"]["c_fc"]["w"], np.memmap)
+    write_checkpoint(str(tmp_path / "model.ckpt"), params_to_tf(params))
+    for suffix in (".index", ".data-00000-of-00001"):
+        assert (tmp_path / f"model.ckpt{suffix}").read_bytes() == (model_dir / f"model.ckpt{suffix}").read_bytes()

@@ -22,7 +22,8 @@ run.py runs the sections and writes the JSON; common.py holds the Plan, timing a
 
 The JSON (default bench/results/bench.json, git-ignored), seconds and bytes throughout:
   meta        plan, sections, BLAS (threadpoolctl), threads, OPENBLAS_* env, load averages, notes
-  bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"]
+  bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"] (x @ w),
+              small_m.pieces.ratio["1".."9"] (gpt2np.matmul, column-major weights)
   sizes[size] weight_bytes_per_token, bandwidth_gbps, roofline_s_per_token,
               prefill.seconds, decode["128"|"896"].{s_per_token, roofline_s, vs_roofline},
               verify.ratio["1".."9"], hf (or hf.skipped),

@@ -13,7 +13,9 @@ Two more numbers explain where decode and verification time goes:
   gemm_gflops  a [512, in] x [in, out] product: the arithmetic ceiling that prefill can approach
   small_m      [M, in] x [in, out] for M = 1..9, cycling through enough weight matrices to fill the
                buffer, so every product reads its weights from DRAM as a decode step does; the
-               ratio t(M) / t(1) is the product-level version of the verification curve.
+               ratio t(M) / t(1) is the product-level version of the verification curve. Measured
+               twice: plain `x @ w` on row-major weights, and gpt2np.matmul.matmul on the same
+               buffer viewed column-major, as the model keeps its weights (small_m.pieces).
 """
 import os
 
@@ -77,20 +79,26 @@ def measure_gemm(n_in, n_out, repeats, m=512):
     return {"shape": [m, n_in, n_out], "seconds": s, "gflops": 2 * m * n_in * n_out / s["median"] / 1e9}
 
 
-def measure_small_m(buf, n_in, n_out, max_m, repeats):
+def measure_small_m(buf, n_in, n_out, max_m, repeats, column_major=False):
     """Seconds per [M, n_in] x [n_in, n_out] product with weights streamed from DRAM, M = 1..max_m.
 
     The buffer is cut into n_mats weight matrices; one timed pass multiplies by each once. Ratios are
-    taken within each repeat (the M passes run back to back), then the median.
+    taken within each repeat (the M passes run back to back), then the median. column_major: views
+    of the same buffer with each output's weights contiguous, multiplied by gpt2np's matmul.
     """
+    from gpt2np.matmul import matmul
     n_mats = max(1, buf.size // (n_in * n_out))
-    mats = buf[:n_mats * n_in * n_out].reshape(n_mats, n_in, n_out)  # [n_mats, n_in, n_out] views
+    if column_major:
+        mats = buf[:n_mats * n_in * n_out].reshape(n_mats, n_out, n_in).transpose(0, 2, 1)  # same shape
+    else:
+        mats = buf[:n_mats * n_in * n_out].reshape(n_mats, n_in, n_out)  # [n_mats, n_in, n_out] views
+    product = matmul if column_major else np.matmul
     xs = {m: np.full((m, n_in), 0.5, np.float32) for m in range(1, max_m + 1)}
 
     def one_pass(m):
         x = xs[m]
         for w in mats:
-            x @ w
+            product(x, w)
 
     for m in xs:  # warm-up
         one_pass(m)
@@ -127,6 +135,7 @@ def run(plan, threads=None):
     n_in, n_out = plan.small_m_shape
     gemm = measure_gemm(n_in, n_out, repeats)
     small_m = measure_small_m(buf, n_in, n_out, plan.verify_max_m, min(plan.repeats, 3))
+    small_m["pieces"] = measure_small_m(buf, n_in, n_out, plan.verify_max_m, min(plan.repeats, 3), column_major=True)
     del buf
     result = {"methods": methods, "best_method": best_method,
               "best_gbps": methods[best_method]["best_gbps"], "gemm": gemm, "small_m": small_m}
@@ -141,6 +150,10 @@ def print_report(r):
                 note=f"roofline bandwidth = best of all = {r['best_gbps']:.2f} GB/s ({r['best_method']}); "
                      f"GEMM {r['gemm']['shape']}: {r['gemm']['gflops']:.1f} GFLOP/s")
     sm = r["small_m"]
-    rows = [[m, 1e3 * sm["seconds"][m], sm["ratio"][m], sm["gflops"][m]] for m in sm["seconds"]]
+    pc = sm.get("pieces") or {"seconds": {}, "ratio": {}}
+    rows = [[m, 1e3 * sm["seconds"][m], sm["ratio"][m], sm["gflops"][m],
+             1e3 * pc["seconds"].get(m, float("nan")), pc["ratio"].get(m)] for m in sm["seconds"]]
     print_table(f"Product-level small-M curve: [M, {sm['shape'][0]}] x {sm['shape']}, weights from DRAM",
-                ["M", "ms/product", "t(M)/t(1)", "GFLOP/s"], rows)
+                ["M", "x @ w ms", "t(M)/t(1)", "GFLOP/s", "gpt2np matmul ms", "t(M)/t(1)"], rows,
+                note="x @ w: NumPy on row-major weights (OpenBLAS packs them); gpt2np matmul: column-major "
+                     "weights in small-kernel pieces on all BLAS threads (gpt2np/matmul.py)")

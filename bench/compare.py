@@ -21,6 +21,7 @@ def headline(r):
         h["bandwidth best GB/s"] = r["bandwidth"]["best_gbps"]
         h["gemm GFLOP/s"] = r["bandwidth"]["gemm"]["gflops"]
         h["product verify_M5 ratio"] = r["bandwidth"]["small_m"]["ratio"].get("5")
+        h["product verify_M5 ratio, gpt2np matmul"] = r["bandwidth"]["small_m"].get("pieces", {}).get("ratio", {}).get("5")
     for size, s in r.get("sizes", {}).items():
         if "prefill" in s:
             h[f"{size} prefill seconds"] = s["prefill"]["seconds"]

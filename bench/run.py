@@ -19,7 +19,7 @@ import gpt2np
 from . import bandwidth, baseline, decode, hf, memory, overhead, spec
 from .common import log, print_table, weight_bytes, weight_bytes_per_token
 
-ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 TARGETS_SIZE = "355M"  # the targets are stated at 355M (decode, verification) and 124M (reference)
 
 

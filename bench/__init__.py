@@ -30,7 +30,8 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               speculative.self and speculative.forced.runs[]: {alpha_nominal, alpha_hat, c, v,
               speedup, speedup_end_to_end, predicted_thm38, predicted_refined, refined_error, ...}
   reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated
-  overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, bundled (or bundled.skipped)
+  overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],
+              products_per_forward[size], estimated_fraction_of_decode[size]}, bundled (or bundled.skipped)
   memory      weight_bytes, kv_cache_bytes, {first_load, cached_load}.{load_seconds, peak_rss, peak_over_weights}
   targets     [{target, measured, goal, met}]: issue 5's targets wherever this run measured them
 Median of `--repeats` timed runs after a warm-up everywhere; ratios are paired run by run.

@@ -10,6 +10,11 @@
    per forward call beyond the FLOP time, and, for plain and speculative decoding, ms per
    token of work outside the forward calls (sampling, the verification kernel, bookkeeping).
    Skipped with a note when the package has no bundled pair yet.
+3. Thread hand-off. gpt2np.matmul shares a few-row product between this thread and helper
+   threads, which sleep between products: the median time from handing a helper a no-op until it
+   runs, after idle gaps like those between two products of a forward pass. Times the number of
+   shared products in a forward pass (4 per layer and the head), it estimates what hand-offs add
+   to a verification pass.
 """
 import time
 
@@ -55,6 +60,22 @@ def per_call_overhead(plan, gemm_gflops, calls):
     estimates = {size: fixed + per_layer * plan.config(size).n_layer for size in plan.sizes}
     return {"context": context, "points": points, "fixed_s": float(fixed), "per_layer_s": float(per_layer),
             "estimated_s_per_call": {k: float(v) for k, v in estimates.items()}}
+
+
+def handoff_latency(repeats):
+    """{idle gap in s: median s from submit to the helper running}, for gaps of 0, 0.2 and 2 ms."""
+    from gpt2np.matmul import HELPERS
+    out = {}
+    for gap in (0.0, 2e-4, 2e-3):
+        latencies = []
+        for _ in range(repeats):
+            idle_until = time.perf_counter() + gap
+            while time.perf_counter() < idle_until:  # busy, as the caller is between two products
+                pass
+            start = time.perf_counter()
+            latencies.append(HELPERS.submit(time.perf_counter).result() - start)
+        out[str(gap)] = median(latencies)
+    return out
 
 
 def bundled_pair():
@@ -114,6 +135,12 @@ def run(plan, gemm_gflops, decode_s=None):
         result["per_call"]["fraction_of_decode"] = {
             size: result["per_call"]["estimated_s_per_call"][size] / s for size, s in decode_s.items()
             if size in result["per_call"]["estimated_s_per_call"]}
+    latency = handoff_latency(50 if plan.tiny else 300)
+    result["handoff"] = {"latency_s": latency, "products_per_forward": {
+        size: 4 * plan.config(size).n_layer + 1 for size in plan.sizes}}
+    if decode_s:
+        result["handoff"]["estimated_fraction_of_decode"] = {
+            size: (4 * plan.config(size).n_layer + 1) * latency["0.0002"] / s for size, s in decode_s.items()}
     pair = bundled_pair()
     if pair is None:
         result["bundled"] = {"skipped": "gpt2np.bundled_models() has no draft/target pair yet"}
@@ -134,6 +161,14 @@ def print_report(r):
                 ["size", "overhead ms/call", "% of decode"], rows,
                 note=f"overhead = {ms(pc['fixed_s']):.3f} ms + {ms(pc['per_layer_s']):.3f} ms x n_layer "
                      f"(measured: {points})")
+    h = r["handoff"]
+    frac = h.get("estimated_fraction_of_decode", {})
+    rows = [[size, n, 1e3 * n * h["latency_s"]["0.0002"], frac.get(size)] for size, n in h["products_per_forward"].items()]
+    lat = ", ".join(f"{1e3 * float(gap):g} ms idle: {1e6 * s:.0f} us" for gap, s in h["latency_s"].items())
+    print_table("Thread hand-off in few-row forward passes (gpt2np/matmul.py helper threads)",
+                ["size", "shared products", "est. ms per pass", "x one-token pass"], rows,
+                note=f"median wake-up latency of a helper thread after {lat}; "
+                     "estimate = shared products x latency at 0.2 ms idle")
     b = r["bundled"]
     if "skipped" in b:
         print(f"\nBundled tiny pair: skipped ({b['skipped']})")

@@ -48,7 +48,7 @@ def _openblas():
 
 
 _BLAS = _openblas()
-_POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="gpt2np-matmul")
+HELPERS = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="gpt2np-matmul")
 
 
 def stored_column_major(shape):
@@ -86,7 +86,7 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     todo = iter(todo)  # each thread takes the next piece when it is free: a helper that wakes up late
     _BLAS.set_num_threads(1)  # does fewer pieces. Meanwhile, OpenBLAS's own threads would slow them
     try:
-        helpers = [_POOL.submit(_run, x_chunks, w, partial, todo) for _ in range(threads - 1)]
+        helpers = [HELPERS.submit(_run, x_chunks, w, partial, todo) for _ in range(threads - 1)]
         _run(x_chunks, w, partial, todo)
         for h in helpers:
             h.result()

@@ -4,23 +4,25 @@ Decoding one token multiplies one row by every weight matrix, and BLAS's gemv st
 at memory speed. Verifying K draft tokens multiplies K+1 rows, and OpenBLAS's general sgemm first
 copies ("packs") the whole weight matrix into its own tile layout, which made a [5, 1024] @
 [1024, 4096] product cost 3.2 one-row products here. Speculative decoding only pays if it costs
-nearly one. Three measured facts give most of that back:
+nearly one. Three measured facts give most of that back (a fourth, OpenBLAS's idle threads
+spinning on the second core, is handled in gpt2np/__init__.py):
 
   1. OpenBLAS sends some products to a "small matrix" kernel that reads the operands where they
      are, without packing: measured here (OpenBLAS 0.3.31, SkylakeX, w column-major), those with
      m * n * k <= 10^6 and m * n <= 1200, where n counts w's columns. With w stored column-major
      (each output's weights contiguous, as weights.py keeps every weight of 2 MiB or more) that
      kernel streams w at ~10 GB/s per core. So w's columns are cut into blocks that satisfy both.
-  2. The slice of x a piece reads is kept to K_CHUNK columns (20 KB for 5 rows), a size at which
-     two cores running pieces side by side do not slow each other; longer slices did (the MLP's
-     4 * n_embd-wide down-projection). Chunks along k give partial sums, added at the end.
+  2. The slice of x a piece reads is at most K_CHUNK columns, copied to contiguous rows (20 KB for
+     5 rows): with the MLP's 4 * n_embd-wide down-projection in one slice, a second core made it
+     slower, not faster. Chunks along k give partial sums, added at the end.
   3. The pieces are shared between as many Python threads as BLAS may use (NumPy releases the
      GIL inside matmul), each taking the next piece when it is free, with OpenBLAS itself held to
      one thread meanwhile: its own threads made concurrent small products slower.
 
 The result equals x @ w up to float32 rounding (the sums run in a different order); tests compare
 the two. Anything this does not help (one row, a small product, many rows, a BLAS other than
-OpenBLAS, a row-major w) is plain x @ w.
+OpenBLAS, a row-major w) is plain x @ w. BLAS's thread count is process-wide and is set to 1
+while pieces run, so run one forward pass at a time per process.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -79,17 +81,18 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     todo = pieces(m, k, n) if _BLAS is not None and w.T.flags.c_contiguous else None
     if todo is None:
         return x @ w
-    # each chunk of x copied to its own contiguous rows: 10-20 % faster than strided views
+    # each chunk of x copied to its own contiguous rows: about 10 % faster than strided views
     x_chunks = [np.ascontiguousarray(x[:, k0:k0 + K_CHUNK]) for k0 in range(0, k, K_CHUNK)]  # [m, <=K_CHUNK]
     partial = np.empty((len(x_chunks), m, n), dtype=np.result_type(x, w))  # [n_chunks, m, n]
-    threads = _BLAS.get_num_threads() if w.size >= COLUMN_MAJOR_MIN else 1
-    todo = iter(todo)  # each thread takes the next piece when it is free: a helper that wakes up late
-    _BLAS.set_num_threads(1)  # does fewer pieces. Meanwhile, OpenBLAS's own threads would slow them
+    blas_threads = _BLAS.get_num_threads()
+    n_helpers = blas_threads - 1 if w.size >= COLUMN_MAJOR_MIN else 0  # small w: not worth a wake-up
+    todo = iter(todo)  # shared: each thread takes the next piece when free, so a late helper does fewer
+    _BLAS.set_num_threads(1)  # OpenBLAS's own threads would slow the pieces down
     try:
-        helpers = [HELPERS.submit(_run, x_chunks, w, partial, todo) for _ in range(threads - 1)]
+        helpers = [HELPERS.submit(_run, x_chunks, w, partial, todo) for _ in range(n_helpers)]
         _run(x_chunks, w, partial, todo)
         for h in helpers:
             h.result()
     finally:
-        _BLAS.set_num_threads(threads)
+        _BLAS.set_num_threads(blas_threads)
     return partial[0] if len(partial) == 1 else partial.sum(axis=0)  # [m, n]

@@ -61,10 +61,12 @@ def test_row_major_weights_and_one_row_are_plain_products():
 
 @pytest.mark.skipif(mm._BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_blas_threads_restored_and_any_thread_count_agrees(threads):
+@pytest.mark.parametrize("k, n", [(1024, 2048), (64, 256)])  # shared between threads, and not (small w)
+def test_blas_threads_restored_and_any_thread_count_agrees(threads, k, n):
     from threadpoolctl import threadpool_limits
     rng = np.random.default_rng(threads)
-    x, w = rng.standard_normal((5, 1024), dtype=np.float32), column_major(rng, 1024, 2048)
+    x, w = rng.standard_normal((5, k), dtype=np.float32), column_major(rng, k, n)
+    assert mm.pieces(5, k, n) is not None
     with threadpool_limits(limits=threads, user_api="blas"):
         got = mm.matmul(x, w)
         assert mm._BLAS.get_num_threads() == threads

@@ -49,8 +49,14 @@ def _openblas():
     return blas[0] if blas else None
 
 
+def _new_helpers():
+    global HELPERS
+    HELPERS = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="gpt2np-matmul")
+
+
 _BLAS = _openblas()
-HELPERS = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="gpt2np-matmul")
+_new_helpers()
+os.register_at_fork(after_in_child=_new_helpers)  # a forked child has none of its parent's threads
 
 
 def stored_column_major(shape):

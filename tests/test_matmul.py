@@ -3,6 +3,8 @@
 Timing is measured by `python -m bench`, never here; these tests check what can be wrong silently:
 a piece missed or done twice, a piece too big for the small-matrix kernel, BLAS threads not restored.
 """
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -96,3 +98,27 @@ def cache_after(model, ids):
     cache = model.new_cache()
     model.forward(ids, cache)
     return cache
+
+
+def _product_in_child(queue):
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((5, 1024), dtype=np.float32), column_major(rng, 1024, 2048)
+    queue.put(max_relative_error(mm.matmul(x, w), x @ w))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_gets_its_own_helper_threads():
+    """A child forked after the parent used the helper threads has none of them: without new ones,
+    its first shared product would wait forever for a helper that never runs."""
+    import multiprocessing
+    rng = np.random.default_rng(0)
+    mm.matmul(rng.standard_normal((5, 1024), dtype=np.float32), column_major(rng, 1024, 2048))  # helpers started
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_product_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child's product never finished (no helper thread)")
+    assert child.exitcode == 0 and queue.get(timeout=5) <= 2e-6

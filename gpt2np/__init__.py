@@ -17,10 +17,11 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
 import os
 
 # OpenBLAS's idle threads spin for 2^28 cycles (~0.1 s) after every threaded product, holding the
-# core that matmul.py's second thread then needs: a verification pass right after one-token calls
-# ran 1.3x slower. 2^20 cycles (~0.4 ms) still spans the gaps inside a decode step. OpenBLAS reads
-# this once, when NumPy loads it, so it only applies if gpt2np is imported before NumPy (main.py
-# and bench do that); otherwise everything works the same, verification just runs slower.
+# core that matmul.py's second thread then needs: a 355M verification pass right after one-token
+# calls cost 2.45 one-token passes instead of ~1.7. 2^20 cycles (~0.4 ms) still spans the gaps
+# inside a decode step. OpenBLAS reads this once, when NumPy loads it, so it only applies if
+# gpt2np is imported before NumPy (main.py and bench do that); otherwise everything works the
+# same, verification just runs slower.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 
 from .autoregressive import generate  # noqa: E402  (after the line above)

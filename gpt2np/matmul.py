@@ -31,7 +31,8 @@ import numpy as np
 
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
-K_CHUNK = 1024         # columns of x per piece: short enough that two cores do not contend
+K_CHUNK = 1024         # columns of x per piece: 2048 made [5, 4096] x [4096, 1024] 2.2x slower
+                       # (it seems to leave the small kernel), 512 was no faster
 COLUMN_MAJOR_MIN = 1 << 19  # weights with fewer entries (2 MiB) stay row-major and unshared: the
                             # bundled models' products ran 10-25 % slower column-major, and waking a
                             # helper thread (40-85 us here) takes as long as streaming such a weight

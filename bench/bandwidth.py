@@ -88,11 +88,11 @@ def measure_small_m(buf, n_in, n_out, max_m, repeats, column_major=False):
     """
     from gpt2np.matmul import matmul
     n_mats = max(1, buf.size // (n_in * n_out))
+    flat = buf[:n_mats * n_in * n_out]
     if column_major:
-        mats = buf[:n_mats * n_in * n_out].reshape(n_mats, n_out, n_in).transpose(0, 2, 1)  # same shape
+        mats, product = flat.reshape(n_mats, n_out, n_in).transpose(0, 2, 1), matmul  # same shape
     else:
-        mats = buf[:n_mats * n_in * n_out].reshape(n_mats, n_in, n_out)  # [n_mats, n_in, n_out] views
-    product = matmul if column_major else np.matmul
+        mats, product = flat.reshape(n_mats, n_in, n_out), np.matmul  # [n_mats, n_in, n_out] views
     xs = {m: np.full((m, n_in), 0.5, np.float32) for m in range(1, max_m + 1)}
 
     def one_pass(m):

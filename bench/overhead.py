@@ -136,11 +136,11 @@ def run(plan, gemm_gflops, decode_s=None):
             size: result["per_call"]["estimated_s_per_call"][size] / s for size, s in decode_s.items()
             if size in result["per_call"]["estimated_s_per_call"]}
     latency = handoff_latency(50 if plan.tiny else 300)
-    result["handoff"] = {"latency_s": latency, "products_per_forward": {
-        size: 4 * plan.config(size).n_layer + 1 for size in plan.sizes}}
+    products = {size: 4 * plan.config(size).n_layer + 1 for size in plan.sizes}
+    result["handoff"] = {"latency_s": latency, "products_per_forward": products}
     if decode_s:
         result["handoff"]["estimated_fraction_of_decode"] = {
-            size: (4 * plan.config(size).n_layer + 1) * latency["0.0002"] / s for size, s in decode_s.items()}
+            size: products[size] * latency["0.0002"] / s for size, s in decode_s.items()}
     pair = bundled_pair()
     if pair is None:
         result["bundled"] = {"skipped": "gpt2np.bundled_models() has no draft/target pair yet"}

@@ -92,7 +92,7 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     x_chunks = [np.ascontiguousarray(x[:, k0:k0 + K_CHUNK]) for k0 in range(0, k, K_CHUNK)]  # [m, <=K_CHUNK]
     partial = np.empty((len(x_chunks), m, n), dtype=np.result_type(x, w))  # [n_chunks, m, n]
     blas_threads = _BLAS.get_num_threads()
-    n_helpers = blas_threads - 1 if w.size >= COLUMN_MAJOR_MIN else 0  # small w: not worth a wake-up
+    n_helpers = blas_threads - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
     todo = iter(todo)  # shared: each thread takes the next piece when free, so a late helper does fewer
     _BLAS.set_num_threads(1)  # OpenBLAS's own threads would slow the pieces down
     try:

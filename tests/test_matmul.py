@@ -122,3 +122,11 @@ def test_forked_child_gets_its_own_helper_threads():
         child.kill()
         pytest.fail("the forked child's product never finished (no helper thread)")
     assert child.exitcode == 0 and queue.get(timeout=5) <= 2e-6
+
+
+def test_a_helpers_exception_reaches_the_caller_and_the_helper_lives_on():
+    def fail():
+        raise ZeroDivisionError("in the helper")
+    with pytest.raises(ZeroDivisionError, match="in the helper"):
+        mm.HELPERS[0].submit(fail).result()
+    assert mm.HELPERS[0].submit(sum, [1, 2, 3]).result() == 6

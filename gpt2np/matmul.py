@@ -11,13 +11,16 @@ spinning on the second core, is handled in gpt2np/__init__.py):
      are, without packing: measured here (OpenBLAS 0.3.31, SkylakeX, w column-major), those with
      m * n * k <= 10^6 and m * n <= 1200, where n counts w's columns. With w stored column-major
      (each output's weights contiguous, as weights.py keeps every weight of 2 MiB or more) that
-     kernel streams w at ~10 GB/s per core. So w's columns are cut into blocks that satisfy both.
-  2. The slice of x a piece reads is at most K_CHUNK columns, copied to contiguous rows (20 KB for
-     5 rows): with the MLP's 4 * n_embd-wide down-projection in one slice, a second core made it
-     slower, not faster. Chunks along k give partial sums, added at the end.
-  3. The pieces are shared between as many Python threads as BLAS may use (NumPy releases the
-     GIL inside matmul), each taking the next piece when it is free, with OpenBLAS itself held to
-     one thread meanwhile: its own threads made concurrent small products slower.
+     kernel streams w at ~12 GB/s per core. So w's columns are cut into products that satisfy both.
+  2. The calls are shared between as many Python threads as BLAS may use, each taking the next
+     call when it is free, with OpenBLAS itself held to one thread meanwhile: its own threads made
+     concurrent small products slower.
+  3. NumPy releases the GIL inside matmul only when the output has more than ~500 elements, so
+     threads running narrower products take turns instead of running at once. The MLP's
+     down-projection ([5, 4096] x [4096, 1024]) allows only 48 columns (240 outputs) per small
+     product; np.matmul over a stack of 3 of them at once (720 outputs) runs them in parallel.
+     (Cutting k into 1024-wide chunks instead, which frees the GIL too, reads w in 4 KB strides and
+     left that product at 2.0 one-row products against 1.7 now.)
 
 The result equals x @ w up to float32 rounding (the sums run in a different order); tests compare
 the two. Anything this does not help (one row, a small product, many rows, a BLAS other than
@@ -33,8 +36,8 @@ import numpy as np
 
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
-K_CHUNK = 1024         # columns of x per piece: 2048 made [5, 4096] x [4096, 1024] 2.2x slower
-                       # (it seems to leave the small kernel), 512 was no faster
+GIL_FREE_OUTPUT = 500  # NumPy's matmul keeps the GIL for outputs of up to this many elements (measured:
+                       # two threads on [5, 4096] x [4096, 2 x 48] ran one after the other, on 3 x 48 at once)
 COLUMN_MAJOR_MIN = 1 << 19  # weights with fewer entries (2 MiB) stay row-major and unshared: the
                             # bundled models' products ran 10-25 % slower column-major, and waking a
                             # helper thread (40-85 us here) takes as long as streaming such a weight
@@ -101,25 +104,32 @@ def stored_column_major(shape):
     return shape[-2] * shape[-1] >= COLUMN_MAJOR_MIN
 
 
-def pieces(m, k, n):  # -> ((k0, k1, j0, j1), ...), chunks of k outermost, or None to use x @ w
-    """How to cut [m, k] @ [k, n] into small-kernel pieces; None where that would not help."""
-    return _cut(m, k, n, SMALL_MNK, SMALL_MN, K_CHUNK, MAX_ROWS)
+def pieces(m, k, n):  # -> ((j0, j1, width), ...), or None to use x @ w
+    """How to cut [m, k] @ [k, n] into calls on column ranges [j0, j1) of w; None where that would
+    not help. Each call computes (j1 - j0) / width small-kernel products of `width` columns."""
+    return _cut(m, k, n, SMALL_MNK, SMALL_MN, GIL_FREE_OUTPUT, MAX_ROWS)
 
 
 @functools.lru_cache(maxsize=None)  # a model has a handful of shapes; cutting one took 8-15 us a call
-def _cut(m, k, n, small_mnk, small_mn, k_chunk, max_rows):
+def _cut(m, k, n, small_mnk, small_mn, gil_free_output, max_rows):
     if not 2 <= m <= max_rows or (m * k * n <= small_mnk and m * n <= small_mn):
         return None  # one row (gemv streams), many rows (packing pays), or one small-kernel product
-    kb = min(k, k_chunk)
-    block = min(small_mnk // (m * kb), small_mn // m)  # columns of w per piece
-    return tuple((k0, min(k, k0 + kb), j0, min(n, j0 + block))  # 10 % faster than blocks outermost
-                 for k0 in range(0, k, kb) for j0 in range(0, n, block))
+    width = max(1, min(small_mnk // (m * k), small_mn // m))     # columns of w per small-kernel product
+    per_call = width * -(-(gil_free_output + 1) // (m * width))  # enough products that NumPy lets go of the GIL
+    return tuple((j0, min(n, j0 + per_call), width) for j0 in range(0, n, per_call))
 
 
-def _run(x_chunks, w, partial, todo):  # todo: one iterator, shared by every thread
-    for k0, k1, j0, j1 in todo:  # next() on a list iterator is atomic under the GIL
-        c = k0 // K_CHUNK
-        np.matmul(x_chunks[c], w[k0:k1, j0:j1], out=partial[c, :, j0:j1])
+def _run(x, w_t, out, todo):  # x [m, k], w_t = w.T [n, k] C-contiguous, out [m, n]; todo shared by every thread
+    m, k = x.shape
+    for j0, j1, width in todo:  # next() on a tuple iterator is atomic under the GIL
+        b = (j1 - j0) // width  # whole products in this call, then any narrower rest
+        if b > 1:  # b products at once: [1, m, k] @ [b, k, width] -> [b, m, width], written into out
+            np.matmul(x[None], w_t[j0:j0 + b * width].reshape(b, width, k).transpose(0, 2, 1),
+                      out=out[:, j0:j0 + b * width].reshape(m, b, width).transpose(1, 0, 2))
+        elif b == 1:
+            np.matmul(x, w_t[j0:j0 + width].T, out=out[:, j0:j0 + width])
+        if j0 + b * width < j1:
+            np.matmul(x, w_t[j0 + b * width:j1].T, out=out[:, j0 + b * width:j1])
 
 
 def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
@@ -129,18 +139,17 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     todo = pieces(m, k, n) if _BLAS is not None and w.T.flags.c_contiguous else None
     if todo is None:
         return x @ w
-    # each chunk of x copied to its own contiguous rows: about 10 % faster than strided views
-    x_chunks = [np.ascontiguousarray(x[:, k0:k0 + K_CHUNK]) for k0 in range(0, k, K_CHUNK)]  # [m, <=K_CHUNK]
-    partial = np.empty((len(x_chunks), m, n), dtype=np.result_type(x, w))  # [n_chunks, m, n]
+    x = np.ascontiguousarray(x)
+    out = np.empty((m, n), dtype=np.result_type(x, w))
     blas_threads = _BLAS.get_num_threads()
     n_helpers = blas_threads - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
-    todo = iter(todo)  # shared: each thread takes the next piece when free, so a late helper does fewer
+    todo = iter(todo)  # shared: each thread takes the next call when free, so a late helper does fewer
     _BLAS.set_num_threads(1)  # OpenBLAS's own threads would slow the pieces down
     try:
-        replies = [h.submit(_run, x_chunks, w, partial, todo) for h in HELPERS[:n_helpers]]
-        _run(x_chunks, w, partial, todo)
+        replies = [h.submit(_run, x, w.T, out, todo) for h in HELPERS[:n_helpers]]
+        _run(x, w.T, out, todo)
         for r in replies:
             r.result()
     finally:
         _BLAS.set_num_threads(blas_threads)
-    return partial[0] if len(partial) == 1 else partial.sum(axis=0)  # [m, n]
+    return out

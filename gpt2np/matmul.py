@@ -41,6 +41,8 @@ GIL_FREE_OUTPUT = 500  # NumPy's matmul keeps the GIL for outputs of up to this 
 COLUMN_MAJOR_MIN = 1 << 19  # weights with fewer entries (2 MiB) stay row-major and unshared: the
                             # bundled models' products ran 10-25 % slower column-major, and waking a
                             # helper thread (40-85 us here) takes as long as streaming such a weight
+CALLS = 32             # calls per product, about, where there are more small products than that:
+                       # the output head's 258 in 32 calls took 1.27 one-row products against 1.37
 MAX_ROWS = 16          # measured up to here (16 rows: 2.5-3x a one-row product, plain sgemm 3.2-3.6x)
 
 
@@ -107,15 +109,17 @@ def stored_column_major(shape):
 def pieces(m, k, n):  # -> ((j0, j1, width), ...), or None to use x @ w
     """How to cut [m, k] @ [k, n] into calls on column ranges [j0, j1) of w; None where that would
     not help. Each call computes (j1 - j0) / width small-kernel products of `width` columns."""
-    return _cut(m, k, n, SMALL_MNK, SMALL_MN, GIL_FREE_OUTPUT, MAX_ROWS)
+    return _cut(m, k, n, SMALL_MNK, SMALL_MN, GIL_FREE_OUTPUT, CALLS, MAX_ROWS)
 
 
 @functools.lru_cache(maxsize=None)  # a model has a handful of shapes; cutting one took 8-15 us a call
-def _cut(m, k, n, small_mnk, small_mn, gil_free_output, max_rows):
+def _cut(m, k, n, small_mnk, small_mn, gil_free_output, calls, max_rows):
     if not 2 <= m <= max_rows or (m * k * n <= small_mnk and m * n <= small_mn):
         return None  # one row (gemv streams), many rows (packing pays), or one small-kernel product
-    width = max(1, min(small_mnk // (m * k), small_mn // m))     # columns of w per small-kernel product
-    per_call = width * -(-(gil_free_output + 1) // (m * width))  # enough products that NumPy lets go of the GIL
+    width = max(1, min(small_mnk // (m * k), small_mn // m))  # columns of w per small-kernel product
+    products = max(-(-(gil_free_output + 1) // (m * width)),  # per call: enough that NumPy lets go of the GIL,
+                   -(-n // width) // calls)                   # and no more calls than needed
+    per_call = width * products
     return tuple((j0, min(n, j0 + per_call), width) for j0 in range(0, n, per_call))
 
 

@@ -13,8 +13,8 @@ spinning on the second core, is handled in gpt2np/__init__.py):
      (each output's weights contiguous, as weights.py keeps every weight of 2 MiB or more) that
      kernel streams w at ~12 GB/s per core. So w's columns are cut into products that satisfy both.
   2. The calls are shared between as many Python threads as BLAS may use, each taking the next
-     call when it is free, with OpenBLAS itself held to one thread meanwhile: its own threads made
-     concurrent small products slower.
+     call when it is free. OpenBLAS runs a small-kernel product on the thread that calls it (that
+     path never wakes its own threads), so the two threads never compete with OpenBLAS's.
   3. NumPy releases the GIL inside matmul only when the output has more than ~500 elements, so
      threads running narrower products take turns instead of running at once. The MLP's
      down-projection ([5, 4096] x [4096, 1024]) allows only 48 columns (240 outputs) per small
@@ -24,8 +24,7 @@ spinning on the second core, is handled in gpt2np/__init__.py):
 
 The result equals x @ w up to float32 rounding (the sums run in a different order); tests compare
 the two. Anything this does not help (one row, a small product, many rows, a BLAS other than
-OpenBLAS, a row-major w) is plain x @ w. BLAS's thread count is process-wide and is set to 1
-while pieces run, so run one forward pass at a time per process.
+OpenBLAS, a row-major w) is plain x @ w.
 """
 import functools
 import os
@@ -148,12 +147,8 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     blas_threads = _BLAS.get_num_threads()
     n_helpers = blas_threads - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
     todo = iter(todo)  # shared: each thread takes the next call when free, so a late helper does fewer
-    _BLAS.set_num_threads(1)  # OpenBLAS's own threads would slow the pieces down
-    try:
-        replies = [h.submit(_run, x, w.T, out, todo) for h in HELPERS[:n_helpers]]
-        _run(x, w.T, out, todo)
-        for r in replies:
-            r.result()
-    finally:
-        _BLAS.set_num_threads(blas_threads)
+    replies = [h.submit(_run, x, w.T, out, todo) for h in HELPERS[:n_helpers]]
+    _run(x, w.T, out, todo)
+    for r in replies:
+        r.result()
     return out

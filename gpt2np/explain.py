@@ -87,7 +87,7 @@ def block_trace(x, block, n_head):  # [n_seq, n_embd] -> LayerTrace
     """transformer_block + mha + ffn of model.py, unrolled, with no cache (n_past = 0)."""
     ln_1 = layer_norm(x, **block["ln_1"])
     qkv = linear(ln_1, **block["attn"]["c_attn"])                         # [n_seq, 3*n_embd]
-    q, k, v = (split_heads(t, n_head) for t in np.split(qkv, 3, axis=-1))  # 3 x [n_head, n_seq, d_head]
+    q, k, v = split_heads(qkv, n_head)                                    # 3 x [n_head, n_seq, d_head]
     mask = causal_mask(len(x), len(x))                                    # [n_seq, n_seq]
     heads = attention(q, k, v, mask)                                      # [n_head, n_seq, d_head]
     attn_out = linear(merge_heads(heads), **block["attn"]["c_proj"])      # [n_seq, n_embd]

@@ -60,9 +60,9 @@ class Helper:
     """A thread that runs fn(*args) when handed it, for as long as the process lives.
 
     A 355M verification pass hands work over ~100 times, so this is as thin as it can be: two
-    C-level queues, no futures. concurrent.futures.ThreadPoolExecutor took 6 us longer per
-    hand-off here, and the pass (with `_cut`'s cache) went from 1.69 to 1.59-1.64 one-token passes.
-    What remains, ~20 us to wake a sleeping thread, is the operating system's (PERFORMANCE.md)."""
+    C-level queues, no futures (concurrent.futures.ThreadPoolExecutor took 6 us longer per hand-off
+    here). What remains, 20-30 us in the caller to wake the sleeping thread, is the system call
+    that wakes the other virtual CPU (PERFORMANCE.md)."""
 
     def __init__(self):
         self._jobs = queue.SimpleQueue()
@@ -100,6 +100,7 @@ _BLAS = _openblas()
 _new_helpers()
 os.register_at_fork(after_in_child=_new_helpers)  # a forked child has none of its parent's threads
 
+
 def stored_column_major(shape):
     """Whether weights.py keeps a Conv1D weight of this shape column-major (for matmul's pieces)."""
     return shape[-2] * shape[-1] >= COLUMN_MAJOR_MIN
@@ -125,14 +126,13 @@ def _cut(m, k, n, small_mnk, small_mn, gil_free_output, calls, max_rows):
 def _run(x, w_t, out, todo):  # x [m, k], w_t = w.T [n, k] C-contiguous, out [m, n]; todo shared by every thread
     m, k = x.shape
     for j0, j1, width in todo:  # next() on a tuple iterator is atomic under the GIL
-        b = (j1 - j0) // width  # whole products in this call, then any narrower rest
-        if b > 1:  # b products at once: [1, m, k] @ [b, k, width] -> [b, m, width], written into out
-            np.matmul(x[None], w_t[j0:j0 + b * width].reshape(b, width, k).transpose(0, 2, 1),
-                      out=out[:, j0:j0 + b * width].reshape(m, b, width).transpose(1, 0, 2))
-        elif b == 1:
-            np.matmul(x, w_t[j0:j0 + width].T, out=out[:, j0:j0 + width])
-        if j0 + b * width < j1:
-            np.matmul(x, w_t[j0 + b * width:j1].T, out=out[:, j0 + b * width:j1])
+        j = j1 - (j1 - j0) % width  # [j0, j): whole small products, [j, j1): a narrower rest
+        if j > j0:  # b products in one call: [m, k] @ [b, k, width] -> [b, m, width], written into out
+            b = (j - j0) // width
+            np.matmul(x, w_t[j0:j].reshape(b, width, k).transpose(0, 2, 1),
+                      out=out[:, j0:j].reshape(m, b, width).transpose(1, 0, 2))
+        if j < j1:
+            np.matmul(x, w_t[j:j1].T, out=out[:, j:j1])
 
 
 def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]

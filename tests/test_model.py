@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from conftest import FIXTURES, random_params
 from gpt2np.config import PRESETS, GPT2Config
-from gpt2np.model import GPT2, causal_mask, layer_norm, softmax
+from gpt2np.model import GPT2, causal_mask, gelu, layer_norm, softmax
 from gpt2np.reference import gpt2_reference
 from gpt2np.weights import load_params
 
@@ -162,3 +162,24 @@ def test_layer_norm_gives_zero_mean_unit_variance_before_gain_and_bias():
 def test_presets_have_the_published_parameter_counts():
     assert PRESETS["124M"].n_params() == 124_439_808  # 4 x this = the 497,759,232-byte data file
     assert PRESETS["355M"].n_params() == 354_823_168
+
+
+def test_gelu_and_layer_norm_equal_their_formulas_in_float64_and_leave_inputs_alone():
+    """Both compute in place for speed: check the arithmetic against the textbook formulas."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((5, 256)) * 4).astype(np.float32)
+    g, b = rng.standard_normal(256).astype(np.float32), rng.standard_normal(256).astype(np.float32)
+    before = x.copy()
+    x64 = x.astype(np.float64)
+    want_gelu = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+    centred = x64 - x64.mean(axis=-1, keepdims=True)
+    want_ln = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5) * g + b
+    got_gelu, got_ln = gelu(x), layer_norm(x, g, b)
+    err_gelu, err_ln = np.abs(got_gelu - want_gelu).max(), np.abs(got_ln - want_ln).max()
+    assert err_gelu <= 1e-5 and err_ln <= 1e-5, f"max abs diff: gelu {err_gelu:.2e}, layer_norm {err_ln:.2e}"
+    np.testing.assert_array_equal(x, before)
+
+
+def test_the_cached_causal_mask_cannot_be_changed_by_a_caller():
+    with pytest.raises(ValueError, match="read-only"):
+        causal_mask(2, 5)[0, 0] = 1.0

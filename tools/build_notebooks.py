@@ -39,23 +39,25 @@ def code(text):
 
 
 SETUP = code("""
-    %matplotlib inline
     import sys
     from functools import partial
     from pathlib import Path
 
-    import matplotlib.pyplot as plt
-    import numpy as np
+    # Import gpt2np from this clone of the repository (the folder above notebooks/), and before
+    # NumPy: it sets OpenBLAS's thread timeout, which OpenBLAS reads only when NumPy loads it.
+    ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
+    sys.path.insert(0, str(ROOT))
+    import gpt2np
+    from gpt2np import explain
     from threadpoolctl import threadpool_limits
 
     # One BLAS thread: these models' matrices are tiny (160 columns), so a second thread saves little,
     # and when another process keeps a core busy, 2-thread OpenBLAS slows down several-fold.
     threadpool_limits(1)
-    # Import gpt2np from this clone of the repository (the folder above notebooks/).
-    ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
-    sys.path.insert(0, str(ROOT))
-    import gpt2np
-    from gpt2np import explain
+
+    %matplotlib inline
+    import matplotlib.pyplot as plt
+    import numpy as np
 """)
 
 

@@ -11,9 +11,9 @@ alive as speculative decoding keeps them (touching every weight), and reports:
                     allocates its work buffers then), after loading, after the forward passes
   peak_rss          the process's high-water mark (VmHWM in /proc/self/status)
 The worker runs twice: `first_load` reads the checkpoint (CRC-checked) and writes the .npy cache
-beside it; `cached_load` memory-maps that cache, as every later load does. Both read files the OS
-has just written, so they are page-cache-warm, not disk-cold. Memory-mapped weights count in RSS
-once touched, which is why the forward passes are included. The KV caches are allocated for the full
+beside it; `cached_load` reads that cache into memory, as every later load does. Both read files
+the OS has just written, so they are page-cache-warm, not disk-cold. The first load's checkpoint
+memory maps count in RSS once touched, which is why the forward passes are included. The KV caches are allocated for the full
 n_ctx; with transparent huge pages a few writes make most of them resident, so `kv_cache_bytes`
 (2 · n_layer · n_ctx · n_embd · 4 per model) is reported beside the weights. The ratio reported is
 peak RSS over the fp32 weight bytes of the models loaded (issue target: <= 1.3).
@@ -91,7 +91,7 @@ def run(plan):
         folders = [tmp / s for s in sizes]
         log("memory: first load in a subprocess (reads the checkpoint, writes the .npy cache)")
         first = run_worker(folders)
-        log("memory: cached load in a subprocess (memory-maps the .npy cache)")
+        log("memory: cached load in a subprocess (reads the .npy cache)")
         cached = run_worker(folders)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -116,7 +116,9 @@ def pieces(m, k, n):  # -> ((j0, j1, width), ...), or None to use x @ w
 def _cut(m, k, n, small_mnk, small_mn, gil_free_output, calls, max_rows):
     if not 2 <= m <= max_rows or (m * k * n <= small_mnk and m * n <= small_mn):
         return None  # one row (gemv streams), many rows (packing pays), or one small-kernel product
-    width = max(1, min(small_mnk // (m * k), small_mn // m))  # columns of w per small-kernel product
+    width = min(small_mnk // (m * k), small_mn // m)  # columns of w per small-kernel product
+    if width < 1:
+        return None  # x alone is too big for the small kernel
     products = max(-(-(gil_free_output + 1) // (m * width)),  # per call: enough that NumPy lets go of the GIL,
                    -(-n // width) // calls)                   # and no more calls than needed
     per_call = width * products

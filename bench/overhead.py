@@ -64,7 +64,7 @@ def per_call_overhead(plan, gemm_gflops, calls):
 
 def handoff_latency(repeats):
     """{idle gap in s: median s from submit to the helper running}, for gaps of 0, 0.2 and 2 ms."""
-    from gpt2np.matmul import HELPERS
+    from gpt2np.matmul import helpers
     out = {}
     for gap in (0.0, 2e-4, 2e-3):
         latencies = []
@@ -73,7 +73,7 @@ def handoff_latency(repeats):
             while time.perf_counter() < idle_until:  # busy, as the caller is between two products
                 pass
             start = time.perf_counter()
-            latencies.append(HELPERS[0].submit(time.perf_counter).result() - start)
+            latencies.append(helpers(1)[0].submit(time.perf_counter).result() - start)
         out[str(gap)] = median(latencies)
     return out
 

@@ -91,14 +91,18 @@ class Reply(queue.SimpleQueue):
         return value
 
 
-def _new_helpers():
-    global HELPERS
-    HELPERS = [Helper() for _ in range(max(1, (os.cpu_count() or 1) - 1))]
+CPUS = os.cpu_count() or 1
+HELPERS = []  # started on first use: a process that never runs a few-row product starts none
+
+
+def helpers(n):  # -> the first n helper threads, starting those not running yet
+    while len(HELPERS) < n:
+        HELPERS.append(Helper())
+    return HELPERS[:n]
 
 
 _BLAS = _openblas()
-_new_helpers()
-os.register_at_fork(after_in_child=_new_helpers)  # a forked child has none of its parent's threads
+os.register_at_fork(after_in_child=HELPERS.clear)  # a forked child has none of its parent's threads
 
 
 def stored_column_major(shape):
@@ -146,10 +150,10 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
         return x @ w
     x = np.ascontiguousarray(x)
     out = np.empty((m, n), dtype=np.result_type(x, w))
-    blas_threads = _BLAS.get_num_threads()
-    n_helpers = blas_threads - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
+    threads = min(_BLAS.get_num_threads(), CPUS)  # this one and its helpers
+    n_helpers = threads - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
     todo = iter(todo)  # shared: each thread takes the next call when free, so a late helper does fewer
-    replies = [h.submit(_run, x, w.T, out, todo) for h in HELPERS[:n_helpers]]
+    replies = [h.submit(_run, x, w.T, out, todo) for h in helpers(n_helpers)]
     _run(x, w.T, out, todo)
     for r in replies:
         r.result()

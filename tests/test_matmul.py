@@ -130,5 +130,5 @@ def test_a_helpers_exception_reaches_the_caller_and_the_helper_lives_on():
     def fail():
         raise ZeroDivisionError("in the helper")
     with pytest.raises(ZeroDivisionError, match="in the helper"):
-        mm.HELPERS[0].submit(fail).result()
-    assert mm.HELPERS[0].submit(sum, [1, 2, 3]).result() == 6
+        mm.helpers(1)[0].submit(fail).result()
+    assert mm.helpers(1)[0].submit(sum, [1, 2, 3]).result() == 6

@@ -16,8 +16,8 @@ the OS has just written, so they are page-cache-warm, not disk-cold. The first l
 memory maps count in RSS once touched, which is why the forward passes are included. The KV
 caches are allocated for the full n_ctx; with transparent huge pages a few writes make most of
 them resident, so `kv_cache_bytes` (2 · n_layer · n_ctx · n_embd · 4 per model) is reported beside
-the weights. The ratio reported is
-peak RSS over the fp32 weight bytes of the models loaded (issue target: <= 1.3).
+the weights. The ratio reported is peak RSS over the fp32 weight bytes of the models loaded
+(issue target: <= 1.3).
 """
 import json
 import shutil

@@ -13,6 +13,12 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
     result = gpt2np.speculative_generate(target, draft, ids, n_tokens=40, K=4,
                                          temperature=0.8, rng=np.random.default_rng(0))
     result.tokens, result.provenance, result.stats
+
+    drafter = gpt2np.load_drafter("ngram")             # prompt lookup; or a model name
+    stream = gpt2np.speculative_stream(target, drafter, ids, n_tokens=40, K="auto", temperature=0)
+    for event in stream:                               # one RoundEvent per round, as it happens
+        print(event.tokens, event.provenance)
+    stream.result.stats
 """
 import os
 
@@ -24,16 +30,20 @@ import os
 # same, verification just runs slower.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 
-from .autoregressive import generate  # noqa: E402  (after the line above)
+from .autoregressive import generate, plain_stream  # noqa: E402  (after the line above)
 from .config import PRESETS, GPT2Config
+from .drafters import ModelDrafter, NgramDrafter
 from .kv_cache import KVCache
-from .loading import RELEASE_SIZES, bundled_models, load_model, random_model
+from .loading import RELEASE_SIZES, bundled_models, load_drafter, load_model, random_model
 from .model import GPT2
+from .policies import make_policy
 from .sampling import check_sampling_options, sample, sampling_distribution
-from .speculative import speculative_generate
+from .speculative import speculative_generate, speculative_stream
+from .stream import RoundEvent, Stream
 
 __all__ = [
-    "GPT2", "GPT2Config", "KVCache", "PRESETS", "RELEASE_SIZES", "bundled_models",
-    "check_sampling_options", "generate", "load_model", "random_model", "sample",
-    "sampling_distribution", "speculative_generate",
+    "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "PRESETS", "RELEASE_SIZES",
+    "RoundEvent", "Stream", "bundled_models", "check_sampling_options", "generate", "load_drafter",
+    "load_model", "make_policy", "plain_stream", "random_model", "sample", "sampling_distribution",
+    "speculative_generate", "speculative_stream",
 ]

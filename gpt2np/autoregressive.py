@@ -10,9 +10,12 @@ of toy_models.py run through it unchanged.
 >>> len(generate(model, [0], n_tokens=5, rng=np.random.default_rng(1)))
 5
 """
+import time
+
 import numpy as np
 
 from .sampling import check_sampling_options, next_token
+from .stream import RoundEvent, Stream
 
 
 def check_generation_request(model, prompt_ids, n_tokens):
@@ -37,20 +40,34 @@ def check_rng(rng, temperature):
                          "use temperature=0 for greedy decoding without one")
 
 
+def plain_rounds(model, prompt_ids, n_tokens, options, rng):
+    """The decoding loop as a generator: one RoundEvent per token; returns the token list."""
+    cache, tokens = model.new_cache(), []
+    new_ids = np.asarray(prompt_ids)  # the first call feeds the whole prompt (prefill)
+    while True:
+        start = time.perf_counter()
+        logits = model.forward(new_ids, cache, n_logits=1)  # [1, n_vocab]
+        tokens.append(next_token(logits[-1], rng=rng, **options))
+        yield RoundEvent(tokens=tokens[-1:], provenance=["target"], K=0, n_emitted=len(tokens),
+                         seconds=time.perf_counter() - start)
+        if len(tokens) == n_tokens or tokens[-1] == model.eot_id:
+            return tokens  # the last token is never fed: nothing would read its logits
+        new_ids = np.array(tokens[-1:])  # [1]
+
+
+def plain_stream(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):
+    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away."""
+    check_sampling_options(temperature, top_k, top_p)
+    check_generation_request(model, prompt_ids, n_tokens)
+    check_rng(rng, temperature)
+    options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng))
+
+
 def generate(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):
     """Continue prompt_ids by n_tokens tokens, or fewer if the model emits `model.eot_id`.
 
     Returns the new tokens only (a list of ints); an end-of-text token is included, then we stop.
     Every check runs before the first forward pass.
     """
-    check_sampling_options(temperature, top_k, top_p)
-    check_generation_request(model, prompt_ids, n_tokens)
-    check_rng(rng, temperature)
-    cache = model.new_cache()
-    logits = model.forward(np.asarray(prompt_ids), cache, n_logits=1)  # prefill: [1, n_vocab]
-    tokens = []
-    while True:
-        tokens.append(next_token(logits[-1], temperature, top_k, top_p, rng))
-        if len(tokens) == n_tokens or tokens[-1] == model.eot_id:
-            return tokens  # the last token is never fed: nothing would read its logits
-        logits = model.forward(np.array(tokens[-1:]), cache, n_logits=1)  # [1, n_vocab]
+    return plain_stream(model, prompt_ids, n_tokens, temperature, top_k, top_p, rng).run()

@@ -13,6 +13,7 @@ import numpy as np
 
 from .config import GPT2Config
 from .download import download_model
+from .drafters import ModelDrafter, NgramDrafter
 from .model import GPT2
 from .tokenizer import load_tokenizer
 from .weights import init_params, load_params
@@ -63,6 +64,13 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
         raise ValueError(f"{folder}: the tokenizer has {tokenizer.n_vocab} tokens but hparams.json "
                          f"says n_vocab={config.n_vocab}")
     return GPT2(config, params, tokenizer, name=str(name_or_dir))
+
+
+def load_drafter(name_or_dir, models_dir="weights", base_url=None, n_max=3):
+    """"ngram" -> prompt lookup (NgramDrafter(n_max)); any model name -> ModelDrafter(load_model(...))."""
+    if str(name_or_dir) == "ngram":
+        return NgramDrafter(n_max=n_max)
+    return ModelDrafter(load_model(name_or_dir, models_dir, base_url))
 
 
 def random_model(config, seed=0, std=0.02):

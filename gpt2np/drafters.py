@@ -1,0 +1,196 @@
+"""Drafters: whatever proposes the K tokens a speculative round verifies.
+
+The loop (speculative.py) sees a drafter only through this interface:
+
+    drafter.name                                   # for the statistics
+    drafter.check(target, prompt_ids, n_tokens)    # one-line ValueError before any work
+    drafter.reset(target)                          # a new run starts (caches, indexes, clocks)
+    drafts, q = drafter.propose(context, k, options, rng)   # Step 1: up to k tokens, q [len, n_vocab]
+    drafter.roll_back(n)                           # after the round: context[:n] is accepted so far
+    drafter.calls, drafter.seconds, drafter.timings   # its cost, for c in the statistics
+    drafter.cost_per_token()                       # seconds per drafted token (None until known)
+    drafter.c_prior                                # c to assume before anything is measured
+
+Exactness needs only this of a drafter: each draft x_i is a sample of the q_i it returns (or its
+argmax at temperature 0, as the kernel's greedy rule assumes nothing else), q_i(x_i) > 0, and
+both depend only on the context and the drafter's own randomness. The kernel then emits exactly
+the target's distribution whatever q is (speculative_kernel.py): a bad drafter costs speed, never
+correctness. A drafter may propose fewer than k tokens, or none (the round is a plain target step).
+
+Two drafters:
+  * ModelDrafter: a smaller GPT-2 with its own KV cache (Leviathan et al.'s M_q);
+  * NgramDrafter: prompt lookup (Saxena 2023, "Prompt Lookup Decoding"; Hugging Face's
+    `prompt_lookup_num_tokens`, vLLM's n-gram speculator): find the most recent earlier
+    occurrence of the context's last n tokens and propose what followed it. q is one-hot, so the
+    kernel accepts x with probability min(1, p(x) / 1) = p(x), and after a rejection samples the
+    residual norm(max(0, p - onehot(x))) = p without x, renormalised. No model, c ~ 0.
+
+>>> drafter = NgramDrafter(n_max=2)
+>>> drafter.reset(target=None)
+>>> context = [5, 6, 7, 8, 5, 6]            # "5 6" occurred before, followed by 7 8 5
+>>> drafter.propose(context, 3, {}, rng=None)[0]
+[7, 8, 5]
+"""
+import time
+
+import numpy as np
+
+from .sampling import sample, sampling_distribution
+
+
+class TimedModel:
+    """One model in the loop: its cache, and a stopwatch per call size (tokens fed per call)."""
+
+    def __init__(self, model):
+        self.model, self.cache = model, model.new_cache()
+        self.durations = {}  # n_seq -> [seconds of each call]: medians resist one slow call
+
+    def feed(self, ids, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
+        start = time.perf_counter()
+        logits = self.model.forward(np.asarray(ids), self.cache, n_logits)
+        self.durations.setdefault(len(ids), []).append(time.perf_counter() - start)
+        return logits
+
+    def roll_back(self, n):
+        """Forget everything after the first n tokens (nothing to do if the cache is shorter)."""
+        self.cache.truncate(min(n, len(self.cache)))
+
+    @property
+    def timings(self):  # n_seq -> (calls, seconds)
+        return {n: (len(d), sum(d)) for n, d in self.durations.items()}
+
+    @property
+    def calls(self):
+        return sum(len(d) for d in self.durations.values())
+
+    @property
+    def seconds(self):
+        return sum(sum(d) for d in self.durations.values())
+
+
+def seconds_per_call(durations, n_seq):
+    """Median seconds of the calls that fed n_seq tokens (None if there were none)."""
+    return float(np.median(durations[n_seq])) if durations.get(n_seq) else None
+
+
+def one_hot_rows(tokens, n_vocab):  # [k] -> [k, n_vocab]
+    """q for a drafter that proposes tokens with certainty."""
+    q = np.zeros((len(tokens), n_vocab), dtype=np.float64)
+    q[np.arange(len(tokens)), tokens] = 1.0
+    return q
+
+
+class ModelDrafter:
+    """A draft GPT-2 (or toy model) with its own KV cache: Step 1 of Algorithm 1, as in the papers.
+
+    Cache invariant: between rounds the cache holds a prefix of the accepted context[:-1] and
+    catches up at its next call: after a fully accepted round it lacks x_K and the bonus token,
+    which are fed in one 2-token call (cheaper than feeding x_K inside every round, which would
+    cost a draft call in rounds that end with a rejection too; bench/spec.py measures it).
+    `sampler` exists for teaching: broken_kernels.greedy_draft_sampler breaks exactness.
+    """
+
+    def __init__(self, model, sampler=sample):
+        self.model, self.sampler = model, sampler
+        self.name = getattr(model, "name", None) or repr(model)
+        self.timed, self.c_prior = None, 0.5  # reset() gives each run a fresh cache
+
+    def check(self, target, prompt_ids, n_tokens):
+        from .autoregressive import check_generation_request  # the same checks as the target's
+        from .speculative import check_same_vocabulary
+        check_same_vocabulary(target, self.model)
+        check_generation_request(self.model, prompt_ids, n_tokens)
+
+    def reset(self, target):
+        self.timed = TimedModel(self.model)
+        sizes = [getattr(getattr(m, "config", None), "n_params", None) for m in (self.model, target)]
+        self.c_prior = sizes[0]() / sizes[1]() if all(sizes) else 0.5  # decoding reads every weight
+
+    def propose(self, context, k, options, rng):  # -> drafts [k], q [k, n_vocab]
+        """x_1..x_k autoregressively; q_i is the draft's distribution for x_i."""
+        drafts, q = [], []
+        new_ids = context[len(self.timed.cache):]  # what the draft has not seen: usually 1 or 2 tokens
+        greedy = options["temperature"] == 0
+        for _ in range(k):
+            q_i = sampling_distribution(self.timed.feed(new_ids)[-1], **options)  # [n_vocab]
+            drafts.append(int(np.argmax(q_i)) if greedy else self.sampler(q_i, rng))
+            q.append(q_i)
+            new_ids = drafts[-1:]  # x_k is never fed: the round ends before anyone needs q_{k+1}
+        return drafts, np.array(q, dtype=np.float64).reshape(k, self.model.n_vocab)
+
+    def roll_back(self, n):
+        self.timed.roll_back(n)
+
+    def cost_per_token(self):
+        return seconds_per_call(self.timed.durations, 1)
+
+    calls = property(lambda self: self.timed.calls)
+    seconds = property(lambda self: self.timed.seconds)
+    timings = property(lambda self: self.timed.timings)
+
+
+class NgramDrafter:
+    """Prompt lookup: propose what followed the most recent earlier occurrence of the last n tokens.
+
+    n runs from n_max down to n_min: the longest suffix that occurred before wins, and among its
+    occurrences the most recent. The index maps every n-gram (n_min <= n <= n_max) of the context
+    to the position just after its latest occurrence that has a following token; it is updated
+    with the tokens each round adds (O(n_max) dictionary writes per token), never rebuilt, so a
+    lookup costs the same at context 10 or 1,000. The accepted context only ever grows (rejected
+    drafts never enter it), so roll_back has nothing to forget.
+    """
+
+    def __init__(self, n_max=3, n_min=1):
+        if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or not 1 <= n_min <= n_max:
+            raise ValueError(f"n-gram sizes must be integers with 1 <= n_min <= n_max, got n_min={n_min!r}, "
+                             f"n_max={n_max!r}")
+        self.n_max, self.n_min, self.name, self.c_prior = int(n_max), int(n_min), f"ngram (n <= {n_max})", 0.0
+        self.reset(target=None)
+
+    def check(self, target, prompt_ids, n_tokens):
+        pass  # it proposes tokens of the context, which are the target's own ids
+
+    def reset(self, target):
+        self.n_vocab = getattr(target, "n_vocab", None)
+        self.index, self.n_indexed = {}, 0  # n-gram -> position after it; positions indexed so far
+        self.calls, self.seconds, self.drafted = 0, 0.0, 0
+
+    def update_index(self, context):
+        """Index the n-grams ending at positions n_indexed .. len(context) - 2 (each has a follower)."""
+        for end in range(self.n_indexed, len(context) - 1):
+            for n in range(self.n_min, min(self.n_max, end + 1) + 1):
+                self.index[tuple(context[end - n + 1:end + 1])] = end + 1  # later occurrences overwrite
+        self.n_indexed = max(self.n_indexed, len(context) - 1)
+
+    def lookup(self, context, k):
+        """Up to k tokens that followed the longest, most recent earlier match of a context suffix."""
+        for n in range(min(self.n_max, len(context)), self.n_min - 1, -1):
+            follower = self.index.get(tuple(context[len(context) - n:]))
+            if follower is not None:
+                return list(context[follower:follower + k])
+        return []
+
+    def propose(self, context, k, options, rng):  # -> drafts [<= k], q [<= k, n_vocab]
+        start = time.perf_counter()
+        self.update_index(context)
+        drafts = self.lookup(context, k) if k > 0 else []
+        self.calls, self.drafted = self.calls + 1, self.drafted + len(drafts)
+        self.seconds += time.perf_counter() - start
+        return drafts, one_hot_rows(drafts, self.n_vocab or (max(context) + 1))
+
+    def roll_back(self, n):
+        pass
+
+    def cost_per_token(self):
+        return self.seconds / self.drafted if self.drafted else None
+
+    @property
+    def timings(self):
+        return {"lookup": (self.calls, self.seconds)}
+
+
+def as_drafter(draft, draft_sampler=sample):
+    """A Drafter as is; anything with the model interface wrapped as a ModelDrafter."""
+    if hasattr(draft, "propose") and hasattr(draft, "reset"):
+        return draft
+    return ModelDrafter(draft, sampler=draft_sampler)

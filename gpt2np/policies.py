@@ -1,0 +1,157 @@
+"""K policies: how many drafts to ask for in the next round, from what the run has measured so far.
+
+    policy.name                       # "fixed" / "heuristic" / "auto", for the statistics
+    policy.reset()                    # a new run
+    K = policy.choose(past)           # before a round: K >= 0 (0 = a plain target step)
+    policy.update(record)             # after it, with its RoundRecord
+
+Why a policy keeps the output exact. Fix everything that happened before a round: the tokens, the
+decisions, even the clock readings. The policy's K is then a constant, and for any constant K the
+round emits tokens with exactly the target's conditional distribution given that past
+(speculative_kernel.py). Averaging over pasts keeps that true, so the whole output has the
+target's distribution, however K varies: the K of a round may depend on anything before it.
+It must not depend on the round itself (its drafts, its p, its coins): a policy that looked at
+the target's p to decide where to stop would keep exactly the drafts that pass, and bias the
+output (broken_kernels.peeking_K_kernel is that bug; the exact tests reject it).
+
+`past` is a Measurements: only what earlier rounds produced. Timing-driven policies ("auto") are
+exact for the same reason, and the tests enumerate them with scripted clocks.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .theory import expected_tokens_per_round
+
+HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
+ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 4   # auto: alpha_hat starts as if 4 positions had beta 0.6
+V_SLOPE_PRIOR = 0.125      # auto: v(M) = 1 + 0.125 (M - 1) until measured (355M here: v(5) ~ 1.5)
+EXPLORE_AFTER = 16         # auto: after this many plain rounds in a row, draft once (then 32, 64 ...)
+
+
+@dataclass
+class Measurements:
+    """What a policy may know before a round: the past only."""
+    overlaps: list = field(default_factory=list)   # beta = sum_x min(p, q) at every examined position
+    target_durations: dict = field(default_factory=dict)  # tokens per target call -> [seconds], no prefill
+    draft_cost: float | None = None                # drafter seconds per drafted token
+    c_prior: float = 0.5                           # the drafter's c before anything is measured
+
+
+class FixedK:
+    """Today's behaviour: K drafts every round."""
+
+    def __init__(self, K):
+        self.K, self.name = K, "fixed"
+
+    def reset(self):
+        pass
+
+    def choose(self, past):
+        return self.K
+
+    def update(self, record):
+        pass
+
+
+class HeuristicK:
+    """Hugging Face's "heuristic" schedule: K += 2 after a round whose drafts were all accepted,
+    K -= 1 otherwise, within 1..K_max (transformers' AssistedCandidateGenerator)."""
+
+    def __init__(self, K_max=8, start=HEURISTIC_START):
+        self.K_max, self.start, self.name = K_max, min(start, K_max), "heuristic"
+        self.K = self.start
+
+    def reset(self):
+        self.K = self.start
+
+    def choose(self, past):
+        return self.K
+
+    def update(self, record):
+        all_accepted = record.drafts and all(record.decisions) and len(record.decisions) == len(record.drafts)
+        self.K = min(self.K_max, self.K + 2) if all_accepted else max(1, self.K - 1)
+
+
+def v_curve(target_durations, M_max):
+    """v(M) = seconds of an M-token target call / a one-token call, for M = 1..M_max.
+
+    Modelled as a line, t(M) = t1 (1 + s (M - 1)): with calls of two or more sizes measured, a
+    least-squares fit through their medians; with one size, the prior slope s through it; with
+    none, the prior alone. Returns {M: v(M)}; v(1) = 1 by definition.
+    """
+    sizes = sorted(m for m, d in target_durations.items() if d and m <= M_max)
+    medians = [float(np.median(target_durations[m])) for m in sizes]
+    s = V_SLOPE_PRIOR
+    if len(sizes) >= 2:
+        b, a = np.polyfit(sizes, medians, 1)          # t(M) = a + b M
+        s = float(np.clip(b / (a + b), 0.0, 1.0)) if a + b > 0 else V_SLOPE_PRIOR
+    return {M: 1 + s * (M - 1) for M in range(1, M_max + 1)}
+
+
+def t1_estimate(target_durations, v):
+    """Seconds of a one-token target call, from every measured call size through the v curve."""
+    estimates = [float(np.median(d)) / v[m] for m, d in target_durations.items() if d and m in v]
+    return float(np.median(estimates)) if estimates else None
+
+
+def predicted_speedups(alpha_hat, c, v, K_max):
+    """The refined prediction E(alpha, K) / (K c + v(K+1)) for K = 0..K_max (K = 0: exactly 1)."""
+    return [expected_tokens_per_round(alpha_hat, K) / (K * c + v[K + 1]) for K in range(K_max + 1)]
+
+
+class AutoK:
+    """Each round, the K in 0..K_max that maximises the refined prediction from running estimates:
+
+        K* = argmax_K  (1 - a^(K+1)) / ((1 - a) (K c + v(K+1))),      K* = 0 means plain decoding
+
+    a = alpha_hat over every examined position so far, with a prior of ALPHA_PRIOR worth
+    ALPHA_PRIOR_WEIGHT positions (so the first rounds draft, and one unlucky round does not stop
+    it); c = drafter seconds per token / target seconds per one-token call (the drafter's c_prior
+    until it has drafted); v from the target calls measured so far (v_curve). Plain rounds tell
+    nothing about alpha, so after EXPLORE_AFTER of them in a row it drafts one round of K = 1 and
+    doubles the wait each time that does not pay.
+    """
+
+    def __init__(self, K_max=8):
+        self.K_max, self.name = K_max, "auto"
+        self.reset()
+
+    def reset(self):
+        self.plain_streak, self.explore_after = 0, EXPLORE_AFTER
+
+    def estimates(self, past):
+        """(alpha_hat, c, v) as the policy sees them now."""
+        overlaps = past.overlaps
+        a = (ALPHA_PRIOR * ALPHA_PRIOR_WEIGHT + sum(overlaps)) / (ALPHA_PRIOR_WEIGHT + len(overlaps))
+        v = v_curve(past.target_durations, self.K_max + 1)
+        t1 = t1_estimate(past.target_durations, v)
+        c = past.c_prior if past.draft_cost is None or not t1 else past.draft_cost / t1
+        return a, c, v
+
+    def choose(self, past):
+        a, c, v = self.estimates(past)
+        K = int(np.argmax(predicted_speedups(a, c, v, self.K_max)))  # the first maximum: fewest drafts
+        if K == 0 and self.plain_streak >= self.explore_after:
+            K, self.plain_streak, self.explore_after = 1, 0, 2 * self.explore_after
+        self.plain_streak = self.plain_streak + 1 if K == 0 else 0
+        return K
+
+    def update(self, record):
+        pass
+
+
+POLICIES = ("fixed", "heuristic", "auto")
+
+
+def make_policy(K, K_max=8):
+    """K: an int >= 1 (fixed), "heuristic" or "auto"; K_max bounds the last two. One-line errors."""
+    if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
+        raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
+    if K == "heuristic":
+        return HeuristicK(int(K_max))
+    if K == "auto":
+        return AutoK(int(K_max))
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+        raise ValueError(f"K (draft tokens per round) must be an integer >= 1, 'heuristic' or 'auto', got {K!r}")
+    return FixedK(int(K))

@@ -1,0 +1,117 @@
+"""The statistics of one speculative run: acceptance, costs c and v, and theory's predictions.
+
+Leviathan et al. 2023, sections 3.3-3.4 (alpha, Thm 3.5; speedup, Thm 3.8), with v added: the
+cost of a (K+1)-token verification call in one-token calls (theory.py). summarise() turns the
+round records and the stopwatches of one run into a SpeculativeStats.
+"""
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .drafters import seconds_per_call
+from .theory import expected_tokens_per_round, predicted_speedup
+
+CALIBRATION_CALLS = 5  # one-token target calls timed after a run that made fewer (for c and v)
+
+
+@dataclass(frozen=True)
+class SpeculativeStats:
+    """Counts, acceptance rates, timings and the predictions of theory.py for one run.
+
+    Two acceptance rates, because "acceptance rate" means different things in different places:
+    alpha_hat is Leviathan's alpha, the expected acceptance probability of a draft token, estimated
+    as the mean of beta = sum_x min(p, q) over the positions the kernel examined (it uses the full
+    distributions, so it is less noisy); alpha_empirical = accepted / (accepted + rejections) is
+    the fraction of examined drafts this run actually kept. Both estimate the same alpha.
+
+    c and v are measured in this run: c = drafter seconds per drafted token (a model drafter: its
+    median one-token call) / target seconds per one-token call, v = target seconds per (K+1)-token
+    call / per one-token call, each a median over the run's calls of that size. A run has
+    one-token target calls only in rounds without drafts; with fewer than CALIBRATION_CALLS, we
+    time that many extra target calls after the run (calibration_seconds, excluded from
+    target_calls and target_seconds). Ratios are None where the run made no call of the size
+    needed (e.g. no one-token draft call when K = 1).
+
+    With a K policy other than "fixed", K is the K used most often, K_counts says how often each
+    was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs.
+    """
+    K: int                                   # drafts asked for per round (the most used one)
+    rounds: int                              # target verification calls
+    drafted: int                             # draft tokens proposed
+    accepted: int                            # draft tokens accepted
+    rejections: int                          # rounds that ended with a rejected draft
+    alpha_hat: float | None                  # mean beta over examined positions (Thm 3.5)
+    alpha_empirical: float | None            # accepted / (accepted + rejections)
+    tokens_per_target_call: float            # tokens emitted / target calls (plain decoding: 1)
+    draft_calls: int
+    draft_seconds: float
+    target_calls: int
+    target_seconds: float
+    draft_timings: dict                      # tokens fed per call (or "lookup") -> (calls, seconds)
+    target_timings: dict
+    calibration_seconds: float               # the extra one-token target calls (0.0 if not needed)
+    c: float | None                          # drafter / target seconds per token
+    v: float | None                          # target seconds per (K+1)-token / one-token call
+    predicted_speedup: float | None          # Thm 3.8 with alpha_hat and c (assumes v = 1)
+    predicted_speedup_refined: float | None  # the same with the measured v
+    drafter: str = "model"                   # the drafter's name
+    policy: str = "fixed"                    # the K policy: fixed / heuristic / auto
+    K_counts: dict = None                    # K asked for -> rounds
+
+
+def time_one_token_calls(target, context, n_calls):
+    """Seconds of n_calls target calls over a single token: the unit c and v are measured in.
+
+    Made only when the run itself had fewer than n_calls one-token target calls (one timing is
+    too noisy to divide by; the median of five resists a slow call). Each feeds the newest token
+    (the call plain decoding would make next) and rolls it back, so the output is unaffected; the
+    time is reported as calibration_seconds, not hidden in target_seconds.
+    """
+    seconds = []
+    for _ in range(n_calls):
+        start = time.perf_counter()
+        target.model.forward(np.asarray(context[-1:]), target.cache, 1)
+        seconds.append(time.perf_counter() - start)
+        target.roll_back(len(context) - 1)
+    return seconds
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def mixed_prediction(alpha_hat, K_counts, c, v_of_K):
+    """sum_r E(alpha, K_r) / sum_r (K_r c + v(K_r + 1)): theory's speedup for a run of varying K."""
+    if any(v_of_K(K) is None for K in K_counts):
+        return None
+    if len(K_counts) == 1:  # one K: exactly theory.predicted_speedup
+        (K,) = K_counts
+        return predicted_speedup(alpha_hat, K, c, v_of_K(K))
+    tokens = sum(n * expected_tokens_per_round(alpha_hat, K) for K, n in K_counts.items())
+    return tokens / sum(n * (K * c + v_of_K(K)) for K, n in K_counts.items())
+
+
+def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
+    """SpeculativeStats from the round records, the K asked for in each round and the stopwatches."""
+    decisions = [d for r in records for d in r.decisions]
+    overlaps = [b for r in records for b in r.overlaps]
+    accepted, rejections = decisions.count(True), decisions.count(False)
+    alpha_hat = float(np.mean(overlaps)) if overlaps else None
+    t1 = seconds_per_call({1: target.durations.get(1, []) + calibration}, 1)
+    counts = dict(sorted(Counter(Ks).items()))
+    K = max(counts, key=lambda k: (counts[k], k)) if counts else 0
+    c = ratio(drafter.cost_per_token(), t1)
+    measured_v = lambda k: 1.0 if k == 0 else ratio(seconds_per_call(target.durations, k + 1), t1)  # noqa: E731
+    known = alpha_hat is not None and c is not None
+    return SpeculativeStats(
+        K=K, rounds=len(records), drafted=sum(len(r.drafts) for r in records), accepted=accepted,
+        rejections=rejections, alpha_hat=alpha_hat, alpha_empirical=ratio(accepted, accepted + rejections),
+        tokens_per_target_call=n_tokens / target.calls, draft_calls=drafter.calls,
+        draft_seconds=drafter.seconds, target_calls=target.calls, target_seconds=target.seconds,
+        draft_timings=drafter.timings, target_timings=target.timings,
+        calibration_seconds=sum(calibration), c=c, v=measured_v(K) if K else None,
+        predicted_speedup=mixed_prediction(alpha_hat, counts, c, lambda k: 1.0) if known else None,
+        predicted_speedup_refined=mixed_prediction(alpha_hat, counts, c, measured_v) if known else None,
+        drafter=drafter.name, policy=policy_name, K_counts=counts)

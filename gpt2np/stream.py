@@ -1,0 +1,70 @@
+"""Generation as a stream of rounds: what main.py, the console and the server show while it happens.
+
+A decoder (plain or speculative) is a Python generator that yields one `RoundEvent` per round;
+`Stream` wraps it so a consumer can print tokens as they arrive, stop early, and read the whole
+result at the end. The list-returning functions (`generate`, `speculative_generate`) are this
+stream run to its end, so there is one loop per decoder, not two.
+
+    for event in stream:       # one round at a time
+        print(event.tokens, event.provenance)
+    stream.result              # the decoder's return value, once the stream is exhausted
+
+A plain decoding step is a round too: one token, provenance "target", no drafts.
+
+>>> def rounds():
+...     yield RoundEvent(tokens=[7], provenance=["target"], K=0, n_emitted=1)
+...     return "done"
+>>> s = Stream(rounds())
+>>> [e.tokens for e in s], s.tokens, s.result
+([[7]], [7], 'done')
+"""
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One round: the tokens it emitted, where each came from, and what the round cost."""
+    tokens: list                  # tokens emitted this round (1 .. K+1)
+    provenance: list              # per token: "draft" / "resample" / "bonus" / "target" (no drafts)
+    K: int                        # drafts the K policy asked for this round (0: a plain target step)
+    n_emitted: int                # tokens emitted so far, this round included
+    drafts: list = field(default_factory=list)       # x_1..x_k the drafter proposed (k <= K)
+    decisions: list = field(default_factory=list)    # accept (True) / reject (False) per examined draft
+    q_at_drafts: list = field(default_factory=list)  # q_i(x_i) per draft
+    p_at_drafts: list = field(default_factory=list)  # p_i(x_i) per draft
+    seconds: float = 0.0          # wall time of the round
+    record: object = None         # the full RoundRecord (speculative rounds), for traces
+
+
+class Stream:
+    """Iterate over a decoder's rounds; `.tokens` / `.provenance` so far; `.result` at the end.
+
+    `close()` stops the decoder where it is (a client left, the user pressed Ctrl-C): nothing
+    after the last yielded round runs, and `.result` stays None.
+    """
+
+    def __init__(self, rounds):
+        self._rounds = rounds
+        self.tokens, self.provenance, self.result, self.done = [], [], None, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            event = next(self._rounds)
+        except StopIteration as stop:
+            self.result, self.done = stop.value, True
+            raise
+        self.tokens += event.tokens
+        self.provenance += event.provenance
+        return event
+
+    def close(self):
+        self._rounds.close()
+
+    def run(self):
+        """Consume every round; return the decoder's result."""
+        for _ in self:
+            pass
+        return self.result

@@ -3,10 +3,12 @@
     python main.py                                   # offline: the bundled Shakespeare pair
     python main.py --draft_model_size 124M --target_model_size 355M --prompt "Alan Turing" -v
     python main.py --target_model_size 124M          # one model, no draft: plain generation
+    python main.py --target_model_size 355M --draft_model_size ngram --K auto   # prompt lookup
 
-With a draft model, main.py runs target-only decoding, then speculative decoding with the same
-sampling settings, and prints both texts, their speed, the acceptance statistics and the measured
-against the predicted speedup. Bad input exits with status 2 and one line on stderr.
+With a drafter (a draft model, or "ngram" prompt lookup), main.py runs target-only decoding, then
+speculative decoding with the same sampling settings, printing each text as it is generated, then
+their speed, the acceptance statistics and the measured against the predicted speedup. Bad input
+exits with status 2 and one line on stderr.
 """
 import argparse
 import os
@@ -19,8 +21,9 @@ from threadpoolctl import threadpool_limits
 
 from gpt2np.autoregressive import check_generation_request
 from gpt2np.download import DownloadError
-from gpt2np.report import OneLineErrorParser, colour_by_provenance, format_stats, mean_std
-from gpt2np.speculative import check_same_vocabulary
+from gpt2np.policies import POLICIES
+from gpt2np.report import (OneLineErrorParser, TokenTexts, coloured, format_stats, mean_std,
+                           provenance_legend)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
@@ -50,13 +53,20 @@ def parse_args(argv):
                    help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}) or a "
                         f"folder in the release layout (default: {DEFAULT_TARGET})")
     p.add_argument("--draft_model_size", default=None,
-                   help="draft model, named like the target; omit for target-only generation "
-                        f"(default with the default target: {DEFAULT_DRAFT})")
+                   help="drafter: a draft model named like the target, or 'ngram' (prompt lookup: propose "
+                        "what followed the last n tokens' latest earlier occurrence, no model); omit for "
+                        f"target-only generation (default with the default target: {DEFAULT_DRAFT})")
+    p.add_argument("--ngram_max", type=int, default=3,
+                   help="with --draft_model_size ngram: the longest n-gram looked up (then shorter ones, down to 1)")
     p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
     p.add_argument("--mirror", default=None,
                    help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
     # speculative decoding and sampling
-    p.add_argument("--K", type=int, default=4, help="draft tokens per speculative round (Leviathan et al.'s gamma)")
+    p.add_argument("--K", type=K_value, default=4,
+                   help="draft tokens per speculative round (Leviathan et al.'s gamma), or a K policy: 'heuristic' "
+                        "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
+                        "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step)")
+    p.add_argument("--K_max", type=int, default=8, help="the largest K the heuristic and auto policies may use")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (argmax)")
     p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (Hugging Face meaning; default: all)")
     p.add_argument("--top_p", type=float, default=None,
@@ -74,13 +84,27 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def K_value(text):
+    """--K: an integer, or the name of a K policy (make_policy checks the range)."""
+    if text in POLICIES[1:]:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid K {text!r}: an integer >= 1, 'heuristic' or 'auto'") from None
+
+
 def check_args(args):
     if args.n_tokens_to_generate is None:
         args.n_tokens_to_generate = 200 if args.target_model_size is None else 40
     if args.n_tokens_to_generate <= 0:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {args.n_tokens_to_generate}")
-    if args.K < 1:
-        raise ValueError(f"--K must be at least 1, got {args.K}")
+    if isinstance(args.K, int) and args.K < 1:
+        raise ValueError(f"--K must be at least 1 (or heuristic / auto), got {args.K}")
+    if args.K_max < 1:
+        raise ValueError(f"--K_max must be at least 1, got {args.K_max}")
+    if args.ngram_max < 1:
+        raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.num_runs < 1:
@@ -88,70 +112,94 @@ def check_args(args):
     gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)
 
 
-def timed_runs(fn, num_runs, untimed=lambda result: 0.0):
-    """Run fn once (or, for num_runs > 1, one warm-up then num_runs times); return last result and seconds.
+def timed_runs(make_stream, num_runs, show, untimed=lambda result: 0.0):
+    """Run a stream to its end once (or, for num_runs > 1, one warm-up then num_runs times).
 
-    untimed(result): seconds inside fn that are measurement, not decoding, and are subtracted.
+    show(stream) consumes the stream while printing its tokens as they come; it is used for the
+    last run (with num_runs > 1 the earlier runs are not printed). Returns the last stream and
+    the seconds of each run, less untimed(result): seconds of measurement, not of decoding.
     """
     if num_runs > 1:
-        fn()
-    seconds, result = [], None
-    for _ in range(num_runs):
+        make_stream().run()
+    seconds, stream = [], None
+    for i in range(num_runs):
+        stream = make_stream()
         start = time.perf_counter()
-        result = fn()
-        seconds.append(time.perf_counter() - start - untimed(result))
-    return result, seconds
+        show(stream) if i == num_runs - 1 else stream.run()
+        seconds.append(time.perf_counter() - start - untimed(stream.result))
+    return stream, seconds
 
 
-def print_run(header, text, n_tokens, seconds):
+def printer(tokenizer, prompt, colour):
+    """show() for timed_runs: the prompt, then each round's tokens as the stream yields them."""
+    def show(stream):
+        texts = TokenTexts(tokenizer)
+        sys.stdout.write(prompt)
+        for event in stream:
+            sys.stdout.write(coloured(texts.pieces(event.tokens), event.provenance, colour))
+            sys.stdout.flush()
+        sys.stdout.write(texts.flush() + "\n")
+    return show
+
+
+def print_time(n_tokens, seconds):
     mean, std = mean_std(seconds)
     spread = f" ± {std:.3f}" if len(seconds) > 1 else ""
-    print(f"\n=== {header} ===")
     print(f"time: {mean:.3f}{spread} s for {n_tokens} tokens ({n_tokens / mean:.1f} tokens/s)")
-    print(text)
+
+
+def load_drafter(args, target):
+    """The drafter named by --draft_model_size (None: target-only), checked against the target."""
+    draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
+    if draft_name is None:
+        return None
+    return gpt2np.load_drafter(draft_name, args.models_dir, base_url=args.mirror, n_max=args.ngram_max)
 
 
 def main(argv=None):
     args = parse_args(argv)
     check_args(args)
-    target_name = args.target_model_size or DEFAULT_TARGET
-    draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
-    target = gpt2np.load_model(target_name, args.models_dir, base_url=args.mirror)
-    draft = gpt2np.load_model(draft_name, args.models_dir, base_url=args.mirror) if draft_name else None
+    gpt2np.make_policy(args.K, args.K_max)  # a bad K policy is refused before anything loads
+    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, base_url=args.mirror)
+    drafter = load_drafter(args, target)
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
     prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
-    if draft is not None:  # every check before any work
-        check_same_vocabulary(target, draft)
-    for model in (target, draft) if draft else (target,):
-        check_generation_request(model, prompt_ids, args.n_tokens_to_generate)
+    check_generation_request(target, prompt_ids, args.n_tokens_to_generate)  # every check before any work
+    if drafter is not None:
+        drafter.check(target, prompt_ids, args.n_tokens_to_generate)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
         threadpool_limits(limits=threads, user_api="blas")
-    print(f"target: {target.name}, draft: {draft.name if draft else 'none'}, prompt: {len(prompt_ids)} tokens, "
-          f"temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
+    print(f"target: {target.name}, drafter: {drafter.name if drafter else 'none'}, prompt: {len(prompt_ids)} "
+          f"tokens, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
+    colour = args.verbose and sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
-    def run_target():
+    def plain():
         rng = np.random.default_rng(args.seed)
-        return gpt2np.generate(target, prompt_ids, args.n_tokens_to_generate, rng=rng, **sampling)
+        return gpt2np.plain_stream(target, prompt_ids, args.n_tokens_to_generate, rng=rng, **sampling)
 
-    tokens, ar_seconds = timed_runs(run_target, args.num_runs)
-    print_run(f"autoregressive ({target.name})", args.prompt + target.tokenizer.decode(tokens), len(tokens), ar_seconds)
-    if draft is None:
+    print(f"\n=== autoregressive ({target.name}) ===")
+    stream, ar_seconds = timed_runs(plain, args.num_runs, printer(target.tokenizer, args.prompt, False))
+    print_time(len(stream.tokens), ar_seconds)
+    if drafter is None:
         return
 
-    def run_speculative():
+    def speculative():
         rng = np.random.default_rng(args.seed)
-        return gpt2np.speculative_generate(target, draft, prompt_ids, args.n_tokens_to_generate, args.K, rng=rng, **sampling)
+        return gpt2np.speculative_stream(target, drafter, prompt_ids, args.n_tokens_to_generate, args.K,
+                                         args.K_max, rng=rng, **sampling)
 
+    K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
+    print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")
     # the one-token target calls that calibrate c and v (when the run made too few) are not decoding
-    result, sd_seconds = timed_runs(run_speculative, args.num_runs, lambda r: r.stats.calibration_seconds)
-    colour = args.verbose and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = colour_by_provenance(target.tokenizer, result.tokens, result.provenance, colour) if args.verbose \
-        else target.tokenizer.decode(result.tokens)
-    print_run(f"speculative (draft {draft.name}, K={args.K})", args.prompt + text, len(result.tokens), sd_seconds)
+    show = printer(target.tokenizer, args.prompt, colour)
+    stream, sd_seconds = timed_runs(speculative, args.num_runs, show, lambda r: r.stats.calibration_seconds)
+    if args.verbose:
+        print(provenance_legend(stream.provenance, colour))
+    print_time(len(stream.tokens), sd_seconds)
     print()
-    print(format_stats(result.stats, measured_speedup=mean_std(ar_seconds)[0] / mean_std(sd_seconds)[0]))
+    print(format_stats(stream.result.stats, measured_speedup=mean_std(ar_seconds)[0] / mean_std(sd_seconds)[0]))
 
 
 if __name__ == "__main__":

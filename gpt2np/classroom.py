@@ -2,10 +2,12 @@
 
     python -m gpt2np.classroom                      # defaults finish in a few seconds
     python -m gpt2np.classroom --n_samples 20000 --K 3 --temperature 0.7 --broken softmax_residual
+    python -m gpt2np.classroom --drafter ngram --K auto   # prompt lookup drafts, K chosen per round
 
 What it does, in four steps:
   1. builds a target and a draft: tiny random n-gram models over a toy vocabulary A, B, C, ...
-     (toy_models.py), with the same interface as GPT-2;
+     (toy_models.py), with the same interface as GPT-2 (or, with --drafter ngram, prompt lookup:
+     drafts copied from earlier in the context, drafters.py);
   2. computes the EXACT probability of every N-token continuation of the prompt under the target,
      by enumerating every random choice of the real `generate` (exact.py): no sampling involved;
   3. runs the real `speculative_generate` n_samples times (seeded), counts each N-token outcome,
@@ -33,7 +35,9 @@ import numpy as np
 
 from .autoregressive import generate
 from .broken_kernels import BROKEN_VARIANTS
+from .drafters import NgramDrafter
 from .exact import exact_distribution
+from .policies import POLICIES, make_policy
 from .sampling import check_sampling_options
 from .speculative import speculative_generate
 from .speculative_kernel import RoundResult, accept_draft, target_token
@@ -42,6 +46,7 @@ from .toy_models import random_toy_model
 from .report import OneLineErrorParser
 
 PROMPT = [0]  # token "A": every sample continues the same one-token prompt
+NGRAM_PROMPT = [0, 1, 0]  # "A B A": with prompt lookup, something to look up from the first round
 
 
 def unnormalised_residual_kernel(drafts, q, p, rng, greedy=False):
@@ -101,17 +106,18 @@ def speculative_counts(target, draft, n_tokens, K, options, n_samples, seed, var
     broken = NEGATIVE_CONTROLS[variant] if variant else {}
     counts, drafted, accepted = Counter(), 0, 0
     for _ in range(n_samples):
-        run = speculative_generate(target, draft, prompt, n_tokens, K, rng=rng, **options, **broken)
+        run = speculative_generate(target, draft, prompt, n_tokens, K, rng=rng, K_max=4, **options, **broken)
         counts[tuple(run.tokens)] += 1
         drafted, accepted = drafted + run.stats.drafted, accepted + run.stats.accepted
     return counts, drafted, accepted
 
 
-def recovery_experiment(target, draft, n_tokens, K, options, n_samples, seed, variant=None, exact=None):
+def recovery_experiment(target, draft, n_tokens, K, options, n_samples, seed, variant=None, exact=None,
+                        prompt=PROMPT):
     """Steps 2-3 of the module docstring for one sampler: exact distribution, counts, chi-square."""
-    exact = exact if exact is not None else exact_target_distribution(target, n_tokens, options)
+    exact = exact if exact is not None else exact_target_distribution(target, n_tokens, options, prompt)
     counts, drafted, accepted = speculative_counts(target, draft, n_tokens, K, options, n_samples, seed,
-                                                   variant)
+                                                   variant, prompt)
     return Experiment(exact, counts, chi_square_test(counts, exact), drafted, accepted)
 
 
@@ -164,10 +170,10 @@ def format_table(experiment, max_rows):
 
 def format_experiment(title, experiment, alpha, max_rows):
     r = experiment.result
-    acceptance = experiment.accepted / experiment.drafted if experiment.drafted else float("nan")
+    acceptance = f"{experiment.accepted / experiment.drafted:.1%}" if experiment.drafted else "n/a: no drafts"
     return "\n".join([
         title, format_table(experiment, max_rows),
-        f"  drafts accepted: {experiment.accepted} of {experiment.drafted} ({acceptance:.1%})",
+        f"  drafts accepted: {experiment.accepted} of {experiment.drafted} ({acceptance})",
         f"  chi-square = {r.statistic:.2f} with {r.df} degrees of freedom "
         f"({len(r.bins)} bins; expected counts below 5 pooled), p-value {format_p_value(r.p_value)}",
         f"  verdict: {verdict(r, alpha)}", ""])
@@ -188,7 +194,8 @@ def format_header(args, n_outcomes):
         "Speculative decoding in the classroom: does it sample from the target?",
         f"  vocabulary {outcome_name(range(args.n_vocab))}; target and draft: random {args.order}-gram "
         f"models (model seed {args.model_seed})",
-        f"  sample = the {args.n_tokens} tokens after the prompt {outcome_name(PROMPT)}; K = {args.K}; "
+        f"  drafter: {'prompt lookup (ngram)' if args.drafter == 'ngram' else 'the draft model'}",
+        f"  sample = the {args.n_tokens} tokens after the prompt {outcome_name(prompt_of(args))}; K = {args.K}; "
         f"temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}",
         f"  target P: exact, by enumerating every random path of generate() ({n_outcomes} outcomes)",
         f"  each sampler: {args.n_samples} runs of speculative_generate, rng seed {args.seed}", ""])
@@ -201,6 +208,14 @@ def positive_int(text):
     return value
 
 
+def K_or_policy(text):
+    return text if text in POLICIES[1:] else positive_int(text)
+
+
+def prompt_of(args):
+    return NGRAM_PROMPT if args.drafter == "ngram" else PROMPT
+
+
 def build_parser():
     parser = OneLineErrorParser(
         prog="python -m gpt2np.classroom", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -211,7 +226,10 @@ def build_parser():
     add("--n_samples", type=positive_int, default=2000, help="speculative runs per sampler")
     add("--seed", type=int, default=0, help="seed of the sampling rng (same seed, same output)")
     add("--n_tokens", type=positive_int, default=3, help="tokens per sample: an outcome is this sequence")
-    add("--K", type=positive_int, default=2, help="draft tokens per verification round")
+    add("--K", type=K_or_policy, default=2,
+        help="draft tokens per verification round, or a K policy: heuristic / auto (at most 4 here)")
+    add("--drafter", default="model", choices=("model", "ngram"),
+        help="model: the toy draft model; ngram: prompt lookup (no draft model; prompt A B A)")
     # the toy models
     add("--n_vocab", type=positive_int, default=3, help="toy vocabulary size, 2 to 8 (tokens A, B, ...)")
     add("--order", type=int, default=2, choices=(1, 2, 3),
@@ -225,8 +243,9 @@ def build_parser():
     # the test
     add("--alpha", type=float, default=1e-3,
         help="significance level: the chance that a correct sampler is REJECTED by bad luck")
-    add("--broken", default="greedy_draft", choices=sorted(NEGATIVE_CONTROLS),
-        help="the broken variant shown in full (all of them get a one-line verdict at the end)")
+    add("--broken", default=None, choices=sorted(NEGATIVE_CONTROLS),
+        help="the broken variant shown in full (all of them get a one-line verdict at the end; "
+             "default: greedy_draft, or softmax_residual with --drafter ngram)")
     add("--max_rows", type=positive_int, default=30, help="outcome rows shown per table")
     return parser
 
@@ -254,14 +273,21 @@ def main(argv=None):
     check_args(parser, args)
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     target, draft = toy_pair(args.n_vocab, args.order, args.model_seed)
-    exact = exact_target_distribution(target, args.n_tokens, options)
+    K, prompt = (make_policy(args.K, 4) and args.K), prompt_of(args)
+    draft = NgramDrafter(n_max=2) if args.drafter == "ngram" else draft
+    exact = exact_target_distribution(target, args.n_tokens, options, prompt)
     print(format_header(args, len(exact)))
 
     def run(variant):
-        return recovery_experiment(target, draft, args.n_tokens, args.K, options, args.n_samples,
-                                   args.seed, variant, exact)
+        return recovery_experiment(target, draft, args.n_tokens, K, options, args.n_samples,
+                                   args.seed, variant, exact, prompt)
     print(format_experiment("1. The real speculative sampler", run(None), args.alpha, args.max_rows))
-    controls = {name: run(name) for name in sorted(NEGATIVE_CONTROLS)}
+    # the greedy-draft bug is in a draft model's sampler: prompt lookup has none to break
+    names = [n for n in sorted(NEGATIVE_CONTROLS) if not (args.drafter == "ngram" and n == "greedy_draft")]
+    args.broken = args.broken or ("softmax_residual" if args.drafter == "ngram" else "greedy_draft")
+    if args.broken not in names:
+        parser.error(f"--broken {args.broken} needs the draft model: with --drafter ngram choose from {', '.join(names)}")
+    controls = {name: run(name) for name in names}
     print(format_experiment(f"2. A broken sampler, {args.broken}: {DESCRIPTIONS[args.broken]}",
                             controls[args.broken], args.alpha, args.max_rows))
     print(format_summary(controls, args.alpha))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters import seconds_per_call
+from .policies import v_curve
 from .theory import expected_tokens_per_round, predicted_speedup
 
 CALIBRATION_CALLS = 5  # one-token target calls timed after a run that made fewer (for c and v)
@@ -35,7 +36,9 @@ class SpeculativeStats:
     needed (e.g. no one-token draft call when K = 1).
 
     With a K policy other than "fixed", K is the K used most often, K_counts says how often each
-    was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs.
+    was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs,
+    with v(K+1) from policies.v_curve's line through the measured calls for a K whose call size
+    was only timed in the first round (whose call also carries the prompt).
     """
     K: int                                   # drafts asked for per round (the most used one)
     rounds: int                              # target verification calls
@@ -104,6 +107,8 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
     K = max(counts, key=lambda k: (counts[k], k)) if counts else 0
     c = ratio(drafter.cost_per_token(), t1)
     measured_v = lambda k: 1.0 if k == 0 else ratio(seconds_per_call(target.durations, k + 1), t1)  # noqa: E731
+    fitted = v_curve(target.durations, max(counts, default=0) + 1)  # for a K whose call was never timed
+    v_of_K = lambda k: fitted[k + 1] if measured_v(k) is None and len(counts) > 1 else measured_v(k)  # noqa: E731
     known = alpha_hat is not None and c is not None
     return SpeculativeStats(
         K=K, rounds=len(records), drafted=sum(len(r.drafts) for r in records), accepted=accepted,
@@ -113,5 +118,5 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
         draft_timings=drafter.timings, target_timings=target.timings,
         calibration_seconds=sum(calibration), c=c, v=measured_v(K) if K else None,
         predicted_speedup=mixed_prediction(alpha_hat, counts, c, lambda k: 1.0) if known else None,
-        predicted_speedup_refined=mixed_prediction(alpha_hat, counts, c, measured_v) if known else None,
+        predicted_speedup_refined=mixed_prediction(alpha_hat, counts, c, v_of_K) if known else None,
         drafter=drafter.name, policy=policy_name, K_counts=counts)

@@ -39,9 +39,9 @@ def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend
                    release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "20", "--K", "4",
                    "--temperature", "0", "-v")
     assert out.returncode == 0, out.stderr
-    sections = out.stdout.split("=== ")
-    ar_text = sections[1].split("\n", 2)[2]
-    sd_text = sections[2].split("\n", 2)[2].split("\nlegend")[0]
+    sections = out.stdout.split("=== ")  # header line, the text as it streamed, then the time
+    ar_text = sections[1].split("\n", 1)[1].split("\ntime:")[0]
+    sd_text = sections[2].split("\n", 1)[1].split("\nlegend")[0]
     assert ar_text.strip() == sd_text.strip()
     for expected in ("legend", "accepted draft token", "alpha_hat", "predicted speedup", "measured speedup"):
         assert expected in out.stdout
@@ -63,7 +63,10 @@ def test_verbose_colours_tokens_only_on_a_terminal(release_dirs):
     (["--top_k", "0"], "top_k"),
     (["--n_tokens_to_generate", "0"], "n_tokens_to_generate"),
     (["--K", "0"], "K"),
-    (["--K", "abc"], "invalid int"),
+    (["--K", "abc"], "invalid K 'abc'"),
+    (["--K", "sometimes"], "heuristic"),
+    (["--K_max", "0"], "K_max"),
+    (["--ngram_max", "0"], "ngram_max"),
     (["--no_such_flag"], "unrecognized"),
 ])
 def test_bad_input_gives_one_line_and_exit_status_2(args, message):

@@ -42,6 +42,36 @@ def greedy_draft_sampler(q_i, rng):
     return int(np.argmax(q_i))
 
 
+class PeekingDrafter:
+    """BUG: K chosen by looking at the round itself. Wraps a drafter, and before the target's call
+    cuts its drafts just before the first one the target would probably reject (p(x) < q(x)), as
+    an "oracle" K policy would. Each kept draft is then accepted for sure, and the target's token
+    comes from p where the proposal distribution was q restricted to {p < q}: biased.
+    (Pass as the draft: speculative_generate(target, PeekingDrafter(draft, target), ...).)"""
+
+    def __init__(self, drafter, target):
+        from .drafters import as_drafter
+        self.inner, self.target = as_drafter(drafter), target
+        self.name, self.check, self.roll_back = "peeking " + self.inner.name, self.inner.check, self.inner.roll_back
+        self.cost_per_token = self.inner.cost_per_token
+
+    def reset(self, target):
+        self.inner.reset(target)
+        self.c_prior = self.inner.c_prior
+
+    def propose(self, context, k, options, rng):
+        from .sampling import sampling_distribution
+        drafts, q = self.inner.propose(context, k, options, rng)
+        logits = self.target.forward(np.asarray(context + drafts), self.target.new_cache(), len(drafts) + 1)
+        p = sampling_distribution(logits, **options)  # [k+1, n_vocab]: the round's own p, peeked at
+        keep = next((i for i, x in enumerate(drafts) if p[i, x] < q[i, x]), len(drafts))
+        return drafts[:keep], q[:keep]
+
+    calls = property(lambda self: self.inner.calls)
+    seconds = property(lambda self: self.inner.seconds)
+    timings = property(lambda self: self.inner.timings)
+
+
 BROKEN_VARIANTS = {  # name -> keyword arguments for speculative_generate
     "softmax_residual": {"kernel": softmax_residual_kernel},
     "first_position_only": {"kernel": first_position_only_kernel},

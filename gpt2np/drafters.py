@@ -88,12 +88,15 @@ class ModelDrafter:
     which are fed in one 2-token call (cheaper than feeding x_K inside every round, which would
     cost a draft call in rounds that end with a rejection too; bench/spec.py measures it).
     `sampler` exists for teaching: broken_kernels.greedy_draft_sampler breaks exactness.
+    c_prior: the cost ratio c to assume before the first draft call is timed (default: the two
+    models' parameter counts, since decoding reads every weight once per token; 0.5 for models
+    without a config).
     """
 
-    def __init__(self, model, sampler=sample):
-        self.model, self.sampler = model, sampler
+    def __init__(self, model, sampler=sample, c_prior=None):
+        self.model, self.sampler, self.c_given = model, sampler, c_prior
         self.name = getattr(model, "name", None) or repr(model)
-        self.timed, self.c_prior = None, 0.5  # reset() gives each run a fresh cache
+        self.timed, self.c_prior = None, c_prior  # reset() gives each run a fresh cache
 
     def check(self, target, prompt_ids, n_tokens):
         from .autoregressive import check_generation_request  # the same checks as the target's
@@ -104,7 +107,7 @@ class ModelDrafter:
     def reset(self, target):
         self.timed = TimedModel(self.model)
         sizes = [getattr(getattr(m, "config", None), "n_params", None) for m in (self.model, target)]
-        self.c_prior = sizes[0]() / sizes[1]() if all(sizes) else 0.5  # decoding reads every weight
+        self.c_prior = self.c_given if self.c_given is not None else sizes[0]() / sizes[1]() if all(sizes) else 0.5
 
     def propose(self, context, k, options, rng):  # -> drafts [k], q [k, n_vocab]
         """x_1..x_k autoregressively; q_i is the draft's distribution for x_i."""
@@ -187,6 +190,16 @@ class NgramDrafter:
     @property
     def timings(self):
         return {"lookup": (self.calls, self.seconds)}
+
+
+def ngram_lookup_reference(context, k, n_max, n_min=1):
+    """The slow oracle for NgramDrafter.lookup: rescan the whole context, newest position first."""
+    for n in range(min(n_max, len(context)), n_min - 1, -1):
+        suffix = list(context[len(context) - n:])
+        for start in range(len(context) - n - 1, -1, -1):  # occurrences that have a follower
+            if list(context[start:start + n]) == suffix:
+                return list(context[start + n:start + n + k])
+    return []
 
 
 def as_drafter(draft, draft_sampler=sample):

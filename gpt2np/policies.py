@@ -10,9 +10,11 @@ decisions, even the clock readings. The policy's K is then a constant, and for a
 round emits tokens with exactly the target's conditional distribution given that past
 (speculative_kernel.py). Averaging over pasts keeps that true, so the whole output has the
 target's distribution, however K varies: the K of a round may depend on anything before it.
-It must not depend on the round itself (its drafts, its p, its coins): a policy that looked at
-the target's p to decide where to stop would keep exactly the drafts that pass, and bias the
-output (broken_kernels.peeking_K_kernel is that bug; the exact tests reject it).
+It must not depend on the round itself (its drafts, its coins): a policy that looked at the
+target's p to decide where to cut a model's random drafts would keep exactly the drafts that pass,
+and bias the output (broken_kernels.PeekingDrafter is that bug; the exact tests reject it). With
+prompt lookup the drafts are a function of the context, so such a cut is a choice made from the
+past after all, and the same tests show it stays exact.
 
 `past` is a Measurements: only what earlier rounds produced. Timing-driven policies ("auto") are
 exact for the same reason, and the tests enumerate them with scripted clocks.

@@ -1,0 +1,281 @@
+"""Drafters and K policies keep speculative decoding exact (issue 10, item 5).
+
+The same proofs as for the draft-model loop (test_speculative_exact.py), for what is new:
+  * prompt lookup (NgramDrafter, one-hot q) by exact enumeration of every random path;
+  * K policies that change K between rounds (heuristic; auto, with a scripted clock so that its
+    timing-driven choices replay identically on every path) by exact enumeration;
+  * a negative control: K chosen by peeking at the round's own p (broken_kernels.PeekingDrafter)
+    misses the target's distribution by a wide margin, under the very same comparison;
+  * temperature 0 == the target's greedy tokens, for every drafter and policy;
+  * caches == recomputation after any number of rounds of varying K;
+  * the n-gram index against its slow oracle, the heuristic schedule against HF's rule, auto's
+    choice against theory.
+"""
+import hypothesis
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+
+from gpt2np import drafters, speculative, speculative_stats
+from gpt2np.autoregressive import generate
+from gpt2np.broken_kernels import PeekingDrafter
+from gpt2np.drafters import ModelDrafter, NgramDrafter, ngram_lookup_reference
+from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
+from gpt2np.policies import (EXPLORE_AFTER, AutoK, HeuristicK, Measurements, make_policy,
+                             predicted_speedups, v_curve)
+from gpt2np.speculative import RoundRecord, speculative_generate, speculative_stream
+from gpt2np.theory import best_K
+from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
+                                    toy_pair)
+
+
+class ScriptedClock:
+    """time.perf_counter's stand-in: every reading advances by the next of a fixed, uneven series,
+    so durations differ from call to call (auto's K varies) yet replay identically on every path."""
+
+    def __init__(self):
+        self.now, self.readings = 0.0, 0
+
+    def perf_counter(self):
+        self.readings += 1
+        self.now += 1e-3 * (1 + (self.readings * 7919) % 13)  # uneven, deterministic
+        return self.now
+
+
+@pytest.fixture
+def scripted_clock(monkeypatch):
+    """Install a fresh ScriptedClock per call of the returned function (one per enumerated path)."""
+    def install():
+        clock = ScriptedClock()
+        for module in (drafters, speculative, speculative_stats):
+            monkeypatch.setattr(module, "time", clock)
+        return clock
+    return install
+
+
+def speculative_distribution(target, make_draft, prompt, n_tokens, K, before_each=None, **options):
+    def run(rng):
+        if before_each:
+            before_each()
+        return tuple(speculative_generate(target, make_draft(), prompt, n_tokens, K, rng=rng, K_max=3,
+                                          **options).tokens)
+    return exact_distribution(run)
+
+
+NGRAM_PROMPTS = [[0, 1, 0], [1, 1, 0, 1]]  # something to look up from the first round
+
+
+# ---- exact enumeration ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("K", [1, 2, 3])
+@pytest.mark.parametrize("prompt", NGRAM_PROMPTS, ids=str)
+def test_prompt_lookup_samples_exactly_the_target_distribution(pair, K, prompt):
+    target, _ = toy_pair(**PAIRS[pair])
+    expected = target_distribution(target, prompt, 4)
+    got = speculative_distribution(target, lambda: NgramDrafter(n_max=2), prompt, 4, K)
+    assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+
+
+@pytest.mark.parametrize("options", [dict(temperature=0.6), dict(top_k=2), dict(top_p=0.7)], ids=str)
+def test_prompt_lookup_is_exact_with_temperature_top_k_and_top_p(options):
+    target, _ = toy_pair(**PAIRS["4 tokens, 30% zeros"])
+    expected = target_distribution(target, [0, 1, 0], 3, **options)
+    got = speculative_distribution(target, lambda: NgramDrafter(n_max=2), [0, 1, 0], 3, 2, **options)
+    assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+
+
+@pytest.mark.parametrize("policy", ["heuristic", "auto"])
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_policies_that_change_K_between_rounds_stay_exact(pair, drafter, policy, scripted_clock):
+    target, draft = toy_pair(**PAIRS[pair])
+    prompt = [0, 1, 0]
+    # c_prior 0.1: auto drafts from the first round (with the toy models' default 0.5 it would not)
+    make_draft = (lambda: NgramDrafter(n_max=2)) if drafter == "ngram" else (lambda: ModelDrafter(draft, c_prior=0.1))
+    expected = target_distribution(target, prompt, 4)
+    got = speculative_distribution(target, make_draft, prompt, 4, policy, before_each=scripted_clock)
+    assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+
+
+def test_auto_really_varies_K_under_the_scripted_clock(scripted_clock):
+    """Otherwise the enumeration above would only prove the fixed case again."""
+    target, draft = toy_pair(**PAIRS["4 tokens, 30% zeros"])
+    used = set()
+    for seed in range(20):
+        scripted_clock()
+        stats = speculative_generate(target, ModelDrafter(draft, c_prior=0.1), [0, 1, 0], 12, "auto",
+                                     rng=np.random.default_rng(seed),
+                                     K_max=3).stats
+        used |= set(stats.K_counts)
+    assert len(used) >= 2, used
+
+
+def test_peeking_at_the_round_to_choose_K_is_caught():
+    """Negative control: same comparison, K cut where the round's own p says a draft would fail."""
+    target, draft = toy_pair(**PAIRS["3 tokens, eot=2"])
+    prompt = [0, 1, 0]
+    expected = target_distribution(target, prompt, 3)
+    honest = speculative_distribution(target, lambda: draft, prompt, 3, 3)
+    assert max_abs_difference(honest, expected) <= EXACT
+    peeking = speculative_distribution(target, lambda: PeekingDrafter(draft, target), prompt, 3, 3)
+    assert total_variation(peeking, expected) > 0.02, total_variation(peeking, expected)
+
+
+def test_peeking_cannot_bias_a_deterministic_drafter_but_a_broken_kernel_does():
+    """Prompt lookup's drafts are a function of the context, so cutting them by the round's p is
+    a choice of K from the context alone: still exact (the bias above needs a random draft to
+    select on). The broken kernels are caught with prompt lookup as with a draft model."""
+    from gpt2np.broken_kernels import BROKEN_VARIANTS
+    target, _ = toy_pair(**PAIRS["3 tokens, eot=2"])
+    prompt = [0, 1, 0]
+    expected = target_distribution(target, prompt, 3)
+    peeking = speculative_distribution(target, lambda: PeekingDrafter(NgramDrafter(n_max=2), target),
+                                       prompt, 3, 3)
+    assert max_abs_difference(peeking, expected) <= EXACT
+    for name in ["softmax_residual", "first_position_only"]:
+        broken = exact_distribution(lambda rng: tuple(speculative_generate(
+            target, NgramDrafter(n_max=2), prompt, 3, 3, rng=rng, **BROKEN_VARIANTS[name]).tokens))
+        assert total_variation(broken, expected) > 0.02, (name, total_variation(broken, expected))
+
+
+# ---- temperature 0 and caches --------------------------------------------------------------------
+
+@hypothesis.settings(deadline=None, max_examples=60)
+@hypothesis.given(seed=st.integers(0, 2**32 - 1), n_vocab=st.integers(2, 6), K=st.sampled_from([1, 3, "heuristic", "auto"]),
+                  drafter=st.sampled_from(["model", "ngram"]), n_tokens=st.integers(1, 16),
+                  prompt=st.lists(st.integers(0, 1), min_size=1, max_size=5))
+def test_greedy_equals_target_greedy_for_every_drafter_and_policy(seed, n_vocab, K, drafter, n_tokens, prompt):
+    target, draft = toy_pair(seed, n_vocab, 0.3)
+    draft = NgramDrafter(n_max=3) if drafter == "ngram" else draft
+    result = speculative_generate(target, draft, prompt, n_tokens, K, temperature=0, K_max=4)
+    assert result.tokens == generate(target, prompt, n_tokens, temperature=0)
+
+
+@pytest.mark.parametrize("K", ["heuristic", "auto"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_caches_equal_recomputation_after_rounds_of_varying_K(seed, temperature, K):
+    target, draft = toy_pair(seed, n_vocab=4, zero_fraction=0.3)
+    for n_tokens in range(1, 13):
+        rng = np.random.default_rng(seed * 100 + n_tokens)
+        assert_caches_match_recomputation(target, draft, [3, 1], n_tokens, K, temperature=temperature, rng=rng)
+
+
+# ---- the n-gram index ----------------------------------------------------------------------------
+
+def test_lookup_prefers_the_longest_then_the_most_recent_match():
+    d = NgramDrafter(n_max=3)
+    d.reset(target=None)
+    context = [1, 2, 3, 9, 2, 3, 8, 4, 2, 3]  # "2 3" after "1" at 1, after "9" at 4: latest wins
+    assert d.propose(context, 2, {}, None)[0] == [8, 4]
+    assert d.propose(context + [8], 5, {}, None)[0] == [4, 2, 3, 8]  # "3 8" seen once: up to the end
+    assert d.propose([5, 6, 7], 3, {}, None)[0] == []                # nothing repeats: no drafts
+
+
+@hypothesis.settings(deadline=None, max_examples=200)
+@hypothesis.given(tokens=st.lists(st.integers(0, 3), min_size=1, max_size=40), n_max=st.integers(1, 4),
+                  k=st.integers(1, 6), chunks=st.lists(st.integers(1, 5), min_size=1, max_size=10))
+def test_incremental_index_equals_a_full_rescan_after_every_round(tokens, n_max, k, chunks):
+    d = NgramDrafter(n_max=n_max)
+    d.reset(target=None)
+    end = 0
+    for size in chunks + [len(tokens)]:  # the context grows by a few tokens per round
+        end = min(len(tokens), end + size)
+        context = tokens[:end]
+        assert d.propose(context, k, {}, None)[0] == ngram_lookup_reference(context, k, n_max)
+        assert d.n_indexed == len(context) - 1  # each position indexed once, never rescanned
+
+
+def test_one_hot_q_and_costs_are_reported():
+    target, _ = toy_pair(0, n_vocab=4)
+    result = speculative_generate(target, NgramDrafter(), [0, 1, 2, 0, 1], 10, 3, temperature=0)
+    s = result.stats
+    assert s.drafter == "ngram (n <= 3)" and s.policy == "fixed" and s.draft_timings["lookup"][0] == s.rounds
+    assert s.c is not None and s.c >= 0
+
+
+@pytest.mark.parametrize("n_max, n_min", [(0, 1), (2, 3), (1.5, 1), (True, 1)])
+def test_bad_ngram_sizes_are_refused(n_max, n_min):
+    with pytest.raises(ValueError, match="n-gram sizes"):
+        NgramDrafter(n_max=n_max, n_min=n_min)
+
+
+# ---- the policies --------------------------------------------------------------------------------
+
+def record(n_drafts, n_accepted):
+    decisions = [True] * n_accepted + [False] * (n_accepted < n_drafts)
+    return RoundRecord(drafts=[0] * n_drafts, q_at_drafts=[], p_at_drafts=[], decisions=decisions,
+                       overlaps=[], emitted=[], provenance=[], q=None, p=None)
+
+
+def test_heuristic_follows_hugging_faces_schedule():
+    policy = HeuristicK(K_max=8)
+    seen = []
+    for n_accepted in [5, 7, 8, 3, 0, 0, 0, 0, 0, 1]:
+        K = policy.choose(Measurements())
+        seen.append(K)
+        policy.update(record(K, min(n_accepted, K)))
+    # start 5; +2 after all accepted (5 -> 7 -> 8, capped); -1 otherwise, never below 1
+    assert seen == [5, 7, 8, 8, 7, 6, 5, 4, 3, 2]
+
+
+def test_auto_picks_the_argmax_of_the_refined_prediction():
+    durations = {1: [10.0] * 3, 3: [12.5] * 3, 5: [15.0] * 3}  # v(M) = 1 + 0.125 (M - 1) exactly
+    for a, cost in [(0.9, 0.0), (0.6, 0.0), (0.8, 3.7), (0.3, 3.7)]:
+        past = Measurements(overlaps=[a] * 10_000, target_durations=durations, draft_cost=cost)
+        policy = AutoK(K_max=8)
+        c, v = cost / 10.0, v_curve(durations, 9)
+        expected = int(np.argmax(predicted_speedups(a, c, v, 8)))
+        assert policy.choose(past) == expected
+        if expected > 0:  # theory's best_K, which searches K >= 1 at v = 1 + 0.125 K... agrees
+            assert expected == max(range(1, 9), key=lambda K: predicted_speedups(a, c, v, 8)[K])
+    assert AutoK(8).choose(Measurements([0.3] * 1000, durations, 3.7)) == 0   # drafting cannot pay
+    assert AutoK(8).choose(Measurements([0.9] * 1000, durations, 0.0)) >= 4   # free drafts pay long
+    assert best_K(0.9, 0.0, 1.0, K_max=8) == 8
+
+
+def test_v_curve_is_a_line_through_the_measured_calls_or_the_prior():
+    assert v_curve({}, 5) == {1: 1.0, 2: 1.125, 3: 1.25, 4: 1.375, 5: 1.5}
+    curve = v_curve({1: [2.0], 5: [4.0]}, 5)  # slope: +0.5 per token, t1 = 2
+    np.testing.assert_allclose([curve[m] for m in range(1, 6)], [1.0, 1.25, 1.5, 1.75, 2.0])
+
+
+def test_auto_explores_after_a_run_of_plain_rounds_and_waits_longer_each_time():
+    policy = AutoK(K_max=4)
+    past = Measurements([0.0] * 1000, {1: [1.0], 2: [1.5]}, draft_cost=0.5)
+    Ks = [policy.choose(past) for _ in range(3 * EXPLORE_AFTER + 10)]
+    drafted = [i for i, K in enumerate(Ks) if K > 0]
+    assert drafted == [EXPLORE_AFTER, EXPLORE_AFTER + 1 + 2 * EXPLORE_AFTER], drafted
+
+
+@pytest.mark.parametrize("K, K_max, message", [
+    (0, 8, "K"), ("sometimes", 8, "heuristic"), (2.5, 8, "K"), ("auto", 0, "K_max"), (True, 8, "K"),
+])
+def test_bad_K_or_K_max_is_one_line(K, K_max, message):
+    with pytest.raises(ValueError, match=message):
+        make_policy(K, K_max)
+
+
+# ---- the stream ----------------------------------------------------------------------------------
+
+def test_stream_yields_rounds_that_add_up_to_the_result():
+    target, draft = toy_pair(1, n_vocab=4)
+    stream = speculative_stream(target, draft, [0], 15, K="heuristic", rng=np.random.default_rng(3))
+    events = list(stream)
+    result = stream.result
+    assert [t for e in events for t in e.tokens] == result.tokens == stream.tokens
+    assert [p for e in events for p in e.provenance] == result.provenance
+    assert [e.n_emitted for e in events] == list(np.cumsum([len(e.tokens) for e in events]))
+    assert result.stats.rounds == len(events) and sum(result.stats.K_counts.values()) == len(events)
+    assert all(len(e.drafts) <= e.K and e.seconds >= 0 for e in events)
+
+
+def test_stream_checks_before_any_work_and_can_stop_early():
+    target, draft = toy_pair(1, n_vocab=4)
+    with pytest.raises(ValueError, match="rng"):
+        speculative_stream(target, draft, [0], 5, K=2)  # raised at the call, not on iteration
+    stream = speculative_stream(target, ModelDrafter(draft), [0], 50, K=2, rng=np.random.default_rng(0))
+    first = next(stream)
+    stream.close()
+    assert stream.tokens == first.tokens and stream.result is None

@@ -1,0 +1,80 @@
+"""python -m gpt2np.serve: the completions server and playground for a target and its drafter.
+
+    python -m gpt2np.serve                                   # bundled pair, http://127.0.0.1:8000/
+    python -m gpt2np.serve --target_model_size 355M --draft_model_size 124M --port 8080
+    python -m gpt2np.serve --draft_model_size ngram          # prompt lookup, no draft model
+
+Models are named as in main.py (size, bundled name, folder, or "ngram" for the drafter). When the
+drafter is a model, the prompt-lookup drafter "ngram" is served beside it (it costs nothing), and
+a request picks one with the field "drafter". Bad flags or models: one line, exit status 2.
+"""
+import sys
+
+import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
+from gpt2np.download import DownloadError
+from gpt2np.report import OneLineErrorParser
+
+DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
+
+
+def parse_args(argv):
+    p = OneLineErrorParser(prog="python -m gpt2np.serve", description=__doc__.split("\n")[0])
+    p.add_argument("--target_model_size", default=DEFAULT_TARGET,
+                   help="target: 124M, 355M, 774M, 1558M, a bundled name or a folder (default: %(default)s)")
+    p.add_argument("--draft_model_size", default=None,
+                   help=f"drafter: a model named like the target, or 'ngram'; 'none': no draft model "
+                        f"(default with the default target: {DEFAULT_DRAFT}, else none); 'ngram' is always served too")
+    p.add_argument("--ngram_max", type=int, default=3, help="longest n-gram the 'ngram' drafter looks up")
+    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
+    p.add_argument("--mirror", default=None, help="base URL of a mirror of OpenAI's release")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--max_queue", type=int, default=16,
+                   help="requests waiting beyond the running one; more are answered 429 (default: %(default)s)")
+    p.add_argument("--max_body_bytes", type=int, default=256 * 1024, help="larger request bodies get 413")
+    p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: as main.py)")
+    return p.parse_args(argv)
+
+
+def load_engine(args):
+    """The target, its drafters by name, and the Engine around them (every check before serving)."""
+    from gpt2np.serve.engine import Engine
+    if args.max_queue < 1 or args.ngram_max < 1 or args.max_body_bytes < 1:
+        raise ValueError("--max_queue, --ngram_max and --max_body_bytes must be at least 1")
+    target = gpt2np.load_model(args.target_model_size, args.models_dir, base_url=args.mirror)
+    draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
+    drafters = {}
+    if draft != "none":
+        drafter = gpt2np.load_drafter(draft, args.models_dir, base_url=args.mirror, n_max=args.ngram_max)
+        drafter.check(target, [0], 1)  # same vocabulary, refused now rather than per request
+        drafters[drafter.name] = drafter
+    if "ngram" not in drafters:
+        drafters["ngram"] = gpt2np.NgramDrafter(n_max=args.ngram_max)
+    model_id = target.name.rstrip("/").split("/")[-1]  # a folder's name, never its path
+    return Engine(target, drafters, model_id=model_id, max_queue=args.max_queue)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        import uvicorn
+        from gpt2np.serve.app import create_app
+    except ImportError as e:
+        raise SystemExit(f"error: the server needs FastAPI and uvicorn: pip install -r requirements-serve.txt ({e})")
+    engine = load_engine(args)
+    if args.threads or engine.target.config.n_embd < 512:  # as main.py: one thread is faster for small models
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=args.threads or 1, user_api="blas")
+    print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on http://{args.host}:{args.port}/",
+          file=sys.stderr)
+    uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (ValueError, OSError, DownloadError) as e:
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        sys.exit(2)

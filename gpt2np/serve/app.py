@@ -1,0 +1,227 @@
+"""The FastAPI application: `create_app(engine)`.
+
+Routes: POST /predict (the seed's curl-able interface), POST /v1/completions (OpenAI's, streaming
+with server-sent events), GET /v1/models, GET /health, GET / (the playground), and FastAPI's /docs.
+Every error is JSON in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, with a
+4xx status for anything the client can fix; no traceback ever reaches a client.
+"""
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from .completions import SSE_DONE, Completion, sse
+from .engine import Generation, QueueFull, RequestError, new_seed
+from .schemas import FIELD_HELP, CompletionRequest, PredictRequest
+
+PAGE = Path(__file__).parent / "static" / "index.html"
+MAX_BODY_BYTES = 256 * 1024
+log = logging.getLogger("gpt2np.serve")
+
+
+def error(status, message, param=None, kind="invalid_request_error", code=None, headers=None):
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def validation_message(errors):
+    """pydantic's errors -> (field, one line): the first field at fault, in words."""
+    first = errors[0]
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    if first.get("type") == "json_invalid":
+        return None, f"invalid JSON in the request body ({first.get('ctx', {}).get('error', 'cannot parse')})"
+    if not loc:  # the body itself, or a check across fields ("echo: ...")
+        msg = first.get("msg", "invalid request").removeprefix("Value error, ")
+        field = msg.split(":")[0] if ":" in msg else None
+        return field, msg if field else f"the request body must be a JSON object ({msg})"
+    field = loc[0]
+    if field in FIELD_HELP and not first.get("type", "").endswith("missing"):
+        return field, f"{field}: {FIELD_HELP[field]}"
+    if first.get("type") == "none_required":
+        return field, f"{field}: not supported by this server (leave it out or null)"
+    where = ".".join(loc[:1] + [x for x in loc[1:] if x.isdigit()])
+    return field, f"{where}: {first.get('msg', 'invalid value')}"
+
+
+class BodyLimit:
+    """ASGI middleware: bodies over max_bytes get 413, whether or not Content-Length says so."""
+
+    def __init__(self, app, max_bytes):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        too_big = not length.isdigit() or int(length) > self.max_bytes
+        body, messages = 0, []
+        while not too_big:  # read the body here, so a chunked upload is measured too
+            message = await receive()
+            messages.append(message)
+            body += len(message.get("body", b""))
+            too_big = body > self.max_bytes
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        if too_big:
+            response = error(413, f"the request body is larger than {self.max_bytes} bytes", kind="request_too_large")
+            return await response(scope, receive, send)
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+        await self.app(scope, replay, send)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that always closes its generator, however the response ends (a client
+    that disconnects makes send() fail or cancels the stream): the generator's cleanup cancels the job."""
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
+    """The application serving `engine` (engine.Engine; started and stopped with the app)."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app):  # the worker lives as long as the application
+        engine.start()
+        yield
+        engine.stop()
+
+    app = FastAPI(lifespan=lifespan, title="gpt2np", description="GPT-2 in NumPy with speculative decoding: OpenAI-compatible "
+                  "completions with per-token provenance (draft / resample / bonus).", version="1.0")
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, exc):
+        field, message = validation_message(exc.errors())
+        return error(400, message, param=field)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, exc):
+        return error(exc.status_code, str(exc.detail), kind="not_found" if exc.status_code == 404 else "http_error")
+
+    @app.exception_handler(Exception)
+    async def crashed(request, exc):  # a bug, never the client's fault: logged here, not sent
+        log.exception("unhandled error")
+        return error(500, "internal server error", kind="server_error")
+
+    def generation(body, ids):
+        """The request's fields as a Generation, checked against the model (RequestError)."""
+        drafter = (body.drafter or engine.default_drafter) if body.speculative else None
+        if body.speculative and drafter is None:
+            raise RequestError("speculative", "this server has no drafter: send speculative false")
+        g = Generation(prompt_ids=tuple(ids), max_tokens=body.max_tokens, temperature=body.temperature,
+                       top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
+                       seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,
+                       drafter=drafter)
+        engine.check(g)
+        return g
+
+    async def run(g, completion, request=None):
+        """Queue g and collect its rounds into completion (non-streaming)."""
+        job = engine.submit(g, asyncio.get_running_loop())
+        try:
+            while not completion.done:
+                message = await job.messages.get()
+                if message[0] == "round":
+                    completion.add_round(*message[1:], engine.target.eot_id)
+                elif message[0] == "done":
+                    completion.finish(*message[1:])
+                    return None
+                elif message[0] == "error":
+                    return error(message[1], message[2], kind="server_error" if message[1] >= 500 else
+                                 "invalid_request_error")
+        finally:
+            job.cancel()  # done, stopped by a stop string, or the request was cancelled
+
+    def refused(e):
+        if isinstance(e, QueueFull):
+            return error(429, str(e), kind="rate_limit_error", code="queue_full",
+                         headers={"Retry-After": str(e.retry_after)})
+        return error(400, str(e), param=e.param)
+
+    @app.post("/v1/completions", summary="OpenAI-compatible completion (stream: server-sent events)")
+    async def completions(body: CompletionRequest, request: Request):
+        if body.model is not None and body.model != engine.model_id:
+            return error(404, f"model: the model {body.model!r} is not served here; this server serves "
+                              f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
+        try:
+            ids = engine.encode(body.prompt)
+            g = generation(body, ids)
+            completion = Completion(engine.model_id, g, len(ids), body.stops())
+            if body.stream:
+                job = engine.submit(g, asyncio.get_running_loop())
+                return ClosingStreamingResponse(events(job, completion), media_type="text/event-stream",
+                                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            failed = await run(g, completion)
+        except (RequestError, QueueFull) as e:
+            return refused(e)
+        return failed or completion.final()
+
+    async def events(job, completion):
+        try:
+            while True:
+                message = await job.messages.get()
+                if message[0] == "round":
+                    text, entries = completion.add_round(*message[1:], engine.target.eot_id)
+                    if completion.done:
+                        yield sse(completion.last_chunk(text))
+                        break
+                    yield sse(completion.chunk(text, entries, completion.rounds[-1]))
+                elif message[0] == "done":
+                    yield sse(completion.last_chunk(completion.finish(*message[1:])))
+                    break
+                elif message[0] == "error":
+                    yield sse({"error": {"message": message[2], "type": "server_error", "param": None, "code": None}})
+                    break
+                else:
+                    return
+            yield SSE_DONE
+        finally:
+            job.cancel()  # after the end this changes nothing; before it, the worker stops the stream
+
+    @app.post("/predict", summary="The seed's interface: {\"prompt\": ...} -> text and statistics")
+    async def predict(body: PredictRequest):
+        try:
+            ids = engine.encode(body.prompt)
+            g = generation(body, ids)
+            completion = Completion(engine.model_id, g, len(ids))
+            failed = await run(g, completion)
+        except (RequestError, QueueFull) as e:
+            return refused(e)
+        if failed:
+            return failed
+        live = completion.live or {}
+        return {"prompt": body.prompt, "text": completion.text.text, "model": engine.model_id,
+                "finish_reason": completion.finish_reason, "usage": completion.usage(),
+                "tokens": [int(t) for t in completion.tokens], "provenance": completion.provenance,
+                "seconds": live.get("seconds"), "tokens_per_second": live.get("tokens_per_second"),
+                "seed": g.seed, "stats": completion.stats or live}
+
+    @app.get("/v1/models", summary="The served model (OpenAI's list), with its drafters")
+    async def models():
+        return {"object": "list", "data": [{
+            "id": engine.model_id, "object": "model", "created": 0, "owned_by": "gpt2np",
+            "gpt2np": {"n_ctx": engine.n_ctx, "n_vocab": engine.target.n_vocab,
+                       "drafters": list(engine.drafters), "default_drafter": engine.default_drafter}}]}
+
+    @app.get("/health", summary="Liveness: the worker is running; queue depth")
+    async def health():
+        body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
+                "queued": engine.queued, "max_queue": engine.max_queue, "busy": engine.busy,
+                "served": engine.served}
+        return JSONResponse(body, status_code=200 if engine.alive else 503)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page():
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    return app

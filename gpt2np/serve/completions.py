@@ -1,0 +1,148 @@
+"""OpenAI's completion objects and server-sent events, from the engine's round messages.
+
+A completion (https://platform.openai.com/docs/api-reference/completions/object) is
+{"id", "object": "text_completion", "created", "model", "choices": [{"text", "index", "logprobs",
+"finish_reason"}], "usage"}; a streamed one is the same object once per event, each carrying the
+new text, framed as `data: <json>\\n\\n` and closed by `data: [DONE]\\n\\n` (the SSE framing the
+openai client reads). gpt2np adds one object, "gpt2np", with where each token came from
+(provenance: draft / resample / bonus / target) and the round statistics.
+
+finish_reason: "length" when max_tokens were generated, "stop" for <|endoftext|> or a stop string.
+"""
+import json
+import math
+import time
+import uuid
+
+from gpt2np.speculative import SpeculativeResult
+
+STATS_FIELDS = ("drafter", "policy", "K", "K_counts", "rounds", "drafted", "accepted", "rejections",
+                "alpha_hat", "alpha_empirical", "tokens_per_target_call", "target_calls", "draft_calls",
+                "target_seconds", "draft_seconds", "calibration_seconds", "c", "v", "predicted_speedup",
+                "predicted_speedup_refined")
+
+
+def finite(x):
+    """JSON has no NaN or infinity: a value that is not a finite number is reported as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): finite(v) for k, v in x.items()}
+    return x
+
+
+def stats_dict(result):
+    """The full statistics of a finished speculative run (None for target-only or a stopped run)."""
+    if not isinstance(result, SpeculativeResult):
+        return None
+    return finite({name: getattr(result.stats, name) for name in STATS_FIELDS})
+
+
+class StopText:
+    """Text released as it streams, stopping before the first stop string.
+
+    A stop string can straddle two rounds, so the last len(longest stop) - 1 characters are held
+    back until the next round shows they do not start one. Without stop strings nothing is held.
+    """
+
+    def __init__(self, stops):
+        self.stops, self.hold = tuple(stops), max((len(s) for s in stops), default=1) - 1
+        self.text, self.sent, self.stopped = "", 0, False
+
+    def add(self, piece):
+        """Append piece; return the text newly safe to send."""
+        self.text += piece
+        hits = [i for i in (self.text.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.text, self.stopped = self.text[:min(hits)], True
+            return self.flush()
+        end = max(self.sent, len(self.text) - self.hold)
+        new, self.sent = self.text[self.sent:end], end
+        return new
+
+    def flush(self):
+        new, self.sent = self.text[self.sent:], len(self.text)
+        return new
+
+
+def token_entries(event, pieces):
+    """Per token: id, text and provenance (the playground colours by it)."""
+    return [{"id": int(t), "text": s, "provenance": p} for t, s, p in zip(event.tokens, pieces, event.provenance)]
+
+
+def round_entry(event):
+    return {"K": event.K, "drafts": [int(x) for x in event.drafts], "decisions": list(event.decisions),
+            "n_emitted": event.n_emitted, "seconds": event.seconds}
+
+
+class Completion:
+    """One request's completion, built up round by round; chunk() and final() give OpenAI objects."""
+
+    def __init__(self, model_id, generation, prompt_tokens, stops=()):
+        self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        self.model_id, self.generation, self.prompt_tokens = model_id, generation, prompt_tokens
+        self.text, self.stop = StopText(stops), bool(stops)
+        self.tokens, self.provenance, self.rounds = [], [], []
+        self.live, self.stats, self.finish_reason, self.eot = None, None, None, None
+
+    def add_round(self, event, pieces, live, eot_id):
+        """Take one round; returns (new text, this round's token entries)."""
+        self.tokens += event.tokens
+        self.provenance += event.provenance
+        self.rounds.append(round_entry(event))
+        self.live = live
+        new = "".join(self.text.add(p) for p in pieces)
+        if self.text.stopped or eot_id in event.tokens:
+            self.finish_reason = "stop"
+        return new, token_entries(event, pieces)
+
+    def finish(self, result, tail, live):
+        """The stream ended by itself: what is left of the text (held back or an unfinished character)."""
+        self.live, self.stats = live, stats_dict(result)
+        if self.finish_reason is None:
+            self.finish_reason = "length" if len(self.tokens) >= self.generation.max_tokens else "stop"
+        return self.text.add(tail) + self.text.flush()
+
+    @property
+    def done(self):
+        return self.text.stopped
+
+    def usage(self):
+        n = len(self.tokens)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
+
+    def extension(self, **extra):
+        g = self.generation
+        return {"speculative": g.drafter is not None, "drafter": g.drafter,
+                "K": g.K if g.drafter else None, "seed": g.seed, "live": self.live, **extra}
+
+    def chunk(self, text, entries, round_):
+        """One streamed event: the new text and the round's tokens with their provenance."""
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
+                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}],
+                "gpt2np": self.extension(tokens=entries, round=round_)}
+
+    def last_chunk(self, text):
+        """The closing event: finish_reason, usage and the full statistics."""
+        body = self.final()
+        body["choices"][0]["text"] = text
+        body["gpt2np"].pop("tokens")
+        body["gpt2np"].pop("rounds")
+        return body
+
+    def final(self):
+        """The whole completion (non-streaming), with every token and round."""
+        tokens = [{"id": int(t), "provenance": p} for t, p in zip(self.tokens, self.provenance)]
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
+                "choices": [{"text": self.text.text, "index": 0, "logprobs": None,
+                             "finish_reason": self.finish_reason}],
+                "usage": self.usage(),
+                "gpt2np": self.extension(tokens=tokens, rounds=self.rounds, stats=self.stats)}
+
+
+def sse(payload):
+    """One server-sent event: `data: <json>` and a blank line."""
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"

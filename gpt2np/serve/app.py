@@ -38,9 +38,11 @@ def validation_message(errors):
     if not loc:  # the body itself, or a check across fields ("echo: ...")
         msg = first.get("msg", "invalid request").removeprefix("Value error, ")
         field = msg.split(":")[0] if ":" in msg else None
+        if first.get("type") == "missing":
+            return None, "the request body is empty: send a JSON object"
         return field, msg if field else f"the request body must be a JSON object ({msg})"
     field = loc[0]
-    if field in FIELD_HELP and not first.get("type", "").endswith("missing"):
+    if field in FIELD_HELP and len(loc) > 1:  # one error per branch of a union: say what it may be
         return field, f"{field}: {FIELD_HELP[field]}"
     if first.get("type") == "none_required":
         return field, f"{field}: not supported by this server (leave it out or null)"
@@ -106,7 +108,8 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):
-        return error(exc.status_code, str(exc.detail), kind="not_found" if exc.status_code == 404 else "http_error")
+        detail = f"invalid request body: {exc.detail}" if exc.status_code == 400 else str(exc.detail)
+        return error(exc.status_code, detail, kind="not_found" if exc.status_code == 404 else "http_error")
 
     @app.exception_handler(Exception)
     async def crashed(request, exc):  # a bug, never the client's fault: logged here, not sent

@@ -120,7 +120,7 @@ class Engine:
         self._waiting = queue.Queue(maxsize=max_queue)
         self._thread, self._running = None, False
         self._seconds_per_job = 1.0  # running mean, for Retry-After
-        self.served = self.cancelled = 0  # generations finished; streams stopped early for a client that left
+        self.served = self.cancelled = 0  # generations run; generations stopped or skipped: their client left
 
     # lifecycle ----------------------------------------------------------------------------------
     def start(self):
@@ -153,7 +153,7 @@ class Engine:
         ids = list(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
         ids = ids or [self.target.eot_id]  # an empty prompt: unconditional, from <|endoftext|>
         if any(not 0 <= i < self.target.n_vocab for i in ids):
-            raise RequestError("prompt", f"prompt token ids must be in [0, {self.target.n_vocab})")
+            raise RequestError("prompt", f"prompt: token ids must be in [0, {self.target.n_vocab})")
         if len(ids) >= self.n_ctx:
             raise RequestError("prompt", f"the prompt is {len(ids)} tokens; the context holds {self.n_ctx}, "
                                          "so a prompt may have at most n_ctx - 1 tokens")
@@ -205,6 +205,7 @@ class Engine:
             if job is None:
                 return
             if job.cancelled.is_set():  # its client left while it waited
+                self.cancelled += 1
                 continue
             start, self._running = time.perf_counter(), True
             try:

@@ -125,9 +125,17 @@ class Engine:
     # lifecycle ----------------------------------------------------------------------------------
     def start(self):
         if self._thread is None:
+            self.warm_up()
             self._thread = threading.Thread(target=self._work, name="gpt2np-worker", daemon=True)
             self._thread.start()
         return self
+
+    def warm_up(self):
+        """One short generation per decoder before serving: the first request should not pay for
+        first calls (allocations, BLAS start-up), or a comparison made with it would be unfair."""
+        prompt = (self.target.eot_id or 0,)
+        for drafter in [None, *self.drafters]:
+            self.open_stream(Generation(prompt, max_tokens=min(6, self.n_ctx - 1), drafter=drafter)).run()
 
     def stop(self):
         if self._thread is not None:

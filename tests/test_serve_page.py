@@ -1,0 +1,62 @@
+"""The playground in a real browser: headless Chromium opens /, submits a prompt, and the
+coloured token stream and the statistics must appear in the DOM. A screenshot is saved in the
+test's temporary folder (the README's docs/playground.png is one of these).
+"""
+import re
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
+pytest.importorskip("uvicorn", reason="the server needs uvicorn (pip install -r requirements-serve.txt)")
+pytest.importorskip("websocket", reason="driving Chromium needs websocket-client (requirements-dev.txt)")
+
+from browser import Browser, chromium_path  # noqa: E402
+from serve_helpers import bundled_engine, running_server  # noqa: E402
+
+if chromium_path() is None:
+    pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run does it when run as root)",
+                allow_module_level=True)
+
+DOM_SUMMARY = """JSON.stringify({
+  state: document.body.dataset.state, error: document.getElementById("error").textContent,
+  kinds: Object.fromEntries(["draft", "resample", "bonus", "target"].map(
+      k => [k, document.querySelectorAll("#spec .tok." + k).length])),
+  plain: document.querySelectorAll("#plain .tok.target").length,
+  text: Array.from(document.querySelectorAll("#spec .tok")).map(s => s.textContent).join(""),
+  stats: Object.fromEntries(Array.from(document.querySelectorAll("[data-stat]")).map(
+      e => [e.closest("section") ? e.closest("section").id + "." + e.dataset.stat : e.dataset.stat,
+            e.textContent])),
+  legend: document.querySelector(".legend").textContent,
+  colours: ["draft", "resample", "bonus"].map(k => {
+      const s = document.querySelector("#spec .tok." + k); return s && getComputedStyle(s).backgroundColor; }),
+})"""
+
+
+def test_playground_streams_coloured_tokens_and_statistics(tmp_path):
+    import json
+    import requests
+    engine = bundled_engine()
+    with running_server(engine) as url:
+        expected = requests.post(url + "/v1/completions", json={"prompt": "ROMEO:\nWhat light", "max_tokens": 80,
+                                 "temperature": 0}, timeout=60).json()["choices"][0]["text"]
+        browser = Browser(tmp_path / "profile")
+        try:
+            browser.open(url + "/?autorun=1&compare=1&max_tokens=80&temperature=0&prompt=ROMEO%3A%0AWhat%20light")
+            state = browser.wait_for('["done", "error"].includes(document.body.dataset.state) && '
+                                     'document.body.dataset.state', timeout=90)
+            page = json.loads(browser.evaluate(DOM_SUMMARY))
+            browser.screenshot(tmp_path / "playground.png")
+        finally:
+            browser.close()
+    assert state == "done", f"page state {state!r}, error {page['error']!r}"
+    kinds, stats = page["kinds"], page["stats"]
+    assert kinds["draft"] > 0 and sum(kinds.values()) == 80, kinds
+    assert kinds["target"] <= 1, f"{kinds}: only a last round with no room for drafts is a plain target step"
+    assert page["plain"] == 80, "the comparison pane should hold the 80 target-only tokens"
+    assert page["text"] == expected, "the page shows other text than the API returns"
+    assert len(set(page["colours"]) - {None}) == sum(kinds[k] > 0 for k in ("draft", "resample", "bonus"))
+    assert int(stats["spec.tokens"]) == 80 and 0 <= float(stats["spec.alpha_hat"]) <= 1
+    assert float(stats["spec.tokens_per_target_call"]) > 1
+    assert re.fullmatch(r"\d+\.\d\d×", stats["speedup"]) and re.fullmatch(r"\d+\.\d\d×", stats["spec.predicted_speedup"])
+    assert "accepted draft" in page["legend"] and "bonus" in page["legend"]
+    assert (tmp_path / "playground.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

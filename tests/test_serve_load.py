@@ -49,6 +49,14 @@ def expected_text(target, drafter, kind):
     return target.tokenizer.decode([t for t in tokens if t != target.eot_id])
 
 
+def wait_until(condition, timeout=30):
+    """Poll condition() until true or timeout seconds have passed; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
 def complete(url, body, stream):
     """One completion over HTTP -> (status, text or error body, Retry-After header)."""
     answer = requests.post(url + "/v1/completions", json={**body, "model": TARGET, "stream": stream},
@@ -106,11 +114,10 @@ def test_a_full_queue_answers_429_with_retry_after_then_recovers():
     slow_down(engine, gate=gate)
     body = {"prompt": "ROMEO:\n", "max_tokens": 10, "temperature": 0}
     with running_server(engine) as url, ThreadPoolExecutor(3) as pool:
-        held = [pool.submit(complete, url, body, stream=i == 1) for i in range(3)]  # 1 running + 2 waiting
-        deadline = time.monotonic() + 30
-        while not (engine.busy and engine.queued == 2) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert engine.busy and engine.queued == 2, "the worker was not held with a full queue"
+        held = [pool.submit(complete, url, body, stream=False)]
+        assert wait_until(lambda: engine.busy), "the first request did not reach the worker"  # held at the gate
+        held += [pool.submit(complete, url, body, stream=i == 1) for i in range(2)]  # then 2 wait in the queue
+        assert wait_until(lambda: engine.queued == 2), "the worker was not held with a full queue"
         for stream in (False, True):
             status, error, retry_after = complete(url, body, stream)
             assert status == 429 and error["error"]["type"] == "rate_limit_error" and int(retry_after) >= 1
@@ -130,10 +137,7 @@ def test_a_client_leaving_mid_stream_stops_its_generation_and_frees_the_worker()
         first = next(line for line in answer.iter_lines(decode_unicode=True) if line.startswith("data: "))
         assert json.loads(first[6:])["choices"][0]["text"]
         answer.close()  # the client leaves after its first event
-        deadline = time.monotonic() + 30
-        while engine.cancelled == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert engine.cancelled == 1, "the generation went on after its client left"
+        assert wait_until(lambda: engine.cancelled == 1), "the generation went on after its client left"
         emitted = len(opened[0].stream.tokens)
         assert emitted < 200, f"the stream emitted all {emitted} tokens: it was never stopped"
         status, text, _ = complete(url, {"prompt": "KING:", "max_tokens": 12, "temperature": 0}, stream=False)
@@ -149,19 +153,13 @@ def test_a_client_leaving_while_queued_is_skipped():
     body = {"model": TARGET, "prompt": "ROMEO:\n", "max_tokens": 5, "temperature": 0}
     with running_server(engine) as url, ThreadPoolExecutor(1) as pool:
         running = pool.submit(complete, url, body, stream=False)
-        while not engine.busy:
-            time.sleep(0.02)
+        assert wait_until(lambda: engine.busy)
         waiting = requests.post(url + "/v1/completions", json={**body, "stream": True}, stream=True, timeout=60)
-        while engine.queued == 0:
-            time.sleep(0.02)
+        assert wait_until(lambda: engine.queued == 1)
         job = engine._waiting.queue[0]
         waiting.close()  # leaves before its generation starts
-        deadline = time.monotonic() + 30
-        while not job.cancelled.is_set() and time.monotonic() < deadline:  # the server notices
-            time.sleep(0.02)
+        assert wait_until(job.cancelled.is_set), "the server did not notice the client leave"
         gate.set()
         assert running.result(timeout=60)[0] == 200
-        deadline = time.monotonic() + 30
-        while engine.queued and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert wait_until(lambda: engine.queued == 0)
         assert len(opened) == 1 and engine.cancelled == 1, "a generation ran for a client that had left"

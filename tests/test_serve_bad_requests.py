@@ -44,6 +44,7 @@ CASES = [
     ("prompt ids mixed with text", "/v1/completions", with_(prompt=[1, "a"]), 400, "prompt"),
     ("prompt missing", "/v1/completions", without("prompt"), 400, "prompt"),
     ("temperature < 0", "/v1/completions", with_(temperature=-0.5), 400, "temperature"),
+    ("temperature subnormal", "/v1/completions", with_(temperature=5e-324), 400, "temperature"),
     ("temperature a string", "/v1/completions", with_(temperature="hot"), 400, "temperature"),
     ("top_p 0", "/v1/completions", with_(top_p=0), 400, "top_p"),
     ("top_p > 1", "/v1/completions", with_(top_p=1.5), 400, "top_p"),

@@ -163,3 +163,28 @@ def test_a_client_leaving_while_queued_is_skipped():
         assert running.result(timeout=60)[0] == 200
         assert wait_until(lambda: engine.queued == 0)
         assert len(opened) == 1 and engine.cancelled == 1, "a generation ran for a client that had left"
+
+
+def test_a_client_leaving_a_non_streaming_request_frees_the_worker():
+    engine, opened = bundled_engine(), []
+    slow_down(engine, delay=0.02, opened=opened)
+    with running_server(engine) as url:
+        with pytest.raises(requests.Timeout):  # the client gives up and closes its connection
+            requests.post(url + "/predict", json={"prompt": "ROMEO:\n", "max_tokens": 200}, timeout=0.3)
+        assert wait_until(lambda: engine.cancelled == 1), "the generation went on after its client left"
+        assert len(opened[0].stream.tokens) < 200
+        assert complete(url, {"prompt": "KING:", "max_tokens": 4, "temperature": 0}, stream=False)[0] == 200
+
+
+def test_a_stopped_engine_answers_503_and_refuses_what_waits():
+    import asyncio
+    from gpt2np.serve.engine import Generation, QueueFull
+    engine = bundled_engine()
+    with pytest.raises(QueueFull) as refused:  # never started: nothing would run the job
+        engine.submit(Generation((0,), 4), loop=None)
+    assert refused.value.status == 503 and refused.value.retry_after >= 1
+    engine.start()
+    engine.stop()
+    assert not engine.alive
+    with pytest.raises(QueueFull):
+        engine.submit(Generation((0,), 4), loop=asyncio.new_event_loop())

@@ -128,12 +128,20 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
         engine.check(g)
         return g
 
-    async def run(g, completion, request=None):
-        """Queue g and collect its rounds into completion (non-streaming)."""
-        job = engine.submit(g, asyncio.get_running_loop())
+    async def run(g, completion, request):
+        """Queue g and collect its rounds into completion (non-streaming); stop if the client leaves."""
+        loop = asyncio.get_running_loop()
+        job, checked = engine.submit(g, loop), loop.time()
         try:
             while not completion.done:
-                message = await job.messages.get()
+                try:
+                    message = await asyncio.wait_for(job.messages.get(), timeout=0.25)
+                except asyncio.TimeoutError:
+                    message = ("wait",)
+                if loop.time() - checked > 0.25:  # a few times a second: has the client gone?
+                    if await request.is_disconnected():
+                        return None  # nobody to answer: the finally below frees the worker
+                    checked = loop.time()
                 if message[0] == "round":
                     completion.add_round(*message[1:], engine.target.eot_id)
                 elif message[0] == "done":
@@ -147,8 +155,8 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
 
     def refused(e):
         if isinstance(e, QueueFull):
-            return error(429, str(e), kind="rate_limit_error", code="queue_full",
-                         headers={"Retry-After": str(e.retry_after)})
+            return error(e.status, str(e), kind="rate_limit_error" if e.status == 429 else "server_unavailable",
+                         code="queue_full" if e.status == 429 else None, headers={"Retry-After": str(e.retry_after)})
         return error(400, str(e), param=e.param)
 
     @app.post("/v1/completions", summary="OpenAI-compatible completion (stream: server-sent events)")
@@ -164,7 +172,7 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
                 job = engine.submit(g, asyncio.get_running_loop())
                 return ClosingStreamingResponse(events(job, completion), media_type="text/event-stream",
                                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            failed = await run(g, completion)
+            failed = await run(g, completion, request)
         except (RequestError, QueueFull) as e:
             return refused(e)
         return failed or completion.final()
@@ -192,12 +200,12 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
             job.cancel()  # after the end this changes nothing; before it, the worker stops the stream
 
     @app.post("/predict", summary="The seed's interface: {\"prompt\": ...} -> text and statistics")
-    async def predict(body: PredictRequest):
+    async def predict(body: PredictRequest, request: Request):
         try:
             ids = engine.encode(body.prompt)
             g = generation(body, ids)
             completion = Completion(engine.model_id, g, len(ids))
-            failed = await run(g, completion)
+            failed = await run(g, completion, request)
         except (RequestError, QueueFull) as e:
             return refused(e)
         if failed:

@@ -82,19 +82,21 @@ class Completion:
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.model_id, self.generation, self.prompt_tokens = model_id, generation, prompt_tokens
         self.text, self.stop = StopText(stops), bool(stops)
-        self.tokens, self.provenance, self.rounds = [], [], []
+        self.tokens, self.provenance, self.entries, self.rounds = [], [], [], []
         self.live, self.stats, self.finish_reason, self.eot = None, None, None, None
 
     def add_round(self, event, pieces, live, eot_id):
         """Take one round; returns (new text, this round's token entries)."""
+        entries = token_entries(event, pieces)
         self.tokens += event.tokens
         self.provenance += event.provenance
+        self.entries += entries
         self.rounds.append(round_entry(event))
         self.live = live
         new = "".join(self.text.add(p) for p in pieces)
         if self.text.stopped or eot_id in event.tokens:
             self.finish_reason = "stop"
-        return new, token_entries(event, pieces)
+        return new, entries
 
     def finish(self, result, tail, live):
         """The stream ended by itself: what is left of the text (held back or an unfinished character)."""
@@ -132,12 +134,11 @@ class Completion:
 
     def final(self):
         """The whole completion (non-streaming), with every token and round."""
-        tokens = [{"id": int(t), "provenance": p} for t, p in zip(self.tokens, self.provenance)]
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
                 "choices": [{"text": self.text.text, "index": 0, "logprobs": None,
                              "finish_reason": self.finish_reason}],
                 "usage": self.usage(),
-                "gpt2np": self.extension(tokens=tokens, rounds=self.rounds, stats=self.stats)}
+                "gpt2np": self.extension(tokens=self.entries, rounds=self.rounds, stats=self.stats)}
 
 
 def sse(payload):

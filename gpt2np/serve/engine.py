@@ -25,11 +25,12 @@ log = logging.getLogger("gpt2np.serve")
 
 
 class QueueFull(Exception):
-    """The waiting queue is full: answer 429 with Retry-After."""
+    """The waiting queue is full (429), or the worker is not running (503): answer with Retry-After."""
 
-    def __init__(self, retry_after):
-        super().__init__(f"the server is busy ({retry_after} s until a slot is likely free)")
-        self.retry_after = retry_after
+    def __init__(self, retry_after, status=429):
+        super().__init__(f"the server is busy: {retry_after} s until a slot is likely free" if status == 429
+                         else "the server is not running generations (starting or shutting down)")
+        self.retry_after, self.status = retry_after, status
 
 
 class RequestError(ValueError):
@@ -139,8 +140,17 @@ class Engine:
             type(self).open_stream(self, g).run()  # the class's adapter, whatever a test put on the instance
 
     def stop(self):
+        """Refuse what still waits (503), let the running generation end, stop the worker."""
+        while True:
+            try:
+                job = self._waiting.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel()
+                job.put(("error", 503, "the server is shutting down"))
         if self._thread is not None:
-            self._waiting.put(None)  # may wait for a slot: the worker keeps draining
+            self._waiting.put(None)
             self._thread.join(timeout=10)
             self._thread = None
 
@@ -188,6 +198,8 @@ class Engine:
     def submit(self, generation, loop):
         """Queue a checked generation; returns its Job. QueueFull when the queue is full."""
         job = Job(generation, loop)
+        if not self.alive:
+            raise QueueFull(self.retry_after(), status=503)
         try:
             self._waiting.put_nowait(job)
         except queue.Full:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 Float = Annotated[float, Field(strict=True)]  # strict float still takes ints (1 means 1.0)
+MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for subnormal t: NaN probabilities
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 
 # what a field must be, for errors pydantic reports once per branch of a union
@@ -37,6 +38,13 @@ class SamplingFields(BaseModel):
     drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.drafters "
                                                         "(default: the first)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
+
+
+    @model_validator(mode="after")
+    def temperature_not_subnormal(self):
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature: must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature!r}")
+        return self
 
 
 class PredictRequest(SamplingFields):

@@ -61,6 +61,7 @@ class RoundRecord:
     provenance: list          # "draft" / "resample" / "bonus" / "target" (no drafts), per emitted token
     q: np.ndarray | None      # [k, n_vocab] draft distributions (trace=True only, else None)
     p: np.ndarray | None      # [k+1, n_vocab] target distributions (trace=True only, else None)
+    propose_seconds: float = 0.0  # wall time of Step 1, sampling and Python included
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ def round_tokens(drafts, result, eot_id):
 
 def speculative_round(target, drafter, context, k, options, rng, kernel, keep_rows):
     """Steps 1-4 and the roll-back; returns the round's RoundRecord."""
+    start = time.perf_counter()
     drafts, q = drafter.propose(context, k, options, rng)                # Step 1
+    propose_seconds = time.perf_counter() - start
     p = score(target, context, drafts, options)                          # Step 2
     result = kernel(drafts, q, p, rng, greedy=options["temperature"] == 0)  # Steps 3-4
     emitted, provenance = round_tokens(drafts, result, target.model.eot_id)
@@ -129,16 +132,21 @@ def speculative_round(target, drafter, context, k, options, rng, kernel, keep_ro
         drafts=drafts, q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
         p_at_drafts=[float(p[i, x]) for i, x in enumerate(drafts)], decisions=decisions,
         overlaps=[alpha(p[i], q[i]) for i in range(len(decisions))], emitted=emitted,
-        provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None)
+        provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None,
+        propose_seconds=propose_seconds)
 
 
-def observe(past, record, target, drafter, first_round):
-    """What the K policy may use next: this round's overlaps, its target call (not the prefill)."""
+def observe(past, record, target, first_round):
+    """What the K policy may use next: this round's overlaps, its target call and the drafter's
+    wall time per drafted token (both without the first round, whose calls carry the prompt)."""
     past.overlaps += record.overlaps
-    if not first_round:
-        n_seq = 1 + len(record.drafts)
-        past.target_durations.setdefault(n_seq, []).append(target.durations[n_seq][-1])
-    past.draft_cost = drafter.cost_per_token()
+    if first_round:
+        return
+    n_seq = 1 + len(record.drafts)
+    past.target_durations.setdefault(n_seq, []).append(target.durations[n_seq][-1])
+    if record.drafts:
+        past.draft_costs.append(record.propose_seconds / len(record.drafts))
+        past.draft_cost = float(np.median(past.draft_costs))
 
 
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace):
@@ -158,7 +166,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         records.append(record)
         Ks.append(K)
         policy.update(record)
-        observe(past, record, timed_target, drafter, first_round=len(records) == 1)
+        observe(past, record, timed_target, first_round=len(records) == 1)
         yield RoundEvent(tokens=record.emitted, provenance=record.provenance, K=k,
                          n_emitted=len(provenance), drafts=record.drafts, decisions=record.decisions,
                          q_at_drafts=record.q_at_drafts, p_at_drafts=record.p_at_drafts,

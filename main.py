@@ -56,17 +56,20 @@ def parse_args(argv):
                    help="drafter: a draft model named like the target, or 'ngram' (prompt lookup: propose "
                         "what followed the last n tokens' latest earlier occurrence, no model); omit for "
                         f"target-only generation (default with the default target: {DEFAULT_DRAFT})")
-    p.add_argument("--ngram_max", type=int, default=3,
-                   help="with --draft_model_size ngram: the longest n-gram looked up (then shorter ones, down to 1)")
+    p.add_argument("--ngram_max", type=int, default=None,
+                   help="with --draft_model_size ngram: the longest n-gram looked up, then shorter ones down to 1 "
+                        "(default: 3)")
     p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
     p.add_argument("--mirror", default=None,
                    help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
     # speculative decoding and sampling
-    p.add_argument("--K", type=K_value, default=4,
+    p.add_argument("--K", type=K_value, default=None,
                    help="draft tokens per speculative round (Leviathan et al.'s gamma), or a K policy: 'heuristic' "
                         "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
-                        "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step)")
-    p.add_argument("--K_max", type=int, default=8, help="the largest K the heuristic and auto policies may use")
+                        "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step) "
+                        "(default: 4)")
+    p.add_argument("--K_max", type=int, default=None,
+                   help="the largest K the heuristic and auto policies may use (default: 8)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (argmax)")
     p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (Hugging Face meaning; default: all)")
     p.add_argument("--top_p", type=float, default=None,
@@ -94,17 +97,27 @@ def K_value(text):
         raise argparse.ArgumentTypeError(f"invalid K {text!r}: an integer >= 1, 'heuristic' or 'auto'") from None
 
 
+def check_drafting_args(args):
+    """--K, --K_max, --ngram_max: their ranges, and only where they mean something; then defaults."""
+    drafting = args.draft_model_size is not None or args.target_model_size is None  # default: the bundled pair
+    if not drafting and args.K is not None:
+        raise ValueError("--K needs a drafter: add --draft_model_size (a model name, or ngram)")
+    if args.ngram_max is not None and args.draft_model_size != "ngram":
+        raise ValueError("--ngram_max applies to --draft_model_size ngram only")
+    if args.K_max is not None and args.K not in POLICIES[1:]:
+        raise ValueError("--K_max bounds --K heuristic or --K auto only (a fixed --K is its own bound)")
+    for flag, value in (("K", args.K), ("K_max", args.K_max), ("ngram_max", args.ngram_max)):
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"--{flag} must be at least 1{' (or heuristic / auto)' if flag == 'K' else ''}, got {value}")
+    args.K, args.K_max, args.ngram_max = args.K or 4, args.K_max or 8, args.ngram_max or 3
+
+
 def check_args(args):
     if args.n_tokens_to_generate is None:
         args.n_tokens_to_generate = 200 if args.target_model_size is None else 40
     if args.n_tokens_to_generate <= 0:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {args.n_tokens_to_generate}")
-    if isinstance(args.K, int) and args.K < 1:
-        raise ValueError(f"--K must be at least 1 (or heuristic / auto), got {args.K}")
-    if args.K_max < 1:
-        raise ValueError(f"--K_max must be at least 1, got {args.K_max}")
-    if args.ngram_max < 1:
-        raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
+    check_drafting_args(args)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.num_runs < 1:

@@ -13,6 +13,8 @@ No downloads: every model is gpt2np.random_model of a preset's shape. One file p
                   verification curve t(M) / t(1) for M = 1..9 new tokens at context 128
   spec.py         speculative decoding with draft = target and with a forced-acceptance drafter
                   (forced_draft.py) at 124M -> 355M shapes, measured vs Thm 3.8 and its refinement
+  policies.py     K policies (every fixed K vs heuristic vs auto) at forced alpha with the 124M draft
+                  and with a drafter of prompt lookup's cost; the real n-gram drafter on the bundled pair
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
@@ -28,7 +30,10 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               prefill.seconds, decode["128"|"896"].{s_per_token, roofline_s, vs_roofline},
               verify.ratio["1".."9"], hf (or hf.skipped),
               speculative.self and speculative.forced.runs[]: {alpha_nominal, alpha_hat, c, v,
-              speedup, speedup_end_to_end, predicted_thm38, predicted_refined, refined_error, ...}
+              speedup, speedup_end_to_end, predicted_thm38, predicted_refined, refined_error, ...},
+              policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto), speedup,
+              predicted_refined, refined_error, alpha_hat, c, K_counts, exact}
+  bundled_lookup  rows[] of the same shape: prompt lookup vs the bundled draft model, real alpha
   reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated
   overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],
               products_per_forward[size], estimated_fraction_of_decode[size]}, bundled (or bundled.skipped)

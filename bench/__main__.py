@@ -31,6 +31,8 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=None, help="BLAS threads (threadpoolctl); default: BLAS's own")
     ap.add_argument("--K", type=int, default=4, help="draft tokens per speculative round")
     ap.add_argument("--alphas", default="0.5,0.8,1.0", help="forced acceptance rates of the benchmark drafter")
+    ap.add_argument("--policy-repeats", type=int, default=1,
+                    help="repeats of the K-policy sweep (20 runs per alpha; about 10 minutes each at 355M)")
     ap.add_argument("--spec-tokens", type=int, default=None,
                     help="tokens per speculative/baseline run; default 6 (K+1), so that alpha = 1 runs end on a "
                          "full round (a clamped last round would bias tokens per round low)")
@@ -55,6 +57,8 @@ def selected_sections(text):
 def make_plan(args):
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
+    if args.policy_repeats < 1:
+        raise SystemExit(f"--policy-repeats must be >= 1, got {args.policy_repeats}")
     alphas = tuple(float(a) for a in args.alphas.split(","))
     if args.tiny:
         return tiny_plan(repeats=min(args.repeats, 2), alphas=alphas)
@@ -62,6 +66,7 @@ def make_plan(args):
     if args.large:
         sizes += [s for s in ("774M", "1558M") if s not in sizes]
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
+                     policy_repeats=args.policy_repeats,
                      reference_tokens=args.reference_tokens)
     unknown = [s for s in sizes if s not in plan.configs]
     if unknown:

@@ -34,6 +34,10 @@ class Plan:
     K: int = 4                      # draft tokens per round
     alphas: tuple = (0.5, 0.8, 1.0)  # forced acceptance rates for the benchmark-only drafter
     pair: tuple = ("124M", "355M")  # (draft, target) shapes for the forced-acceptance runs
+    policy_alphas: tuple = (0.3, 0.6, 0.8, 1.0)  # forced alphas of the K-policy sweep (policies.py)
+    policy_K_max: int = 8           # fixed K = 1..policy_K_max, and the bound of heuristic / auto
+    policy_tokens: int = 40         # tokens per run of the sweep: long enough for auto to settle
+    policy_repeats: int = 1         # the sweep is 20 runs per alpha (~10 min at 355M): one repeat
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)
@@ -77,7 +81,8 @@ def tiny_plan(repeats=2, **overrides):
     """Seconds-long run on two tiny configs: for the test suite, never for numbers."""
     kw = dict(sizes=("tiny", "tiny2"), repeats=repeats, prompt_len=8, contexts=(8, 20), verify_context=8,
               verify_max_m=9, spec_prompt_len=4, spec_tokens=12, spec_repeats=repeats, K=3, alphas=(0.5, 1.0),
-              pair=("tiny", "tiny2"), reference_size="tiny2", reference_new=12, reference_tokens=4,
+              pair=("tiny", "tiny2"), policy_alphas=(0.5, 1.0), policy_K_max=3, policy_tokens=12,
+              policy_repeats=1, reference_size="tiny2", reference_new=12, reference_tokens=4,
               memory_sizes=("tiny", "tiny2"), bandwidth_mib=8, small_m_shape=(64, 256),
               overhead_layers=(1, 3), tiny=True, configs=dict(TINY_CONFIGS))
     kw.update(overrides)

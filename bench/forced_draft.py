@@ -29,26 +29,33 @@ benchmark reports `tokens_match_baseline` so such a run is visible.
 import numpy as np
 
 
+class ForcedChoices:
+    """Steps 1-2: the token to propose at each position, agreeing with the target w.p. alpha."""
+
+    def __init__(self, sequence, alpha, n_vocab, seed=0):
+        self.sequence, self.n_vocab = [int(t) for t in sequence], n_vocab  # prompt + target's greedy tokens
+        self.agree = np.random.default_rng(seed).random(len(self.sequence) + 1) < alpha  # [len + 1] bool
+
+    def wanted(self, position):
+        """The token to propose for `position` (0-based index into the full sequence)."""
+        if position >= len(self.sequence):
+            return 0  # past the baseline: never reached when the run matches it
+        token = self.sequence[position]
+        return token if self.agree[position] else (token + 1) % self.n_vocab
+
+
 class ForcedAcceptanceDraft:
     """The model interface (n_vocab, n_ctx, eot_id, new_cache, forward) around a real model."""
 
     def __init__(self, model, sequence, alpha, seed=0):
         self.model, self.alpha = model, alpha
         self.n_vocab, self.n_ctx, self.eot_id = model.n_vocab, model.n_ctx, model.eot_id
-        self.sequence = [int(t) for t in sequence]                       # prompt + target's greedy tokens
-        coins = np.random.default_rng(seed).random(len(self.sequence) + 1)
-        self.agree = coins < alpha                                      # [len(sequence) + 1] bool
+        self.choices = ForcedChoices(sequence, alpha, model.n_vocab, seed)
+        self.wanted = self.choices.wanted
         self.name = f"forced alpha={alpha} around {getattr(model, 'name', model)}"
 
     def new_cache(self):
         return self.model.new_cache()  # the wrapped model's KV cache: len() and truncate() as usual
-
-    def wanted(self, position):
-        """The token this draft proposes for `position` (0-based index into the full sequence)."""
-        if position >= len(self.sequence):
-            return 0  # past the baseline: never reached when the run matches it
-        token = self.sequence[position]
-        return token if self.agree[position] else (token + 1) % self.n_vocab
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         self.model.forward(ids, cache, n_logits)  # the real cost; its logits are discarded

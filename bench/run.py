@@ -16,7 +16,7 @@ import numpy as np
 
 import gpt2np
 
-from . import bandwidth, baseline, decode, hf, memory, overhead, spec
+from . import bandwidth, baseline, decode, hf, memory, overhead, policies, spec
 from .common import log, print_table, weight_bytes, weight_bytes_per_token
 
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -95,6 +95,8 @@ def run_sizes(plan, sections, results, pool, threads):
         if "speculative" in sections:
             draft = pool.get(plan.pair[0]) if size == plan.pair[1] else None
             entry["speculative"] = spec.run(model, size, plan, draft)
+            if draft is not None:
+                entry["policies"] = policies.run(model, plan, draft)
         later = set(plan.sizes[i + 1:])
         needed = {plan.pair[0]} if "speculative" in sections and plan.pair[1] in later else set()
         pool.keep_only(needed | ({plan.reference_size} if "reference" in sections else set()))
@@ -105,6 +107,11 @@ def run_sizes(plan, sections, results, pool, threads):
     decode.print_report(results["sizes"])
     hf.print_report(results["sizes"])
     spec.print_report(results["sizes"])
+    for entry in results["sizes"].values():
+        policies.print_report(entry.get("policies"))
+    if "speculative" in sections:
+        results["bundled_lookup"] = policies.bundled_lookup(plan)
+        policies.print_bundled(results["bundled_lookup"])
 
 
 def run(plan, sections, threads=None, argv=None):
@@ -188,6 +195,7 @@ def targets(r, plan):
         for run_ in ([sp["self"]] if "self" in sp else []) + sp.get("forced", {}).get("runs", []):
             out.append([f"{run_['draft']}->{sz} a={run_['alpha_nominal']}: speedup / refined - 1",
                         run_["refined_error"], "|x| <= 0.15"])
+    out += policy_targets(r["sizes"].get(plan.pair[1], {}).get("policies"), plan.pair)
     if "reference" in r:
         ref = r["reference"]
         out.append([f"{ref['size']} fast / reference speed", ref["speedup_vs_reference"], ">= 30"])
@@ -195,6 +203,27 @@ def targets(r, plan):
         if load in r.get("memory", {}):
             out.append([f"peak RSS / weights, {load}", r["memory"][load]["peak_over_weights"], "<= 1.3"])
     return [{"target": name, "measured": value, "goal": goal, "met": met(value, goal)} for name, value, goal in out]
+
+
+def policy_targets(result, pair):
+    """Issue 10's targets, from the K-policy sweep (bench/policies.py)."""
+    if not result:
+        return []
+    row = {(r["drafter"], r["alpha_nominal"], str(r["K"])): r for r in result["rows"]}
+    out, draft, target = [], *pair
+    for name, a, goal in [("lookup", 0.6, ">= 1.45"), ("lookup", 0.8, ">= 1.8"), ("model", 0.8, ">= 1.2"),
+                          ("model", 0.3, ">= 0.95")]:
+        if (name, a, "auto") in row:
+            who = "n-gram-cost drafter" if name == "lookup" else draft
+            out.append([f"{who}->{target} K auto, a={a}: speedup", row[(name, a, "auto")]["speedup"], goal])
+    fixed = [r["speedup"] for (name, a, K), r in row.items() if name == "model" and a == 0.8 and K.isdigit()]
+    if fixed and ("model", 0.8, "auto") in row:
+        out.append([f"{draft}->{target} a=0.8: auto / best fixed K", row[("model", 0.8, "auto")]["speedup"] / max(fixed),
+                    ">= 0.95"])
+    errors = [abs(r["refined_error"]) for r in result["rows"] if r["refined_error"] is not None]
+    out.append([f"K-policy sweep: max |speedup / refined - 1| over {len(errors)} runs", max(errors, default=None),
+                "|x| <= 0.15"])
+    return out
 
 
 def met(value, goal):
@@ -207,5 +236,5 @@ def met(value, goal):
 
 def print_targets(rows):
     if rows:
-        print_table("Issue 5 targets (this run)", ["target", "measured", "goal", "met"],
+        print_table("Issue 5 and issue 10 targets (this run)", ["target", "measured", "goal", "met"],
                     [[t["target"], t["measured"], t["goal"], t["met"]] for t in rows])

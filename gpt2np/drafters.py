@@ -192,6 +192,54 @@ class NgramDrafter:
         return {"lookup": (self.calls, self.seconds)}
 
 
+class CountingNgramDrafter(NgramDrafter):
+    """For teaching: prompt lookup with a real q. For the longest context suffix seen before,
+    q(x) = (1 - eps) * (how often x followed that suffix) / (how often it occurred) + eps / n_vocab;
+    x ~ q (argmax at temperature 0), then the same for the context extended by x, up to k tokens,
+    stopping where the extended suffix was never seen. eps > 0 keeps q(x) > 0 for every x, as the
+    kernel needs; the kernel makes the output exact whatever q is, so this only changes speed: a
+    smooth q is accepted with probability sum_x min(p, q) instead of p(x_draft).
+    """
+
+    def __init__(self, n_max=3, n_min=1, eps=0.1):
+        super().__init__(n_max, n_min)
+        self.eps, self.name = eps, f"counting ngram (n <= {n_max}, eps {eps})"
+
+    def reset(self, target):
+        super().reset(target)
+        self.followers = {}  # n-gram -> {token: times it followed}
+
+    def update_index(self, context):
+        for end in range(self.n_indexed, len(context) - 1):
+            for n in range(self.n_min, min(self.n_max, end + 1) + 1):
+                counts = self.followers.setdefault(tuple(context[end - n + 1:end + 1]), {})
+                counts[context[end + 1]] = counts.get(context[end + 1], 0) + 1
+        super().update_index(context)
+
+    def q_after(self, context):  # -> [n_vocab] or None when no suffix was seen
+        for n in range(min(self.n_max, len(context)), self.n_min - 1, -1):
+            counts = self.followers.get(tuple(context[len(context) - n:]))
+            if counts:
+                q = np.full(self.n_vocab, self.eps / self.n_vocab)
+                total = sum(counts.values())
+                for token, count in counts.items():
+                    q[token] += (1 - self.eps) * count / total
+                return q
+        return None
+
+    def propose(self, context, k, options, rng):  # -> drafts [<= k], q [<= k, n_vocab]
+        start = time.perf_counter()
+        self.update_index(context)
+        drafts, q, extended = [], [], list(context)
+        while len(drafts) < k and (q_i := self.q_after(extended)) is not None:
+            drafts.append(int(np.argmax(q_i)) if options.get("temperature") == 0 else sample(q_i, rng))
+            q.append(q_i)
+            extended.append(drafts[-1])
+        self.calls, self.drafted = self.calls + 1, self.drafted + len(drafts)
+        self.seconds += time.perf_counter() - start
+        return drafts, np.array(q, dtype=np.float64).reshape(len(drafts), self.n_vocab)
+
+
 def ngram_lookup_reference(context, k, n_max, n_min=1):
     """The slow oracle for NgramDrafter.lookup: rescan the whole context, newest position first."""
     for n in range(min(n_max, len(context)), n_min - 1, -1):

@@ -36,7 +36,8 @@ class Measurements:
     """What a policy may know before a round: the past only."""
     overlaps: list = field(default_factory=list)   # beta = sum_x min(p, q) at every examined position
     target_durations: dict = field(default_factory=dict)  # tokens per target call -> [seconds], no prefill
-    draft_cost: float | None = None                # drafter seconds per drafted token
+    draft_cost: float | None = None                # drafter wall seconds per drafted token (median)
+    draft_costs: list = field(default_factory=list)  # the same, one per round that drafted
     c_prior: float = 0.5                           # the drafter's c before anything is measured
 
 
@@ -109,8 +110,9 @@ class AutoK:
 
     a = alpha_hat over every examined position so far, with a prior of ALPHA_PRIOR worth
     ALPHA_PRIOR_WEIGHT positions (so the first rounds draft, and one unlucky round does not stop
-    it); c = drafter seconds per token / target seconds per one-token call (the drafter's c_prior
-    until it has drafted); v from the target calls measured so far (v_curve). Plain rounds tell
+    it); c = the drafter's wall seconds per drafted token (its forward calls, sampling and Python:
+    on tiny models the last two are not negligible) / target seconds per one-token call (the
+    drafter's c_prior until it has drafted); v from the target calls measured so far (v_curve). Plain rounds tell
     nothing about alpha, so after EXPLORE_AFTER of them in a row it drafts one round of K = 1 and
     doubles the wait each time that does not pay.
     """

@@ -61,6 +61,7 @@ class RoundRecord:
     provenance: list          # "draft" / "resample" / "bonus" / "target" (no drafts), per emitted token
     q: np.ndarray | None      # [k, n_vocab] draft distributions (trace=True only, else None)
     p: np.ndarray | None      # [k+1, n_vocab] target distributions (trace=True only, else None)
+    propose_seconds: float = 0.0  # wall time of Step 1, sampling and Python included
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,9 @@ class SpeculativeResult:
 def check_same_vocabulary(target, draft):
     """Draft tokens are fed to the target as ids, so both models must mean the same thing by each id.
 
-    We compare n_vocab and eot_id, and, when both models carry a tokenizer, the bytes of a spread of
-    65 ids: a spot check cheap enough for every call (different BPE vocabularies differ almost
-    everywhere), not a proof.
+    We compare n_vocab and eot_id, and, when both models carry a tokenizer, their fingerprints: the
+    sha256 of the whole vocabulary, merges and special tokens (`Tokenizer.fingerprint`, computed
+    once per tokenizer), so any difference at all is caught, whichever files each was read from.
     """
     if (target.n_vocab, target.eot_id) != (draft.n_vocab, draft.eot_id):
         raise ValueError(f"draft and target must share a vocabulary: n_vocab {draft.n_vocab} vs "
@@ -84,11 +85,11 @@ def check_same_vocabulary(target, draft):
     tokenizers = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
     if None in tokenizers or tokenizers[0] is tokenizers[1]:
         return
-    ids = sorted(set(range(0, target.n_vocab, max(1, target.n_vocab // 64))) | {target.n_vocab - 1})
-    differ = [i for i in ids if tokenizers[0].decode_bytes([i]) != tokenizers[1].decode_bytes([i])]
-    if differ:
-        raise ValueError(f"draft and target tokenizers differ (token {differ[0]} decodes differently); "
-                         "use a draft trained with the target's encoder.json and vocab.bpe")
+    target_print, draft_print = (t.fingerprint for t in tokenizers)
+    if draft_print != target_print:
+        raise ValueError(f"draft and target tokenizers differ (fingerprints: draft {draft_print[:12]}, "
+                         f"target {target_print[:12]}); use a draft trained with the target's encoder.json "
+                         "and vocab.bpe")
 
 
 def check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng):
@@ -118,7 +119,9 @@ def round_tokens(drafts, result, eot_id):
 
 def speculative_round(target, drafter, context, k, options, rng, kernel, keep_rows):
     """Steps 1-4 and the roll-back; returns the round's RoundRecord."""
+    start = time.perf_counter()
     drafts, q = drafter.propose(context, k, options, rng)                # Step 1
+    propose_seconds = time.perf_counter() - start
     p = score(target, context, drafts, options)                          # Step 2
     result = kernel(drafts, q, p, rng, greedy=options["temperature"] == 0)  # Steps 3-4
     emitted, provenance = round_tokens(drafts, result, target.model.eot_id)
@@ -129,16 +132,21 @@ def speculative_round(target, drafter, context, k, options, rng, kernel, keep_ro
         drafts=drafts, q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
         p_at_drafts=[float(p[i, x]) for i, x in enumerate(drafts)], decisions=decisions,
         overlaps=[alpha(p[i], q[i]) for i in range(len(decisions))], emitted=emitted,
-        provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None)
+        provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None,
+        propose_seconds=propose_seconds)
 
 
-def observe(past, record, target, drafter, first_round):
-    """What the K policy may use next: this round's overlaps, its target call (not the prefill)."""
+def observe(past, record, target, first_round):
+    """What the K policy may use next: this round's overlaps, its target call and the drafter's
+    wall time per drafted token (both without the first round, whose calls carry the prompt)."""
     past.overlaps += record.overlaps
-    if not first_round:
-        n_seq = 1 + len(record.drafts)
-        past.target_durations.setdefault(n_seq, []).append(target.durations[n_seq][-1])
-    past.draft_cost = drafter.cost_per_token()
+    if first_round:
+        return
+    n_seq = 1 + len(record.drafts)
+    past.target_durations.setdefault(n_seq, []).append(target.durations[n_seq][-1])
+    if record.drafts:
+        past.draft_costs.append(record.propose_seconds / len(record.drafts))
+        past.draft_cost = float(np.median(past.draft_costs))
 
 
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace):
@@ -158,7 +166,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         records.append(record)
         Ks.append(K)
         policy.update(record)
-        observe(past, record, timed_target, drafter, first_round=len(records) == 1)
+        observe(past, record, timed_target, first_round=len(records) == 1)
         yield RoundEvent(tokens=record.emitted, provenance=record.provenance, K=k,
                          n_emitted=len(provenance), drafts=record.drafts, decisions=record.decisions,
                          q_at_drafts=record.q_at_drafts, p_at_drafts=record.p_at_drafts,

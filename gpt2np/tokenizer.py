@@ -75,6 +75,7 @@ def bytes_to_unicode():
 
 BYTE_TO_SYMBOL = bytes_to_unicode()
 SYMBOL_TO_BYTE = {s: b for b, s in BYTE_TO_SYMBOL.items()}
+SYMBOLS_TO_LATIN1 = {ord(s): b for s, b in SYMBOL_TO_BYTE.items()}  # str.translate table: symbol -> chr(byte)
 
 
 def merge_pair(symbols, pair):
@@ -155,6 +156,35 @@ def check_ids(ids, n_vocab):
         raise ValueError(f"token id {bad} is outside the vocabulary 0..{n_vocab - 1}")
 
 
+def vocabulary_fingerprint(tokens, merges, special_tokens):
+    """sha256 (hex) of everything that decides the ids: each token's bytes in id order, the merges
+    (a, b, rank) in rank order and the special tokens with their ids. Equal fingerprints mean the
+    same ids for every text, whichever files (or file formats) the vocabulary was read from (every
+    tokenizer here pre-tokenizes with GPT-2's regex, so the regex is not part of it).
+
+    Every string goes in behind its length, so no two vocabularies hash the same bytes
+    ([b"ab", b"c"] and [b"a", b"bc"] would otherwise both be b"abc").
+    >>> ab = vocabulary_fingerprint([b"a", b"b", b"ab"], [(b"a", b"b", 0)], {})
+    >>> ba = vocabulary_fingerprint([b"a", b"b", b"ba"], [(b"b", b"a", 0)], {})
+    >>> ab[:12], ba[:12]  # pinned: a recorded fingerprint must keep its meaning
+    ('c100c3397ed7', '6219451ca56e')
+    """
+    sections = {"tokens": list(tokens),
+                "merges": [s for a, b, rank in merges for s in (a, b, str(rank).encode())],
+                "special": [s for name, i in sorted(special_tokens.items())
+                            for s in (name.encode(), str(i).encode())]}
+    digest = hashlib.sha256()
+    for name, strings in sections.items():
+        digest.update(f"{name} {len(strings)}\n".encode())
+        digest.update(b"".join(len(string).to_bytes(4, "little") + string for string in strings))
+    return digest.hexdigest()
+
+
+def symbols_to_bytes(symbols):
+    """A vocab.bpe / encoder.json string of byte symbols -> the raw bytes it stands for."""
+    return symbols.translate(SYMBOLS_TO_LATIN1).encode("latin-1")  # = bytes(SYMBOL_TO_BYTE[s] ...)
+
+
 def vocab_paths(directory):
     """The two files of a tokenizer directory, with a clear error if either is missing."""
     paths = Path(directory) / "encoder.json", Path(directory) / "vocab.bpe"
@@ -178,10 +208,22 @@ class Tokenizer:
         self.ranks = {pair: rank for rank, pair in enumerate(merges)}
         self.id_to_bytes = [b""] * len(self.encoder)  # id -> raw bytes, for decoding
         for symbols, i in self.encoder.items():
-            self.id_to_bytes[i] = bytes(SYMBOL_TO_BYTE[s] for s in symbols)
+            self.id_to_bytes[i] = symbols_to_bytes(symbols)
         # One cache per tokenizer (not one @lru_cache on the method, which all instances would
         # share). Text repeats its words, so most pre-tokens skip the merge loop entirely.
         self._encode_pre_token = functools.lru_cache(maxsize=2**16)(self._encode_pre_token_uncached)
+
+    @functools.cached_property
+    def fingerprint(self):
+        """sha256 (64 hex digits) of the whole vocabulary and merges: see `vocabulary_fingerprint`."""
+        merges = sorted(self.ranks.items(), key=lambda item: item[1])  # rank order
+        return vocabulary_fingerprint(
+            self.id_to_bytes, [(symbols_to_bytes(a), symbols_to_bytes(b), rank) for (a, b), rank in merges],
+            {} if self.eot_id is None else {EOT: self.eot_id})
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(n_vocab={self.n_vocab}, merges={len(self.ranks)}, "
+                f"eot_id={self.eot_id}, fingerprint={self.fingerprint[:12]})")
 
     @classmethod
     def from_files(cls, encoder_json, vocab_bpe):

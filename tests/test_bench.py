@@ -99,6 +99,25 @@ def test_speculative(results):
     assert forced["runs"][-1]["alpha_hat"] == 1.0  # alpha = 1: the drafter always proposes the target's token
 
 
+def test_policy_sweep_and_bundled_prompt_lookup(results):
+    plan = tiny_plan()
+    sweep = results["sizes"][plan.pair[1]]["policies"]
+    Ks = [str(K) for K in range(1, plan.policy_K_max + 1)] + ["heuristic", "auto"]
+    got = {(r["drafter"], r["alpha_nominal"], str(r["K"])) for r in sweep["rows"]}
+    assert got == {(d, a, K) for d in ("model", "lookup") for a in plan.policy_alphas for K in Ks}
+    for row in sweep["rows"]:
+        assert row["exact"] is True and positive(row["speedup"]) and positive(row["predicted_refined"])
+        assert sum(row["K_counts"].values()) == row["rounds"]
+    at_one = [r for r in sweep["rows"] if r["alpha_nominal"] == 1.0 and r["K"] == 2]
+    assert all(r["alpha_hat"] == 1.0 for r in at_one)  # forced alpha = 1: every draft accepted
+    bundled = results["bundled_lookup"]
+    if "skipped" not in bundled:
+        assert {r["drafter"] for r in bundled["rows"]} == {"ngram", "model"}
+        assert all(r["exact"] and 0 < r["alpha_hat"] < 1 for r in bundled["rows"])
+    names = [t["target"] for t in results["targets"]]
+    assert any("K-policy sweep" in n for n in names)
+
+
 def test_reference_overhead_memory(results):
     ref = results["reference"]
     assert ref["tokens_match"] is True and positive(ref["speedup_vs_reference"])

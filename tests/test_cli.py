@@ -65,8 +65,11 @@ def test_verbose_colours_tokens_only_on_a_terminal(release_dirs):
     (["--K", "0"], "K"),
     (["--K", "abc"], "invalid K 'abc'"),
     (["--K", "sometimes"], "heuristic"),
-    (["--K_max", "0"], "K_max"),
-    (["--ngram_max", "0"], "ngram_max"),
+    (["--K", "auto", "--K_max", "0"], "K_max"),
+    (["--draft_model_size", "ngram", "--ngram_max", "0"], "ngram_max"),
+    (["--K", "3", "--K_max", "5"], "K_max bounds"),
+    (["--ngram_max", "2"], "ngram only"),
+    (["--target_model_size", "shakespeare-2.6M", "--K", "2"], "--K needs a drafter"),
     (["--no_such_flag"], "unrecognized"),
 ])
 def test_bad_input_gives_one_line_and_exit_status_2(args, message):
@@ -130,3 +133,22 @@ def test_no_arguments_runs_the_bundled_pair_offline():
     out = run_main("--n_tokens_to_generate", "30")
     assert out.returncode == 0, out.stderr
     assert "shakespeare-2.6M" in out.stdout and "alpha_hat" in out.stdout and "ROMEO" in out.stdout
+
+
+def test_prompt_lookup_and_K_policies_from_the_command_line():
+    """The bundled target with the n-gram drafter and auto K: identical to target-only at temperature 0."""
+    out = run_main("--draft_model_size", "ngram", "--K", "auto", "--K_max", "6", "--n_tokens_to_generate", "60")
+    assert out.returncode == 0, out.stderr
+    sections = out.stdout.split("=== ")
+    ar_text = sections[1].split("\n", 1)[1].split("\ntime:")[0]
+    sd_text = sections[2].split("\n", 1)[1].split("\ntime:")[0]
+    assert ar_text == sd_text
+    assert "drafter ngram (n <= 3), K auto <= 6" in out.stdout
+    assert "ngram (n <= 3), auto, K used" in out.stdout and "n/ax" not in out.stdout
+
+
+def test_statistics_never_print_a_unit_after_a_missing_value():
+    """--K 100000 over 5 tokens: v is never measured (no 100001-token call); it must read n/a."""
+    out = run_main("--K", "100000", "--n_tokens_to_generate", "5")
+    assert out.returncode == 0, out.stderr
+    assert "n/a" in out.stdout and "n/ax" not in out.stdout

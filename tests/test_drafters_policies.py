@@ -19,7 +19,7 @@ import pytest
 from gpt2np import drafters, speculative, speculative_stats
 from gpt2np.autoregressive import generate
 from gpt2np.broken_kernels import PeekingDrafter
-from gpt2np.drafters import ModelDrafter, NgramDrafter, ngram_lookup_reference
+from gpt2np.drafters import CountingNgramDrafter, ModelDrafter, NgramDrafter, ngram_lookup_reference
 from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
 from gpt2np.policies import (EXPLORE_AFTER, AutoK, HeuristicK, Measurements, make_policy,
                              predicted_speedups, v_curve)
@@ -75,6 +75,29 @@ def test_prompt_lookup_samples_exactly_the_target_distribution(pair, K, prompt):
     expected = target_distribution(target, prompt, 4)
     got = speculative_distribution(target, lambda: NgramDrafter(n_max=2), prompt, 4, K)
     assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+
+
+@pytest.mark.parametrize("K", [1, 3])
+@pytest.mark.parametrize("options", [{}, dict(temperature=0.6, top_k=2)], ids=str)
+def test_counting_ngram_drafter_with_a_real_q_is_exact(K, options):
+    """Its drafts are random (x ~ q), unlike prompt lookup's: a different path through the proof."""
+    target, _ = toy_pair(**PAIRS["3 tokens, eot=2"])
+    expected = target_distribution(target, [0, 1, 0, 0], 3, **options)
+    got = speculative_distribution(target, lambda: CountingNgramDrafter(n_max=2, eps=0.2), [0, 1, 0, 0], 3, K,
+                                   **options)
+    assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+
+
+def test_counting_ngram_q_is_the_smoothed_follower_frequency():
+    d = CountingNgramDrafter(n_max=1, eps=0.1)
+    d.reset(random_target(n_vocab=4))
+    d.update_index([0, 1, 0, 1, 0, 2, 0])  # after 0: 1, 1, 2
+    np.testing.assert_allclose(d.q_after([0]), [0.025, 0.025 + 0.9 * 2 / 3, 0.025 + 0.9 / 3, 0.025])
+    assert d.q_after([3]) is None
+
+
+def random_target(n_vocab):
+    return toy_pair(0, n_vocab=n_vocab)[0]
 
 
 @pytest.mark.parametrize("options", [dict(temperature=0.6), dict(top_k=2), dict(top_p=0.7)], ids=str)
@@ -143,11 +166,11 @@ def test_peeking_cannot_bias_a_deterministic_drafter_but_a_broken_kernel_does():
 
 @hypothesis.settings(deadline=None, max_examples=60)
 @hypothesis.given(seed=st.integers(0, 2**32 - 1), n_vocab=st.integers(2, 6), K=st.sampled_from([1, 3, "heuristic", "auto"]),
-                  drafter=st.sampled_from(["model", "ngram"]), n_tokens=st.integers(1, 16),
+                  drafter=st.sampled_from(["model", "ngram", "counting"]), n_tokens=st.integers(1, 16),
                   prompt=st.lists(st.integers(0, 1), min_size=1, max_size=5))
 def test_greedy_equals_target_greedy_for_every_drafter_and_policy(seed, n_vocab, K, drafter, n_tokens, prompt):
     target, draft = toy_pair(seed, n_vocab, 0.3)
-    draft = NgramDrafter(n_max=3) if drafter == "ngram" else draft
+    draft = {"ngram": NgramDrafter(n_max=3), "counting": CountingNgramDrafter(n_max=2)}.get(drafter, draft)
     result = speculative_generate(target, draft, prompt, n_tokens, K, temperature=0, K_max=4)
     assert result.tokens == generate(target, prompt, n_tokens, temperature=0)
 

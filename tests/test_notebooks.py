@@ -1,12 +1,13 @@
 """The notebooks in notebooks/ run top to bottom, offline, and only call the package (issue 4).
 
-Each notebook is executed with nbclient by tools/build_notebooks.py's own `execute` (a kernel
-running this interpreter, working directory notebooks/), in memory: the committed files, with
-the outputs of their real run, are left untouched. A failing cell fails the test with the cell's
-source and traceback. The static checks keep the committed files honest: executed in order, no
-error outputs, the same cells as the generator, outputs made with the bundled weights shipped
-now, and no function or class defined in a notebook (STYLE H13: a helper a notebook needs goes
-into gpt2np/, usually gpt2np/explain.py).
+Each notebook's source is its jupytext-paired percent script (notebooks/NN_name.py). The test
+executes that script's cells with nbclient through tools/build_notebooks.py's own `execute` (a
+kernel running this interpreter, working directory notebooks/), in memory: the committed .ipynb
+files, with the outputs of their real run, are left untouched. A failing cell fails the test with
+the cell's source and traceback. The static checks keep the committed .ipynb honest: the same cells
+as its script (an edit made in one place and not synced fails), executed in order, no error
+outputs, outputs made with the bundled weights shipped now, and no function or class defined in a
+notebook (STYLE H13: a helper a notebook needs goes into gpt2np/, usually gpt2np/explain.py).
 """
 import importlib.util
 import re
@@ -16,12 +17,14 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="notebook tooling: pip install -r requirements-dev.txt")
+jupytext = pytest.importorskip("jupytext", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("nbclient", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("ipykernel", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("matplotlib", reason="the notebooks plot: pip install -r requirements-dev.txt")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SCRIPTS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 CELL_TIMEOUT = 120  # seconds: a whole notebook should take well under a minute on 2 cores
 DEFINITION = re.compile(r"^\s*(def|class|async def)\s|\blambda\b", re.MULTILINE)
 
@@ -37,12 +40,35 @@ def load_builder():
 BUILDER = load_builder()
 
 
+def script_of(path):
+    return path.with_suffix(".py")
+
+
+def cells(nb):
+    return [(c.cell_type, c.source) for c in nb.cells]
+
+
 def code_cells(path):
     return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
 
 
-def test_every_generated_notebook_is_committed():
-    assert sorted(p.name for p in NOTEBOOKS) == sorted(BUILDER.NOTEBOOK_CELLS)
+def test_every_notebook_is_paired_with_a_percent_script():
+    assert [p.stem for p in NOTEBOOKS] == [p.stem for p in SCRIPTS], \
+        "every notebooks/NN_name.ipynb needs its notebooks/NN_name.py and back: python tools/build_notebooks.py NN"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_cells_are_the_scripts(path):
+    script = script_of(path)
+    assert jupytext.read(script).metadata["jupytext"]["text_representation"]["format_name"] == "percent"
+    assert nbformat.read(path, as_version=4).metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", \
+        f"{path.name} is not paired with its script: jupytext --set-formats ipynb,py:percent {path.name}"
+    expected, actual = cells(jupytext.read(script)), cells(nbformat.read(path, as_version=4))
+    first = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a), min(len(expected), len(actual)))
+    assert actual == expected, (
+        f"{path.name} and {script.name} differ from cell {first + 1} on ({len(actual)} vs {len(expected)} cells): "
+        f"one was edited without syncing; python tools/build_notebooks.py {path.name[:2]} "
+        f"(runs jupytext --sync, the newer file wins, then re-executes)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -62,24 +88,18 @@ def test_committed_outputs_come_from_the_bundled_models(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_committed_cells_are_the_generators(path):
-    expected = [c.source for c in BUILDER.NOTEBOOK_CELLS[path.name]]
-    actual = [c.source for c in nbformat.read(path, as_version=4).cells]
-    assert actual == expected, (f"{path.name} differs from tools/build_notebooks.py: edit the cells there, "
-                                f"then python tools/build_notebooks.py {path.name[:2]}")
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_definitions_in_notebooks(path):
-    defined = [c.source.splitlines()[0] for c in code_cells(path) if DEFINITION.search(c.source)]
+    code = [c for c in jupytext.read(script_of(path)).cells if c.cell_type == "code"]
+    defined = [c.source.splitlines()[0] for c in code if DEFINITION.search(c.source)]
     assert not defined, f"{path.name} defines a function or class (move it into gpt2np/): {defined}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path):
     start = time.perf_counter()
-    nb, _ = BUILDER.execute(path, write=False, timeout=CELL_TIMEOUT)  # raises CellExecutionError
-    print(f"{path.name}: {time.perf_counter() - start:.1f} s")
+    nb = jupytext.read(script_of(path))  # the source a person edits, not the committed outputs
+    BUILDER.execute(nb, timeout=CELL_TIMEOUT)  # raises CellExecutionError
+    print(f"{script_of(path).name}: {time.perf_counter() - start:.1f} s")
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} drew no plot"

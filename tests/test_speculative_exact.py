@@ -18,6 +18,7 @@ from gpt2np.sampling import sample
 from gpt2np.speculative import CALIBRATION_CALLS, speculative_generate
 from gpt2np.speculative_kernel import output_distribution, residual_distribution, verify_round
 from gpt2np.theory import alpha, predicted_speedup
+from gpt2np.tokenizer import vocabulary_fingerprint
 from gpt2np.toy_models import ToyModel, random_toy_model
 
 EXACT = 1e-12  # both sides are exact sums of products of probabilities: only rounding differs
@@ -322,17 +323,18 @@ def test_bad_K_raises(K):
 
 
 class FakeTokenizer:
-    def __init__(self, pieces):
-        self.pieces = pieces
+    """What check_same_vocabulary reads of a tokenizer: its fingerprint."""
 
-    def decode_bytes(self, ids):
-        return b"".join(self.pieces[i] for i in ids)
+    def __init__(self, pieces):
+        self.fingerprint = vocabulary_fingerprint(pieces, [], {})
 
 
 @pytest.mark.parametrize("change, message", [
     (dict(n_vocab=4), "n_vocab 4 vs 3"),
     (dict(eot_id=1), "eot_id 1 vs None"),
-    (dict(tokenizer=FakeTokenizer([b"a", b"b", b"X"])), "token 2 decodes differently"),
+    (dict(tokenizer=FakeTokenizer([b"a", b"b", b"X"])),
+     f"fingerprints: draft {vocabulary_fingerprint([b'a', b'b', b'X'], [], {})[:12]}, "
+     f"target {vocabulary_fingerprint([b'a', b'b', b'c'], [], {})[:12]}"),
 ])
 def test_draft_with_another_vocabulary_is_refused(change, message):
     target, draft = toy_pair(0, n_vocab=3)

@@ -1,0 +1,189 @@
+"""Drafters and K policies, measured (issue 10): every fixed K against "heuristic" and "auto".
+
+At the pair's shapes (random 124M draft -> 355M target), greedy, for each forced acceptance rate
+alpha in plan.policy_alphas, two drafters:
+  model    the 124M draft around forced_draft.ForcedAcceptanceDraft: a real draft's cost (c ~ 0.35)
+  lookup   ForcedLookupDrafter below: proposes like prompt lookup (one-hot q, a few microseconds,
+           c ~ 0), agreeing with the target's greedy token with probability alpha
+and for each, K = 1..plan.policy_K_max fixed, then heuristic and auto (K_max = plan.policy_K_max).
+One repeat = a plain-decoding baseline, then every run of one alpha, back to back; speedups are
+per-repeat ratios, medians over repeats.
+
+Prefill. As in spec.py, `speedup` replaces the first target call (prompt + k_1 drafts) by a
+steady call of k_1 + 1 tokens, and the draft's prompt prefill by a one-token draft call.
+
+Prediction, per run: the refined speedup summed over the run's actual rounds,
+    sum_r E(a, k_r) / sum_r (k_r c + v(k_r + 1)),   E(a, k) = (1 - a^(k+1)) / (1 - a),
+a = alpha_hat of the run, c = median one-token draft call / t1, v(M) = mean M-token target call /
+t1 measured in the run (policies.v_curve's line where a size was never timed), t1 the baseline's.
+For a fixed K whose run length is a multiple of K + 1 this is the (1 - a^(K+1))/((1 - a)(Kc + v)).
+
+Also: the real n-gram drafter on the bundled Shakespeare pair, on a prompt whose continuation
+repeats earlier text (real alpha), against the bundled draft model (bundled_lookup()).
+"""
+import time
+
+import gpt2np
+from gpt2np.autoregressive import generate
+from gpt2np.drafters import ModelDrafter, NgramDrafter, one_hot_rows
+from gpt2np.policies import v_curve
+from gpt2np.speculative import speculative_stream
+from gpt2np.theory import expected_tokens_per_round
+
+from .common import log, median, print_table, random_ids, ratio
+from .forced_draft import ForcedAcceptanceDraft, ForcedChoices
+from .spec import TimedProxy
+
+
+class ForcedLookupDrafter:
+    """A drafter of prompt lookup's cost whose proposal at position i is the target's greedy token
+    with probability alpha (coins drawn in advance, as in forced_draft.py), else another token."""
+
+    def __init__(self, sequence, alpha, n_vocab, seed=0):
+        self.forced = ForcedChoices(sequence, alpha, n_vocab, seed)
+        self.name, self.c_prior, self.n_vocab = f"forced lookup alpha={alpha}", 0.0, n_vocab
+
+    def check(self, target, prompt_ids, n_tokens):
+        pass
+
+    def reset(self, target):
+        self.calls, self.seconds, self.drafted = 0, 0.0, 0
+
+    def propose(self, context, k, options, rng):
+        start = time.perf_counter()
+        drafts = [self.forced.wanted(len(context) + i) for i in range(k)]
+        self.calls, self.drafted = self.calls + 1, self.drafted + len(drafts)
+        self.seconds += time.perf_counter() - start
+        return drafts, one_hot_rows(drafts, self.n_vocab)
+
+    def roll_back(self, n):
+        pass
+
+    def cost_per_token(self):
+        return self.seconds / self.drafted if self.drafted else None
+
+    timings = property(lambda self: {"lookup": (self.calls, self.seconds)})
+
+
+def mean_call(calls, n_seq):
+    secs = [s for n, s in calls if n == n_seq]
+    return sum(secs) / len(secs) if secs else None
+
+
+def run_one(target, drafter, draft_proxy, prompt, n_tokens, K, K_max, baseline):
+    """One greedy run through the stream; speedup, prediction and K usage as the docstring says."""
+    proxy = TimedProxy(target)
+    start = time.perf_counter()
+    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0)
+    ks = [event.K for event in stream]
+    wall = time.perf_counter() - start - stream.result.stats.calibration_seconds
+    result, t1 = stream.result, baseline["t1"]
+    steady_calls = proxy.calls[1:len(ks)]  # the rounds' target calls after the first (not calibration)
+    v_fit = v_curve({m: [s for n, s in steady_calls if n == m] for m in range(1, K_max + 2)}, K_max + 1)
+    v = {m: ratio(mean_call(steady_calls, m), t1) or v_fit[m] for m in range(1, K_max + 2)}
+    first_target = proxy.calls[0][1] - v[ks[0] + 1] * t1
+    draft_calls = draft_proxy.calls if draft_proxy else []
+    one_token = [s for n, s in draft_calls if n == 1] or [s for n, s in draft_calls[1:] if n == 2]
+    t_draft = median(one_token) if one_token else (drafter.cost_per_token() or 0.0)
+    first_draft = draft_calls[0][1] - t_draft if draft_calls and draft_calls[0][0] == len(prompt) else 0.0
+    steady = wall - first_target - first_draft
+    a, c = result.stats.alpha_hat, t_draft / t1
+    predicted = None
+    if a is not None:
+        predicted = sum(expected_tokens_per_round(a, k) for k in ks) / sum(k * c + v[k + 1] for k in ks)
+    return {"K": K, "speedup": baseline["steady"] / steady, "predicted_refined": predicted, "alpha_hat": a,
+            "c": c, "rounds": len(ks), "K_counts": result.stats.K_counts,
+            "exact": result.tokens == baseline["tokens"]}
+
+
+def baseline_run(target, prompt, n_tokens):
+    proxy = TimedProxy(target)
+    start = time.perf_counter()
+    tokens = generate(proxy, prompt, n_tokens, temperature=0)
+    wall = time.perf_counter() - start
+    t1 = median([s for _, s in proxy.calls[1:]])
+    return {"tokens": tokens, "t1": t1, "steady": wall - proxy.calls[0][1] + t1}
+
+
+def combine(runs):
+    out = dict(runs[0])
+    out["speedup"] = median([r["speedup"] for r in runs])
+    out["predicted_refined"] = median([r["predicted_refined"] for r in runs if r["predicted_refined"]])
+    out["exact"] = all(r["exact"] for r in runs)
+    out["refined_error"] = None if out["predicted_refined"] is None else out["speedup"] / out["predicted_refined"] - 1
+    return out
+
+
+def run(target, plan, draft_model):
+    """{"rows": [...]} for every (drafter, alpha, K) of the module docstring."""
+    prompt, N, K_max = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
+    sequence = prompt + baseline_run(target, prompt, N)["tokens"]  # warm-up, and what greedy decoding gives
+    Ks = list(range(1, K_max + 1)) + ["heuristic", "auto"]
+    c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
+    runs = {}
+    for r in range(plan.policy_repeats):
+        for a in plan.policy_alphas:
+            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, alpha {a}: baseline, then K {Ks} x model, lookup")
+            baseline = baseline_run(target, prompt, N)
+            for name in ("model", "lookup"):
+                for K in Ks:
+                    draft_proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a)) if name == "model" else None
+                    drafter = (ModelDrafter(draft_proxy, c_prior=c_prior) if draft_proxy
+                               else ForcedLookupDrafter(sequence, a, target.n_vocab))
+                    one = run_one(target, drafter, draft_proxy, prompt, N, K, K_max, baseline)
+                    runs.setdefault((name, a, str(K)), []).append(one)
+    rows = [{"drafter": name, "alpha_nominal": a, **combine(rs)} for (name, a, _), rs in runs.items()]
+    return {"n_tokens": N, "K_max": K_max, "rows": rows}
+
+
+def bundled_lookup(plan):
+    """The real prompt-lookup drafter on the bundled pair, on a prompt whose continuation repeats it:
+    the Romeo prompt, the target's own greedy continuation of it, then the Romeo prompt again."""
+    from threadpoolctl import threadpool_limits
+    if not {"shakespeare-2.6M", "shakespeare-260K"} <= set(gpt2np.bundled_models()):
+        return {"skipped": "the bundled pair is not installed"}
+    target, draft = gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
+    romeo = target.tokenizer.encode("ROMEO:\nWhat light through yonder window breaks?\n")
+    N, rows = 60, []
+    with threadpool_limits(limits=1, user_api="blas"):  # as main.py: one thread for models this narrow
+        prompt = romeo + generate(target, romeo, 100, temperature=0) + romeo  # 196 tokens, n_ctx 256
+        for name in ("ngram", "model"):
+            for K in [1, 2, 4, 8, "heuristic", "auto"]:
+                runs = []
+                for _ in range(plan.policy_repeats + 1):
+                    proxy = TimedProxy(draft) if name == "model" else None
+                    drafter = ModelDrafter(proxy, c_prior=0.1) if proxy else NgramDrafter(n_max=3)
+                    runs.append(run_one(target, drafter, proxy, prompt, N, K, 8, baseline_run(target, prompt, N)))
+                rows.append({"drafter": name, **combine(runs)})
+    return {"prompt_tokens": len(prompt), "n_tokens": N, "rows": rows}
+
+
+def print_report(result):
+    if not result:
+        return
+    K_max, by = result["K_max"], {}
+    for r in result["rows"]:
+        by.setdefault((r["drafter"], r["alpha_nominal"]), {})[str(r["K"])] = r
+    rows = []
+    for (name, a), g in by.items():
+        fixed = [g[str(K)]["speedup"] for K in range(1, K_max + 1)]
+        best = max(fixed)
+        worst_err = max(abs(r["refined_error"]) for r in g.values() if r["refined_error"] is not None)
+        rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], best,
+                     g["auto"]["speedup"] / best, " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
+                     worst_err, all(r["exact"] for r in g.values())])
+    print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens (medians)",
+                ["drafter", "alpha", *[f"K={K}" for K in range(1, K_max + 1)], "heur", "auto", "best fixed",
+                 "auto/best", "auto's K:rounds", "max |err|", "exact"], rows,
+                note="model: 124M-shaped draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
+                     "(c ~ 0);\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
+
+
+def print_bundled(result):
+    if not result or "rows" not in result:
+        return
+    rows = [[r["drafter"], r["K"], r["alpha_hat"], r["c"], r["speedup"], r["predicted_refined"],
+             " ".join(f"{k}:{n}" for k, n in r["K_counts"].items()), r["exact"]] for r in result["rows"]]
+    print_table(f"Bundled pair, a prompt that repeats ({result['prompt_tokens']} tokens), {result['n_tokens']} "
+                "new tokens, greedy: prompt lookup vs the draft model",
+                ["drafter", "K", "a_hat", "c", "speedup", "refined", "K:rounds", "exact"], rows)

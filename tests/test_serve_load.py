@@ -28,7 +28,7 @@ def request_kinds():
     """12 distinct requests: greedy speculative, seeded speculative sampling, seeded target-only."""
     kinds = []
     for i, prompt in enumerate(PROMPTS):
-        n = 6 + 2 * i
+        n = 4 + i
         kinds += [{"prompt": prompt, "max_tokens": n, "temperature": 0},
                   {"prompt": prompt, "max_tokens": n, "temperature": 0.8, "seed": i, "K": 3},
                   {"prompt": prompt, "max_tokens": n, "temperature": 1.0, "seed": i, "speculative": False}]
@@ -76,9 +76,11 @@ def complete(url, body, stream):
 
 
 def test_32_concurrent_clients_every_request_answered_correctly():
+    from threadpoolctl import threadpool_limits
     target, drafter, kinds = gpt2np.load_model(TARGET), gpt2np.load_drafter(DRAFT), request_kinds()
-    expected = [expected_text(target, drafter, kind) for kind in kinds]
-    engine = bundled_engine(max_queue=16)
+    with threadpool_limits(limits=1, user_api="blas"):  # as the server: one BLAS thread for small models
+        expected = [expected_text(target, drafter, kind) for kind in kinds]
+    engine = bundled_engine(max_queue=24)
     refusals, lock = [], threading.Lock()
 
     def client(c):  # 3 requests each, streaming and not, retrying after a 429
@@ -91,7 +93,7 @@ def test_32_concurrent_clients_every_request_answered_correctly():
                     break
                 with lock:
                     refusals.append((body, retry_after))
-                time.sleep(0.1 + 0.02 * (c % 7))  # not Retry-After's whole second: keeps the test short
+                time.sleep(0.25 + 0.02 * (c % 7))  # not Retry-After's whole second: keeps the test short
             results.append((k, status, body))
         return results
 

@@ -228,7 +228,7 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
     async def health():
         body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
                 "queued": engine.queued, "max_queue": engine.max_queue, "busy": engine.busy,
-                "served": engine.served}
+                "served": engine.served, "cancelled": engine.cancelled}
         return JSONResponse(body, status_code=200 if engine.alive else 503)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)

@@ -40,12 +40,17 @@ def check_rng(rng, temperature):
                          "use temperature=0 for greedy decoding without one")
 
 
-def plain_rounds(model, prompt_ids, n_tokens, options, rng):
-    """The decoding loop as a generator: one RoundEvent per token; returns the token list."""
+def plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache=True):
+    """The decoding loop as a generator: one RoundEvent per token; returns the token list.
+
+    use_cache=False recomputes the whole context at every step (a fresh cache per call): the same
+    tokens at O(n^2) cost, to show what the KV cache buys."""
     cache, tokens = model.new_cache(), []
     new_ids = np.asarray(prompt_ids)  # the first call feeds the whole prompt (prefill)
     while True:
         start = time.perf_counter()
+        if not use_cache:
+            cache, new_ids = model.new_cache(), np.asarray(list(prompt_ids) + tokens)  # [prompt + so far]
         logits = model.forward(new_ids, cache, n_logits=1)  # [1, n_vocab]
         tokens.append(next_token(logits[-1], rng=rng, **options))
         yield RoundEvent(tokens=tokens[-1:], provenance=["target"], K=0, n_emitted=len(tokens),
@@ -55,13 +60,16 @@ def plain_rounds(model, prompt_ids, n_tokens, options, rng):
         new_ids = np.array(tokens[-1:])  # [1]
 
 
-def plain_stream(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):
-    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away."""
+def plain_stream(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None,
+                 use_cache=True):
+    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away.
+
+    use_cache=False: no KV cache, the whole context recomputed each step (for teaching)."""
     check_sampling_options(temperature, top_k, top_p)
     check_generation_request(model, prompt_ids, n_tokens)
     check_rng(rng, temperature)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng))
+    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache))
 
 
 def generate(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):

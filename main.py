@@ -3,6 +3,7 @@
     python main.py                                   # offline: the bundled Shakespeare pair
     python main.py --draft_model_size 124M --target_model_size 355M --prompt "Alan Turing" -v
     python main.py --target_model_size 124M          # one model, no draft: plain generation
+    python main.py --draft_model_size hf:distilbert/distilgpt2 --target_model_size 355M   # from the Hub
 
 With a draft model, main.py runs target-only decoding, then speculative decoding with the same
 sampling settings, and prints both texts, their speed, the acceptance statistics and the measured
@@ -47,14 +48,19 @@ def parse_args(argv):
                         "(default: 200 with the bundled byte-level pair, 40 otherwise)")
     # which models
     p.add_argument("--target_model_size", default=None,
-                   help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}) or a "
-                        f"folder in the release layout (default: {DEFAULT_TARGET})")
+                   help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}), a Hub name "
+                        f"hf:owner/name[@revision], or a folder in the release or Hugging Face layout "
+                        f"(default: {DEFAULT_TARGET})")
     p.add_argument("--draft_model_size", default=None,
                    help="draft model, named like the target; omit for target-only generation "
                         f"(default with the default target: {DEFAULT_DRAFT})")
-    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
+    p.add_argument("--models_dir", default="weights",
+                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) are downloaded to")
     p.add_argument("--mirror", default=None,
                    help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--hf_endpoint", default=None,
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else https://huggingface.co; "
+                        "$HF_TOKEN, if set, is sent as a bearer token)")
     # speculative decoding and sampling
     p.add_argument("--K", type=int, default=4, help="draft tokens per speculative round (Leviathan et al.'s gamma)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (argmax)")
@@ -116,8 +122,9 @@ def main(argv=None):
     check_args(args)
     target_name = args.target_model_size or DEFAULT_TARGET
     draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
-    target = gpt2np.load_model(target_name, args.models_dir, base_url=args.mirror)
-    draft = gpt2np.load_model(draft_name, args.models_dir, base_url=args.mirror) if draft_name else None
+    sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    target = gpt2np.load_model(target_name, args.models_dir, **sources)
+    draft = gpt2np.load_model(draft_name, args.models_dir, **sources) if draft_name else None
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
     prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
     if draft is not None:  # every check before any work

@@ -66,6 +66,11 @@ def hub_cache_snapshot(folder):
     return folder
 
 
+def read_config(folder):
+    """The GPT2Config of a model folder in either layout (config.json or hparams.json)."""
+    return read_hf_config(folder) if is_hf_folder(folder) else GPT2Config.from_hparams_json(Path(folder) / "hparams.json")
+
+
 def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=None, fast_tokenizer=True,
                hf_endpoint=None):
     """Load a GPT-2 by size name, bundled name, Hub name or folder; see the module docstring.
@@ -75,7 +80,7 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     """
     folder = resolve_model_dir(name_or_dir, models_dir, base_url, hf_endpoint)
     hf = is_hf_folder(folder)
-    config = read_hf_config(folder) if hf else GPT2Config.from_hparams_json(folder / "hparams.json")
+    config = read_config(folder)
     params = load_hf_params(folder, config) if hf else load_params(folder, config)
     if tokenizer_dir is None and hf:
         tokenizer = load_hf_tokenizer(folder, fast=fast_tokenizer)

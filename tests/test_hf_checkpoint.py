@@ -277,3 +277,23 @@ def test_cli_runs_hf_folders_and_refuses_another_architecture_in_one_line(tmp_pa
     out = subprocess.run(run + ["--target_model_size", str(tmp_path / "hf-tiny-f32")],
                          cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "model_type 'bert'" in out.stderr, out.stderr
+
+
+def test_cli_hf_name_drafts_for_a_release_folder_when_its_files_are_present(bpe_dir, tmp_path):
+    """README's `--draft_model_size hf:distilbert/distilgpt2 --target_model_size 355M`, in miniature:
+    the draft is gpt2-tiny-b in the HF layout under models_dir/owner/draft/ (OpenAI's tokenizer files
+    as vocab.json + merges.txt), the target gpt2-tiny-a in OpenAI's; an unreachable endpoint proves
+    that nothing is fetched."""
+    target = shutil.copytree(FIXTURES / "gpt2-tiny-a", tmp_path / "target")
+    config = GPT2Config.from_hparams_json(FIXTURES / "gpt2-tiny-b" / "hparams.json")
+    params = weights.load_params(shutil.copytree(FIXTURES / "gpt2-tiny-b", tmp_path / "b"), config)
+    draft = write_hf_folder(tmp_path / "models" / "owner" / "draft", params, config)
+    for openai, hf in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")):
+        shutil.copy(bpe_dir / openai, target / openai)
+        shutil.copy(bpe_dir / openai, draft / hf)
+    out = subprocess.run([sys.executable, "main.py", "--draft_model_size", "hf:owner/draft", "--target_model_size",
+                          str(target), "--models_dir", str(tmp_path / "models"), "--hf_endpoint", "http://127.0.0.1:9",
+                          "--n_tokens_to_generate", "8", "--prompt", "Alan Turing theorized that"],
+                         cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "draft: hf:owner/draft" in out.stdout and "speculative (draft hf:owner/draft, K=4)" in out.stdout

@@ -93,6 +93,8 @@ def server_sha256(url, headers, max_redirects=5):  # -> hex sha256, or None if t
         except requests.RequestException as e:
             raise DownloadError(f"cannot reach {url} ({download._root_cause(e)}); check the network, "
                                 f"or {HINT}") from e
+        if response.status_code in (405, 501):  # a plain file server without HEAD: no sha256 to check
+            return None
         if response.status_code >= 400:
             raise DownloadError(f"HEAD {url} failed with HTTP {response.status_code} {response.reason}; {HINT}")
         for header in ("X-Linked-Etag", "ETag"):

@@ -206,3 +206,10 @@ def test_bad_hub_names_are_refused(name):
 def test_revision_with_a_slash_stays_one_folder():
     assert hub.hub_folder("w", "o/n", "refs/pr/1").as_posix() == "w/o/n@refs%2Fpr%2F1"
     assert hub.file_url("E", "o/n", "refs/pr/1", "config.json") == "E/o/n/resolve/refs%2Fpr%2F1/config.json"
+
+
+def test_a_mirror_without_head_still_downloads_unverified(hub_root, tmp_path):
+    """A plain file server answers HEAD with 501: no sha256 to check, size still checked."""
+    with FixtureServer(hub_root) as plain:  # tests/http_fixture_server.py's own handler: GET only
+        folder = download_hub_model("hf:owner/tiny", tmp_path, plain.url, progress=False)
+    assert (folder / LFS).read_bytes() == (FIXTURE / LFS).read_bytes()

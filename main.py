@@ -55,12 +55,13 @@ def parse_args(argv):
                    help="draft model, named like the target; omit for target-only generation "
                         f"(default with the default target: {DEFAULT_DRAFT})")
     p.add_argument("--models_dir", default="weights",
-                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) are downloaded to")
+                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
+                        "are downloaded to")
     p.add_argument("--mirror", default=None,
                    help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
     p.add_argument("--hf_endpoint", default=None,
-                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else https://huggingface.co; "
-                        "$HF_TOKEN, if set, is sent as a bearer token)")
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
+                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
     # speculative decoding and sampling
     p.add_argument("--K", type=int, default=4, help="draft tokens per speculative round (Leviathan et al.'s gamma)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (argmax)")

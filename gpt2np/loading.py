@@ -68,7 +68,9 @@ def hub_cache_snapshot(folder):
 
 def read_config(folder):
     """The GPT2Config of a model folder in either layout (config.json or hparams.json)."""
-    return read_hf_config(folder) if is_hf_folder(folder) else GPT2Config.from_hparams_json(Path(folder) / "hparams.json")
+    if is_hf_folder(folder):
+        return read_hf_config(folder)
+    return GPT2Config.from_hparams_json(Path(folder) / "hparams.json")
 
 
 def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=None, fast_tokenizer=True,

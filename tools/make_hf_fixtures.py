@@ -49,8 +49,8 @@ def write_tokenizer(folder):
 
 def random_model(n_vocab, seed):
     config = transformers.GPT2Config(vocab_size=n_vocab, n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                     activation_function="gelu_new", attn_implementation="eager", bos_token_id=n_vocab - 1,
-                                     eos_token_id=n_vocab - 1)
+                                     activation_function="gelu_new", attn_implementation="eager",
+                                     bos_token_id=n_vocab - 1, eos_token_id=n_vocab - 1)
     model = transformers.GPT2LMHeadModel(config).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -6,7 +6,9 @@
                     --compare bench/results/before.json   # one section, before/after
     python -m bench --tiny                           # seconds, tiny configs: the test suite's run
 
-No downloads: every model is gpt2np.random_model of a preset's shape. One file per section:
+No downloads: every model is gpt2np.random_model of a preset's shape, unless --sizes / --pair name a
+model as main.py does (a folder in either layout, hf:owner/name), which is loaded with its own weights.
+One file per section:
   bandwidth.py    memory bandwidth (best of a streaming sum, gemv, a one-row product), GEMM
                   GFLOP/s, and the product-level small-M curve; roofline = weight bytes / bandwidth
   decode.py       prefill (128 tokens), decode s/token at contexts 128 and 896, and the

@@ -79,14 +79,16 @@ def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True):
     return model_dir
 
 
-def fetch_file(url, dest, sha256=None, progress=True):
-    """Download url to dest through `<dest>.part`, resuming a partial one; skip a complete dest."""
+def fetch_file(url, dest, sha256=None, progress=True, headers=None):
+    """Download url to dest through `<dest>.part`, resuming a partial one; skip a complete dest.
+
+    headers: extra request headers (hub.py sends the Hub's `Authorization: Bearer` token)."""
     dest = Path(dest)
     if dest.exists() and (sha256 is None or file_sha256(dest) == sha256):
         return dest  # a file under its final name was checked before the rename
     part = dest.with_name(dest.name + ".part")
     start = part.stat().st_size if part.exists() else 0
-    with _get(url, start) as response:
+    with _get(url, start, headers) as response:
         offset, total = _byte_range(response, start, url)
         _stream(response, part, offset, total, url, progress)
     if total is not None and part.stat().st_size != total:  # closed early (urllib3 usually raises first)
@@ -97,9 +99,9 @@ def fetch_file(url, dest, sha256=None, progress=True):
     return dest
 
 
-def _get(url, start):
+def _get(url, start, extra_headers=None):
     """Start a streamed GET of url from byte `start` on; network and HTTP errors raise DownloadError."""
-    headers = {"Accept-Encoding": "identity"}  # no gzip: byte counts must match Content-Length
+    headers = {**(extra_headers or {}), "Accept-Encoding": "identity"}  # no gzip: byte counts must match Content-Length
     if start:
         headers["Range"] = f"bytes={start}-"
     try:

@@ -298,7 +298,7 @@ def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
 
     def known_hash(path):  # pass OpenAI's hash only when it matches: a byte-level vocab has others
         sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        return sha if sha == OPENAI_SHA256[Path(path).name] else None
+        return sha if sha == OPENAI_SHA256.get(Path(path).name) else None
 
     # tiktoken copies each file it reads into a cache keyed by the file's *path*; with no hash to
     # check, an edited file at the same path would be served stale. TIKTOKEN_CACHE_DIR="" turns the
@@ -341,6 +341,18 @@ class FastTokenizer(Tokenizer):
 def load_tokenizer(directory, fast=True):
     """The tokenizer in `directory` (encoder.json + vocab.bpe): tiktoken-backed if fast, else scratch."""
     return (FastTokenizer if fast else Tokenizer).from_dir(directory)
+
+
+def load_hf_tokenizer(directory, fast=True):
+    """The tokenizer of a Hugging Face GPT-2 folder: vocab.json + merges.txt are encoder.json +
+    vocab.bpe under other names (same JSON object, same "#version" line then one merge a line), so
+    the same readers and the same Tokenizer come out, encoding identically."""
+    paths = Path(directory) / "vocab.json", Path(directory) / "merges.txt"
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: gpt2np reads GPT-2's vocab.json + merges.txt "
+                                    f"(not tokenizer.json alone)")
+    return (FastTokenizer if fast else Tokenizer).from_files(*paths)
 
 
 def write_byte_level_vocab(directory):

@@ -216,16 +216,23 @@ def load_params(model_dir, config):  # -> params
     write just goes uncached.
     """
     prefix = os.path.join(model_dir, "model.ckpt")
+    # memory maps: nothing is held in RAM twice
+    return load_params_cached(model_dir, config, _checkpoint_key(prefix), lambda: read_checkpoint(prefix), prefix)
+
+
+def load_params_cached(model_dir, config, key, read_tensors, source):  # -> params
+    """Params from the .npy cache in `<model_dir>/.gpt2np-cache/` if it was written for `key` (a dict
+    naming the source's exact bytes), else from read_tensors() -> {TF name: array}, caching them.
+    Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_checkpoint.py) load this way."""
     cache_dir = os.path.join(model_dir, CACHE_DIR)
-    key = _checkpoint_key(prefix)
     tensors = _load_cache(cache_dir, key)
     if tensors is None:
-        tensors = read_checkpoint(prefix)  # memory maps: nothing is held in RAM twice
-        check_tensors(tensors, config, source=prefix)  # fail before writing a useless cache
+        tensors = read_tensors()
+        check_tensors(tensors, config, source=source)  # fail before writing a useless cache
         try:
             _write_cache(cache_dir, key, tensors)
         except OSError:  # read-only folder, disk full...: use the checkpoint's own memory maps
             return params_from_tf(tensors, config)
         del tensors  # unmap the checkpoint before the cache is read: never both in RAM
-        tensors = _load_cache(cache_dir, key) or read_checkpoint(prefix)
+        tensors = _load_cache(cache_dir, key) or read_tensors()
     return params_from_tf(tensors, config)

@@ -26,11 +26,11 @@ FAULTS = ("cut", "ignore_range", *ERROR_REPLIES)  # cut: announce the full lengt
 
 
 class FixtureServer:
-    def __init__(self, root):
+    def __init__(self, root, handler=None):  # handler: a _Handler subclass (tests/test_hf_hub.py's Hub)
         self.root = Path(root).resolve()
         self.faults = {}    # file name -> one of FAULTS
         self.requests = []  # (path, Range header or None), in arrival order
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)  # port 0: any free port
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler or _Handler)  # port 0: any free port
         self._httpd.daemon_threads = True
         self._httpd.fixture = self
         self.url = f"http://127.0.0.1:{self._httpd.server_port}"

@@ -296,4 +296,4 @@ def test_cli_hf_name_drafts_for_a_release_folder_when_its_files_are_present(bpe_
                           "--n_tokens_to_generate", "8", "--prompt", "Alan Turing theorized that"],
                          cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "draft: hf:owner/draft" in out.stdout and "speculative (draft hf:owner/draft, K=4)" in out.stdout
+    assert "drafter: hf:owner/draft" in out.stdout and "speculative (drafter hf:owner/draft, K=4)" in out.stdout

@@ -61,6 +61,11 @@ class DownloadError(Exception):
     """A download failed; the message says what failed and how to fix it."""
 
 
+class WrongFile(ValueError):
+    """Raised by a fetch_file check for content that is whole but not the file wanted (another
+    model's hparams.json): the .part is deleted even when no Content-Length says it is complete."""
+
+
 def download_model(size, models_dir="weights", base_url=None, progress=True):
     """Download GPT-2 `size` (one of SIZES) into `<models_dir>/<size>/` and return that folder."""
     if size not in SIZES:
@@ -94,7 +99,6 @@ def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True, p
             size = 4 * config.n_params() if name == DATA_FILE else None  # raw float32, no header
             fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress,
                        size=size, check=FORMAT_CHECKS.get(name))
-    check_data_size(model_dir)
     return model_dir
 
 
@@ -109,9 +113,12 @@ def _fetch_hparams(url, dest, preset, progress):  # -> GPT2Config
             existing.check_preset(preset, dest)  # the folder's own file: refuse, never overwrite
 
     def check(path):
-        config = GPT2Config.from_hparams_json(path)
-        if preset is not None:
-            config.check_preset(preset, "it")  # DownloadError: "<url>: it describes ..."
+        config = GPT2Config.from_hparams_json(path)  # ValueError: cut short, or not hparams at all
+        try:
+            if preset is not None:
+                config.check_preset(preset, "it")  # DownloadError: "<url>: it describes ..."
+        except ValueError as e:  # it parsed, so it is whole: another model
+            raise WrongFile(str(e)) from None
     fetch_file(url, dest, progress=progress, check=check)
     return GPT2Config.from_hparams_json(dest)
 
@@ -125,7 +132,7 @@ def fetch_file(url, dest, sha256=None, progress=True, *, size=None, check=None):
     unknown size).
     """
     dest = Path(dest)
-    if dest.exists() and _content_problem(dest, sha256, size, check) is None:
+    if dest.exists() and _content_problem(dest, sha256, size, check)[0] is None:
         return dest  # a file under its final name was checked before the rename
     part = dest.with_name(dest.name + ".part")
     start = part.stat().st_size if part.exists() else 0
@@ -154,28 +161,30 @@ def fetch_file(url, dest, sha256=None, progress=True, *, size=None, check=None):
 def _finish(url, part, dest, sha256, size, check, complete):
     """Rename part to dest if it passes its checks. complete: the byte count is known to be right,
     so a failed check means a wrong file (deleted); else it may be cut short (kept, to resume)."""
-    problem = _content_problem(part, sha256, size, check)
+    problem, whole = _content_problem(part, sha256, size, check)
     if problem is None:
         os.replace(part, dest)  # atomic: dest is either absent or complete
         return dest
-    if complete:
+    if complete or whole:
         part.unlink()  # complete but wrong: resuming it cannot help
         raise DownloadError(f"{url}: {problem}; deleted the download; {HINT}")
     raise DownloadError(f"download of {url} ended at {part.stat().st_size:,} bytes without a length, "
                         f"and {problem}: cut short? run again to resume from {part}")
 
 
-def _content_problem(path, sha256, size, check):  # -> None if path passes every check, else why not
+def _content_problem(path, sha256, size, check):  # -> (None, or why path fails; whether it is whole)
     if size is not None and path.stat().st_size != size:
-        return f"it has {path.stat().st_size:,} bytes, not {size:,}"
+        return f"it has {path.stat().st_size:,} bytes, not {size:,}", False
     if sha256 is not None and file_sha256(path) != sha256:
-        return f"its sha256 is {file_sha256(path)}, not the expected {sha256}"
+        return f"its sha256 is {file_sha256(path)}, not the expected {sha256}", False
     try:
         if check is not None:
             check(path)
+    except WrongFile as e:
+        return str(e).splitlines()[0], True
     except ValueError as e:  # CheckpointError, JSONDecodeError, UnicodeDecodeError are ValueErrors
-        return str(e).splitlines()[0]
-    return None
+        return str(e).splitlines()[0], False
+    return None, False
 
 
 def _get(url, start):
@@ -268,20 +277,6 @@ def file_sha256(path):
         for block in iter(lambda: f.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def check_data_size(model_dir):
-    """Raise DownloadError unless the data file holds 4 bytes for each parameter in hparams.json."""
-    model_dir = Path(model_dir)
-    try:
-        n_params = GPT2Config.from_hparams_json(model_dir / "hparams.json").n_params()
-    except ValueError as e:
-        raise DownloadError(f"{e}; delete {model_dir} and download again") from e
-    size = (model_dir / DATA_FILE).stat().st_size
-    if size != 4 * n_params:  # raw float32, no header (the TF bundle's data file)
-        raise DownloadError(f"{model_dir / DATA_FILE} has {size:,} bytes but hparams.json implies "
-                            f"{4 * n_params:,} (4 x {n_params:,} float32 parameters); "
-                            f"delete {model_dir} and download again")
 
 
 # ---- format checks for files whose size nothing announces (fetch_file's `check`) ---------------

@@ -252,7 +252,10 @@ def test_cut_file_under_its_final_name_is_fetched_again(server, release_root, tm
 
 # ---- a size name is a promise (issue 13, item 1) ----------------------------------------------------
 
-def test_mirror_serving_another_model_as_a_size_is_refused_before_anything_is_kept(server, tmp_path):
+@pytest.mark.parametrize("fault", [None, "nolength"])
+def test_mirror_serving_another_model_as_a_size_is_refused_before_anything_is_kept(server, tmp_path, fault):
+    """Even without Content-Length: an hparams.json that parses is whole, so it is refused, not resumed."""
+    server.faults["hparams.json"] = fault
     with pytest.raises(DownloadError, match=r"124M/hparams.json: it describes GPT2Config\(n_vocab=50257, n_ctx=64"
                                          r".*but 124M is GPT2Config\(n_vocab=50257, n_ctx=1024"):
         download_model("124M", tmp_path, base_url=server.url, progress=False)

@@ -129,6 +129,12 @@ def check_args(args):
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.num_runs < 1:
         raise ValueError(f"--num_runs must be at least 1, got {args.num_runs}")
+    if args.seed < 0:  # np.random.default_rng refuses it too, but only after the models are loaded
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    for flag in ("target_model_size", "draft_model_size"):
+        if getattr(args, flag) is not None and not getattr(args, flag).strip():  # "" is not the default
+            raise ValueError(f"--{flag} is empty: name a model (a size, a bundled name or a folder), "
+                             f"or leave the flag out")
     gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)
 
 

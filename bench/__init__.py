@@ -22,6 +22,8 @@ One file per section:
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
   hf.py           optional: Hugging Face transformers on PyTorch CPU, paired (if both import)
   compare.py      headline numbers of two JSON files side by side (python -m bench.compare A B)
+  cache_check.py  alone: the .npy cache's CRC32C check, cached loads with and without it
+                  (python -m bench.cache_check [--size 355M])
 run.py runs the sections and writes the JSON; common.py holds the Plan, timing and tables.
 
 The JSON (default bench/results/bench.json, git-ignored), seconds and bytes throughout:

@@ -2,7 +2,7 @@
 
 A model can be named three ways, wherever gpt2np asks for one:
   * a size of OpenAI's release ("124M", "355M", "774M", "1558M"): looked up in models_dir/<size>/,
-    downloaded there on first use;
+    downloaded there on first use; its hparams.json must be that size's preset (config.PRESETS);
   * a bundled model shipped inside the package (see gpt2np/bundled/README.md), e.g. the small
     Shakespeare pair that makes `python main.py` work offline;
   * a Hugging Face Hub name, hf:owner/name[@revision] (hub.py): downloaded into models_dir/owner/name/;
@@ -84,6 +84,8 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     folder = resolve_model_dir(name_or_dir, models_dir, base_url, hf_endpoint)
     hf = is_hf_folder(folder)
     config = read_config(folder)
+    if str(name_or_dir) in RELEASE_SIZES:  # a size name is a promise: refuse before writing a cache
+        config.check_preset(str(name_or_dir), folder / "hparams.json")
     params = load_hf_params(folder, config) if hf else load_params(folder, config)
     if tokenizer_dir is None and hf:
         tokenizer = load_hf_tokenizer(folder, fast=fast_tokenizer)

@@ -12,6 +12,9 @@ from gpt2np.toy_models import ToyModel, random_toy_model
 class NoRandomness:
     """An rng that fails the test if anything asks it for a random number."""
 
+    def choice(self, *args, **kwargs):  # the method check_rng looks for on the class: rng-like
+        raise AssertionError("greedy decoding drew a random number")
+
     def __getattr__(self, name):
         raise AssertionError(f"greedy decoding used the rng ({name})")
 

@@ -21,6 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from .console_commands import (GENERATOR_LABELS, CommandError, Settings, K_words, checked, help_text,
                                parse_command, with_drafter)
+from .console_display import speedup_table, trace_lines
 from .console_runs import Run, consume, open_stream, without_cache
 from .download import DownloadError
 from .report import OneLineErrorParser, TokenTexts, coloured, provenance_legend, stats_summary
@@ -72,51 +73,16 @@ def initial_settings(args):
                             speculative=drafter is not None, target=drafter is None))
 
 
-def token_label(tokenizer, token):
-    """A token as the trace shows it: its text, quoted, escapes visible ('\\n')."""
-    return repr(tokenizer.decode_bytes([token]).decode("utf-8", errors="replace"))
-
-
-def trace_lines(event, n_round, tokenizer):
-    """One speculative round for the debug trace: the drafts, each accept / reject, the last token."""
-    label = lambda t: token_label(tokenizer, t)  # noqa: E731
-    first = event.n_emitted - len(event.tokens) + 1
-    head = f"  round {n_round} (tokens {first}-{event.n_emitted}): "
-    if not event.drafts:
-        return [head + f"no drafts (K={event.K}), target token {label(event.tokens[-1])}"]
-    lines = [head + f"K={event.K}, drafted " + " ".join(label(t) for t in event.drafts)]
-    for x, p, q, accepted in zip(event.drafts, event.p_at_drafts, event.q_at_drafts, event.decisions):
-        lines.append(f"    {label(x):<8} p(x)={p:.4f}  q(x)={q:.4f}  min(1, p/q)={min(1.0, p / q):.4f}  "
-                     + ("accepted" if accepted else "rejected"))
-    kind = event.provenance[-1]
-    lines.append(f"    {kind} {label(event.tokens[-1])}" + ("  (all drafts accepted)" if kind == "bonus" else ""))
-    return lines
-
-
-def speedup_table(runs, greedy):
-    """The generators of one prompt side by side: throughput against target-only when it ran and,
-    at temperature 0, whether each text equals its model's (the draft's rows: draft-only's)."""
-    by_label = {r.label: r for r in runs}
-    base = by_label.get("target-only")
-    width = max(len(r.label) for r in runs)
-    lines = [f"{'generator':<{width}}  tokens  seconds  tokens/s" + "  vs target-only" * bool(base)
-             + "  text" * greedy]
-    for r in runs:
-        line = f"{r.label:<{width}}  {len(r.tokens):>6}  {r.seconds:>7.3f}  {r.tokens_per_second:>8.1f}"
-        line += f"  {r.tokens_per_second / base.tokens_per_second:>14.2f}x" if base else ""
-        same_as = by_label.get("draft-only" if r.label.startswith("draft-only") else "target-only")
-        if greedy and same_as is not None and same_as is not r:
-            line += f"  = {same_as.label}" if r.tokens == same_as.tokens else f"  DIFFERS from {same_as.label}"
-        lines.append(line)
-    return "\n".join(lines)
+def one_line(error):
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 class Console:
     """The settings, the loaded models, and what each typed line does. write / warn print."""
 
-    def __init__(self, target, drafter, settings, load_drafter, out=sys.stdout, err=sys.stderr):
+    def __init__(self, target, settings, load_drafter, out=sys.stdout, err=sys.stderr):
         self.target, self.settings, self.load_drafter = target, settings, load_drafter
-        self.drafters = {settings.drafter: drafter} if drafter is not None else {}
+        self.drafters = {}  # name -> drafter: switching back to one loaded before costs nothing
         self.out, self.err = out, err
         self.colour = out.isatty() and "NO_COLOR" not in os.environ
 
@@ -132,6 +98,15 @@ class Console:
     @property
     def drafter(self):
         return self.drafters.get(self.settings.drafter)
+
+    def drafter_named(self, name):
+        """The named drafter, loaded once and checked against the target's vocabulary."""
+        if name not in self.drafters:
+            drafter = self.load_drafter(name)
+            if hasattr(drafter, "model"):  # prompt lookup has no vocabulary of its own
+                check_same_vocabulary(self.target, drafter.model)
+            self.drafters[name] = drafter
+        return self.drafters[name]
 
     def handle(self, line):
         """Do what one typed line says; False means quit."""
@@ -164,15 +139,11 @@ class Console:
 
     def switch_drafter(self, name):
         """Load (or reuse) the named drafter; on any error keep the current one."""
-        if name not in self.drafters:
-            try:
-                drafter = self.load_drafter(name)
-                if hasattr(drafter, "model"):
-                    check_same_vocabulary(self.target, drafter.model)
-            except LOAD_ERRORS as e:
-                self.warn(f"drafter {name!r} not loaded: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-                return
-            self.drafters[name] = drafter
+        try:
+            self.drafter_named(name)
+        except LOAD_ERRORS as e:
+            self.warn(f"drafter {name!r} not loaded: {one_line(e)}")
+            return
         self.settings, message = with_drafter(self.settings, name)
         self.write(message)
 
@@ -186,7 +157,7 @@ class Console:
         try:  # every check (context length, sampling options, K) before any forward pass
             streams = {g: open_stream(g, self.target, self.drafter, prompt_ids, s) for g in s.enabled()}
         except ValueError as e:
-            self.warn(str(e).splitlines()[0])
+            self.warn(one_line(e))
             return
         runs = []
         try:
@@ -223,7 +194,8 @@ class Console:
         seconds = consume(stream, show)
         self.write(texts.flush())
         if traces:
-            self.write("trace (p = target, q = draft; accepted with probability min(1, p/q)):\n" + "\n".join(sum(traces, [])))
+            self.write("trace (p = target, q = draft; a draft is accepted with probability min(1, p/q)):\n"
+                       + "\n".join(sum(traces, [])))
         stats = stream.result.stats if generator == "speculative" else None
         run = Run(label, name, stream.tokens, seconds, stats)
         line = f"{label}: {len(run.tokens)} tokens in {seconds:.3f} s, {run.tokens_per_second:.1f} tokens/s"
@@ -266,6 +238,7 @@ def typed_lines(stdin, interactive):
 
 
 def load(args, settings):
+    """The target, BLAS threads for its size, and a Console holding the first drafter."""
     target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, base_url=args.mirror)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
@@ -273,12 +246,9 @@ def load(args, settings):
 
     def load_drafter(name):
         return gpt2np.load_drafter(name, args.models_dir, base_url=args.mirror, n_max=args.ngram_max)
-    console = Console(target, None, settings, load_drafter)
+    console = Console(target, settings, load_drafter)
     if settings.drafter is not None:
-        drafter = load_drafter(settings.drafter)
-        if hasattr(drafter, "model"):
-            check_same_vocabulary(target, drafter.model)
-        console.drafters[settings.drafter] = drafter
+        console.drafter_named(settings.drafter)
     return console
 
 
@@ -288,7 +258,7 @@ def main(argv=None):
     try:
         console = load(args, initial_settings(args))
     except LOAD_ERRORS as e:
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     interactive = sys.stdin.isatty()
     if interactive:

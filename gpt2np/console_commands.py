@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from .policies import make_policy
 from .sampling import check_sampling_options
 
-GENERATORS = ("target", "draft", "speculative")  # the order they run in: speculative last, so its
-GENERATOR_LABELS = {"target": "target-only", "draft": "draft-only", "speculative": "speculative"}  # speedup is known
+# the order generators run in: speculative last, so its speedup over target-only is known when it ends
+GENERATORS = ("target", "draft", "speculative")
+GENERATOR_LABELS = {"target": "target-only", "draft": "draft-only", "speculative": "speculative"}
 SWITCH_WORDS = {"on": True, "off": False, "yes": True, "no": False, "true": True, "false": False,
                 "1": True, "0": False}
 
@@ -166,31 +167,45 @@ def set_compare(s, args):
     return replace(s, target=on, speculative=True)
 
 
-def simple(command, field, parse):
+def set_value(command, field, parse):
     """:command VALUE sets one field to parse(VALUE)."""
-    return lambda s, args: replace(s, **{field: parse(exactly(args, 1, f":{command} VALUE")[0])})
+    def command_(s, args):
+        return replace(s, **{field: parse(exactly(args, 1, f":{command} VALUE")[0])})
+    return command_
+
+
+def set_switch(field):
+    """:field [on|off] turns a flag on or off, or flips it."""
+    def command_(s, args):
+        return replace(s, **{field: switch(args, getattr(s, field), f":{field}")})
+    return command_
+
+
+def set_top_k(s, args):
+    return replace(s, top_k=optional(args, "top_k", lambda v: integer(v, "top_k", 1)))
+
+
+def set_top_p(s, args):
+    return replace(s, top_p=optional(args, "top_p", lambda v: number(v, "top_p")))
 
 
 # name -> (usage, what it does, handler(settings, args) -> settings); ACTIONS are done by the console
 COMMANDS = {
     "K": (":K N|heuristic|auto [K_max]", "drafts per round, or a K policy", set_K),
-    "temperature": (":temperature T", "0 = greedy", simple("temperature", "temperature", lambda v: number(v, "temperature"))),
-    "top_k": (":top_k N|off", "keep the N most likely tokens", lambda s, a: replace(
-        s, top_k=optional(a, "top_k", lambda v: integer(v, "top_k", 1)))),
-    "top_p": (":top_p P|off", "nucleus: top tokens with mass >= P", lambda s, a: replace(
-        s, top_p=optional(a, "top_p", lambda v: number(v, "top_p")))),
-    "sampling": (":sampling MODE [T]", "greedy | plain | top_k N | nucleus P, then T (default 1)",
-                 set_sampling),
-    "seed": (":seed N", "each run: np.random.default_rng(seed)", simple("seed", "seed", lambda v: integer(v, "seed", 0))),
-    "tokens": (":tokens N", "new tokens per run", simple("tokens", "n_tokens", lambda v: integer(v, "tokens", 1))),
+    "temperature": (":temperature T", "0 = greedy",
+                    set_value("temperature", "temperature", lambda v: number(v, "temperature"))),
+    "top_k": (":top_k N|off", "keep the N most likely tokens", set_top_k),
+    "top_p": (":top_p P|off", "nucleus: top tokens with mass >= P", set_top_p),
+    "sampling": (":sampling MODE [T]", "greedy | plain | top_k N | nucleus P, then T (default 1)", set_sampling),
+    "seed": (":seed N", "each run: np.random.default_rng(seed)",
+             set_value("seed", "seed", lambda v: integer(v, "seed", 0))),
+    "tokens": (":tokens N", "new tokens per run", set_value("tokens", "n_tokens", lambda v: integer(v, "tokens", 1))),
     "speculative": (":speculative [on|off]", "run speculative decoding", set_generator("speculative")),
     "target": (":target [on|off]", "run target-only", set_generator("target")),
     "draft": (":draft [on|off]", "run draft-only (a draft model alone)", set_generator("draft")),
     "compare": (":compare [on|off]", "target-only beside speculative", set_compare),
-    "trace": (":trace [on|off]", "per round: drafts, p(x), q(x), min(1, p/q)",
-              lambda s, a: replace(s, trace=switch(a, s.trace, ":trace"))),
-    "cache": (":cache [on|off]", "off: plain runs also without it, timed",
-              lambda s, a: replace(s, cache=switch(a, s.cache, ":cache"))),
+    "trace": (":trace [on|off]", "per round: drafts, p(x), q(x), min(1, p/q)", set_switch("trace")),
+    "cache": (":cache [on|off]", "KV cache; off: plain runs also recompute all", set_switch("cache")),
 }
 ACTIONS = {
     "drafter": (":drafter ngram|MODEL", "switch: prompt lookup, a model or folder"),
@@ -210,8 +225,9 @@ def parse_command(line, settings):
         raise CommandError("empty command: type :help for the list")
     name, args = ALIASES.get(words[0], words[0]), words[1:]
     if name in ACTIONS:
-        if name == "drafter":
-            return Outcome(settings, action=name, argument=" ".join(exactly(args, 1, ACTIONS[name][0])))
+        if name == "drafter":  # the rest of the line: a folder's name may hold spaces
+            exactly(args[:1], 1, ACTIONS[name][0])
+            return Outcome(settings, action=name, argument=line[1:].split(None, 1)[1].strip())
         exactly(args, 0, ACTIONS[name][0])
         return Outcome(settings, action=name)
     if name not in COMMANDS:

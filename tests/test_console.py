@@ -246,12 +246,16 @@ def test_ctrl_c_stops_a_run_then_quits_at_the_prompt_without_a_traceback():
     while "=== target-only, no KV cache" not in console.stdout.readline():
         pass  # it recomputes ~250 contexts, seconds of work: Ctrl-C lands inside it
     console.send_signal(signal.SIGINT)
-    console.stdin.write(f":tokens 5\n{PROMPT}\n")  # the console is still there
+    console.stdin.write(f":tokens 5\n{PROMPT}\n:help\n")  # the console is still there
     console.stdin.flush()
-    while not console.stdout.readline().startswith("target-only, no KV cache: 5 tokens"):
-        pass
+    output = []
+    while not output or not output[-1].startswith("  :quit"):  # help's last line: now it waits for input
+        output.append(console.stdout.readline())
     console.send_signal(signal.SIGINT)  # at the prompt: quit
-    out, err = console.communicate(timeout=60)
+    console.wait(timeout=60)
+    err = console.stderr.read()
+    console.stdin.close(), console.stdout.close(), console.stderr.close()
+    assert any(line.startswith("target-only, no KV cache: 5 tokens") for line in output), output
     assert console.returncode == 130
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip() == "error: interrupted: back to the prompt (Ctrl-C again, Ctrl-D or :quit to leave)"

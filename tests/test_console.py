@@ -142,7 +142,8 @@ BAD = [(":bogus", "unknown command :bogus"), (":", "empty command"), (":K 0", "K
 
 
 def test_bad_commands_print_one_line_each_and_the_console_carries_on_until_end_of_input(pair):
-    script = "\n".join(line for line, _ in BAD) + f"\n:speculative on\n:tokens 10\n{PROMPT}\n"  # no :quit: EOF
+    prompts = ["ROMEO:\\nWhat", "::ROMEO:"]  # typed: '\n' is a newline, '::' starts a prompt with ':'
+    script = "\n".join(line for line, _ in BAD) + "\n:speculative on\n:tokens 10\n" + "\n".join(prompts)  # no :quit
     out = run_console(script)
     assert out.returncode == 0, out.stderr
     errors = out.stderr.splitlines()
@@ -151,8 +152,9 @@ def test_bad_commands_print_one_line_each_and_the_console_carries_on_until_end_o
     for line, message in zip(errors, expected):
         assert line.startswith("error: ") and message in line, (line, message)
     target = pair[0]
-    greedy = gpt2np.generate(target, target.tokenizer.encode(PROMPT), 10, temperature=0)
-    assert sections(out.stdout) == {"speculative": [text_of(target, greedy)]}  # still working, with ngram
+    want = [text_of(target, gpt2np.generate(target, target.tokenizer.encode(p), 10, temperature=0), p)
+            for p in ("ROMEO:\nWhat", ":ROMEO:")]
+    assert sections(out.stdout) == {"speculative": want}  # still working (with the ngram drafter)
 
 
 def test_debug_trace_shows_every_round_of_the_package_trace(pair):

@@ -169,7 +169,7 @@ print("decode(ids) == sentence:", tok.decode(steps["ids"]) == sentence)
 # hard cases and on seeded random text. One trap is the regex's Unicode tables: `regex` knows the
 # letters of Unicode 17 and 18 (e.g. CJK Extension J, U+323B0 on), tiktoken's Rust engine only
 # Unicode 16.0, where they are "other", like punctuation. Our pre-tokenizer takes tiktoken's side
-# (`tokenizer.NEWER_THAN_UNICODE_16` lists the 17,480 code points), so the ids agree there too.
+# (`gpt2np/unicode_classes.py` lists the 17,480 code points), so the ids agree there too.
 
 # %%
 fast = load_tokenizer(openai_dir or byte_dir, fast=True)  # a tiktoken.Encoding inside

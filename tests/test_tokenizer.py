@@ -21,6 +21,7 @@ from conftest import gpt2_bpe_dir
 from gpt2np.tokenizer import (BYTE_TO_SYMBOL, FastTokenizer, Tokenizer,
                               bytes_to_unicode, load_tokenizer, replace_lone_surrogates,
                               write_byte_level_vocab)
+from gpt2np.unicode_classes import LETTER, NEWER_THAN_UNICODE_16, NUMBER
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "data" / "corpus" / "tinyshakespeare.txt"
@@ -49,7 +50,7 @@ def vocab(request):
 
 @functools.cache
 def unicode_classes():
-    """Two dicts {class: set of characters} for \\p{L}, \\p{N}, \\s: as our pre-tokenizer and as tiktoken see it.
+    """Two dicts {class: set of characters} for \\p{L}, \\p{N}, \\s: as our pre-tokenizer and tiktoken see it.
 
     tiktoken encodes only the regex *matches* (text between matches is dropped), so an Encoding
     whose pattern is just r"\\p{L}", over a byte-level vocabulary, decodes back to exactly the
@@ -57,7 +58,7 @@ def unicode_classes():
     """
     everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
     ranks = {bytes([b]): b for b in range(256)}
-    ours_spelling = {r"\p{L}": tokenizer_module.LETTER, r"\p{N}": tokenizer_module.NUMBER, r"\s": r"\s"}
+    ours_spelling = {r"\p{L}": LETTER, r"\p{N}": NUMBER, r"\s": r"\s"}
     ours, theirs = {}, {}
     for cls, spelling in ours_spelling.items():
         enc = tiktoken.Encoding(name="probe", pat_str=cls, mergeable_ranks=ranks, special_tokens={})
@@ -78,8 +79,8 @@ def hex_ranges(chars):
 
 
 def newer_than_unicode_16():
-    """The characters tokenizer.NEWER_THAN_UNICODE_16 takes out of the letters and numbers."""
-    table = tokenizer_module.NEWER_THAN_UNICODE_16
+    """The characters unicode_classes.NEWER_THAN_UNICODE_16 takes out of the letters and numbers."""
+    table = NEWER_THAN_UNICODE_16
     chars = set()
     for r in (table["letters"] + " " + table["numbers"]).split():
         first, _, last = r.partition("-")
@@ -141,7 +142,7 @@ def test_pre_tokenizer_classes_are_tiktokens_on_every_code_point():
     """Our letters, numbers and whitespace are tiktoken's, code point for code point (Unicode 16.0).
 
     `regex` alone would call the letters and numbers of Unicode 17.0/18.0 \\p{L}/\\p{N}, tiktoken
-    "other"; tokenizer.NEWER_THAN_UNICODE_16 takes them out. If this fails, a library changed its
+    "other"; unicode_classes.NEWER_THAN_UNICODE_16 takes them out. If this fails, a library changed its
     Unicode version: the message gives the ranges to add to or drop from that table.
     """
     ours, theirs = unicode_classes()

@@ -4,6 +4,7 @@
     python main.py --draft_model_size 124M --target_model_size 355M --prompt "Alan Turing" -v
     python main.py --target_model_size 124M          # one model, no draft: plain generation
     python main.py --target_model_size 355M --draft_model_size ngram --K auto   # prompt lookup
+    python main.py --draft_model_size hf:distilbert/distilgpt2 --target_model_size 355M   # from the Hub
 
 With a drafter (a draft model, or "ngram" prompt lookup), main.py runs target-only decoding, then
 speculative decoding with the same sampling settings, printing each text as it is generated, then
@@ -50,8 +51,9 @@ def parse_args(argv):
                         "(default: 200 with the bundled byte-level pair, 40 otherwise)")
     # which models
     p.add_argument("--target_model_size", default=None,
-                   help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}) or a "
-                        f"folder in the release layout (default: {DEFAULT_TARGET})")
+                   help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}), a Hub name "
+                        f"hf:owner/name[@revision], or a folder in the release or Hugging Face layout "
+                        f"(default: {DEFAULT_TARGET})")
     p.add_argument("--draft_model_size", default=None,
                    help="drafter: a draft model named like the target, or 'ngram' (prompt lookup: propose "
                         "what followed the last n tokens' latest earlier occurrence, no model); omit for "
@@ -59,9 +61,14 @@ def parse_args(argv):
     p.add_argument("--ngram_max", type=int, default=None,
                    help="with --draft_model_size ngram: the longest n-gram looked up, then shorter ones down to 1 "
                         "(default: 3)")
-    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
+    p.add_argument("--models_dir", default="weights",
+                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
+                        "are downloaded to")
     p.add_argument("--mirror", default=None,
                    help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--hf_endpoint", default=None,
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
+                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
     # speculative decoding and sampling
     p.add_argument("--K", type=K_value, default=None,
                    help="draft tokens per speculative round (Leviathan et al.'s gamma), or a K policy: 'heuristic' "
@@ -122,6 +129,12 @@ def check_args(args):
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.num_runs < 1:
         raise ValueError(f"--num_runs must be at least 1, got {args.num_runs}")
+    if args.seed < 0:  # np.random.default_rng refuses it too, but only after the models are loaded
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    for flag in ("target_model_size", "draft_model_size"):
+        if getattr(args, flag) is not None and not getattr(args, flag).strip():  # "" is not the default
+            raise ValueError(f"--{flag} is empty: name a model (a size, a bundled name or a folder), "
+                             f"or leave the flag out")
     gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)
 
 
@@ -161,20 +174,21 @@ def print_time(n_tokens, seconds):
     print(f"time: {mean:.3f}{spread} s for {n_tokens} tokens ({n_tokens / mean:.1f} tokens/s)")
 
 
-def load_drafter(args, target):
+def load_drafter(args, sources):
     """The drafter named by --draft_model_size (None: target-only), checked against the target."""
     draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
     if draft_name is None:
         return None
-    return gpt2np.load_drafter(draft_name, args.models_dir, base_url=args.mirror, n_max=args.ngram_max)
+    return gpt2np.load_drafter(draft_name, args.models_dir, n_max=args.ngram_max, **sources)
 
 
 def main(argv=None):
     args = parse_args(argv)
     check_args(args)
     gpt2np.make_policy(args.K, args.K_max)  # a bad K policy is refused before anything loads
-    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, base_url=args.mirror)
-    drafter = load_drafter(args, target)
+    sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, **sources)
+    drafter = load_drafter(args, sources)
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
     prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
     check_generation_request(target, prompt_ids, args.n_tokens_to_generate)  # every check before any work

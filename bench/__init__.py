@@ -6,7 +6,9 @@
                     --compare bench/results/before.json   # one section, before/after
     python -m bench --tiny                           # seconds, tiny configs: the test suite's run
 
-No downloads: every model is gpt2np.random_model of a preset's shape. One file per section:
+No downloads: every model is gpt2np.random_model of a preset's shape, unless --sizes / --pair name a
+model as main.py does (a folder in either layout, hf:owner/name), which is loaded with its own weights.
+One file per section:
   bandwidth.py    memory bandwidth (best of a streaming sum, gemv, a one-row product), GEMM
                   GFLOP/s, and the product-level small-M curve; roofline = weight bytes / bandwidth
   decode.py       prefill (128 tokens), decode s/token at contexts 128 and 896, and the
@@ -20,6 +22,8 @@ No downloads: every model is gpt2np.random_model of a preset's shape. One file p
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
   hf.py           optional: Hugging Face transformers on PyTorch CPU, paired (if both import)
   compare.py      headline numbers of two JSON files side by side (python -m bench.compare A B)
+  cache_check.py  alone: the .npy cache's CRC32C check, cached loads with and without it
+                  (python -m bench.cache_check [--size 355M])
 run.py runs the sections and writes the JSON; common.py holds the Plan, timing and tables.
 
 The JSON (default bench/results/bench.json, git-ignored), seconds and bytes throughout:

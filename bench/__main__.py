@@ -6,6 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt2np.config import PRESETS
+from gpt2np.download import DownloadError
+from gpt2np.loading import read_config, resolve_model_dir
+
 from . import SECTIONS
 from .common import full_plan, log, tiny_plan
 from .compare import print_comparison
@@ -18,7 +22,10 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # what to measure
-    ap.add_argument("--sizes", default="124M,355M", help="comma-separated model sizes (random weights)")
+    ap.add_argument("--sizes", default="124M,355M",
+                    help="comma-separated model sizes (random weights), or model names as main.py takes them: a "
+                         "folder in either layout or hf:owner/name (its real weights; downloaded if missing)")
+    ap.add_argument("--pair", default="124M,355M", help="DRAFT,TARGET of the speculative section, from --sizes")
     ap.add_argument("--large", action="store_true", help="also 774M and 1558M (several more minutes)")
     ap.add_argument("--sections", default="all",
                     help=f"comma-separated subset of: {', '.join(SECTIONS)}; 'decode' adds 'bandwidth' "
@@ -65,13 +72,23 @@ def make_plan(args):
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     if args.large:
         sizes += [s for s in ("774M", "1558M") if s not in sizes]
+    pair = tuple(s.strip() for s in args.pair.split(","))
+    if len(pair) != 2:
+        raise SystemExit(f"--pair must be DRAFT,TARGET, got {args.pair!r}")
+    named = tuple(s for s in dict.fromkeys(sizes + list(pair)) if s not in PRESETS)
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
                      policy_repeats=args.policy_repeats,
-                     reference_tokens=args.reference_tokens)
-    unknown = [s for s in sizes if s not in plan.configs]
-    if unknown:
-        raise SystemExit(f"unknown size(s) {', '.join(unknown)}: choose from {', '.join(plan.configs)}")
+                     reference_tokens=args.reference_tokens, pair=pair, named=named,
+                     configs={**PRESETS, **{name: named_config(name) for name in named}})
     return plan
+
+
+def named_config(name):
+    """The shape of a model named as main.py names one (folder, bundled name, hf:owner/name)."""
+    try:
+        return read_config(resolve_model_dir(name))
+    except (ValueError, OSError, DownloadError) as e:
+        raise SystemExit(f"--sizes/--pair {name!r}: {e}; use a size ({', '.join(PRESETS)}) or a model name") from None
 
 
 def to_json(x):

@@ -46,6 +46,7 @@ class Plan:
     small_m_shape: tuple = (1024, 4096)  # [in, out] of the product-level small-M curve (355M's c_fc)
     overhead_layers: tuple = (2, 12, 24)  # n_layer of the near-zero-FLOP models timed for Python overhead
     tiny: bool = False
+    named: tuple = ()               # sizes that are model names (folder, hf:owner/name): real weights loaded
     configs: dict = field(default_factory=lambda: dict(PRESETS), compare=False)
 
     def __post_init__(self):

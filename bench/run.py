@@ -66,8 +66,12 @@ class ModelPool:
 
     def get(self, size):
         if size not in self.models:
-            log(f"building a random {size} model")
-            self.models[size] = gpt2np.random_model(self.plan.config(size), seed=0)
+            if size in self.plan.named:  # a folder or Hub name: its own weights (the speed is the shape's)
+                log(f"loading {size}")
+                self.models[size] = gpt2np.load_model(size)
+            else:
+                log(f"building a random {size} model")
+                self.models[size] = gpt2np.random_model(self.plan.config(size), seed=0)
         return self.models[size]
 
     def keep_only(self, sizes):

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from .model import token_id_array
 from .sampling import check_sampling_options, next_token
 from .stream import RoundEvent, Stream
 
@@ -22,15 +23,19 @@ def check_generation_request(model, prompt_ids, n_tokens):
     """Raise a one-line ValueError unless the prompt and n_tokens fit the model; does no work."""
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
         raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    prompt_ids = check_prompt_ids(prompt_ids, model.n_vocab)
     if len(prompt_ids) == 0:
         raise ValueError("the prompt is empty: GPT-2 needs at least one token to condition on")
-    if min(prompt_ids) < 0 or max(prompt_ids) >= model.n_vocab:
-        raise ValueError(f"prompt token ids must be in [0, {model.n_vocab}), "
-                         f"got min {min(prompt_ids)}, max {max(prompt_ids)}")
     if len(prompt_ids) + n_tokens > model.n_ctx:
         raise ValueError(f"prompt ({len(prompt_ids)} tokens) + n_tokens ({n_tokens}) = "
                          f"{len(prompt_ids) + n_tokens} exceeds the context of {model.n_ctx} tokens; "
                          f"shorten the prompt or ask for fewer tokens")
+
+
+def check_prompt_ids(prompt_ids, n_vocab):  # -> [n_prompt] integer array
+    """Float, 2-D or string prompts and ids outside the vocabulary are a one-line ValueError
+    (model.token_id_array names the offending ids and their positions, never the whole prompt)."""
+    return token_id_array(prompt_ids, n_vocab, what="prompt token ids")
 
 
 def check_rng(rng, temperature):
@@ -38,14 +43,28 @@ def check_rng(rng, temperature):
     if rng is None and temperature != 0:
         raise ValueError("sampling (temperature > 0) needs rng=np.random.default_rng(seed); "
                          "use temperature=0 for greedy decoding without one")
+    check_rng_type(rng)
 
 
-def plain_rounds(model, prompt_ids, n_tokens, options, rng):
-    """The decoding loop as a generator: one RoundEvent per token; returns the token list."""
+def check_rng_type(rng):
+    """rng is None, a np.random.Generator, or a stand-in with its choice(n, p=...) (exact.ScriptedRng):
+    sampling.sample is the only caller, and `rng=5` would otherwise fail deep inside the first draw."""
+    if rng is not None and not callable(getattr(type(rng), "choice", None)):  # the class: draws nothing
+        raise ValueError(f"rng must be a np.random.Generator (np.random.default_rng(seed)), "
+                         f"got {type(rng).__name__}")
+
+
+def plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache=True):
+    """The decoding loop as a generator: one RoundEvent per token; returns the token list.
+
+    use_cache=False recomputes the whole context at every step (a fresh cache per call): the same
+    tokens at O(n^2) cost, to show what the KV cache buys."""
     cache, tokens = model.new_cache(), []
     new_ids = np.asarray(prompt_ids)  # the first call feeds the whole prompt (prefill)
     while True:
         start = time.perf_counter()
+        if not use_cache:
+            cache, new_ids = model.new_cache(), np.asarray(list(prompt_ids) + tokens)  # [prompt + so far]
         logits = model.forward(new_ids, cache, n_logits=1)  # [1, n_vocab]
         tokens.append(next_token(logits[-1], rng=rng, **options))
         yield RoundEvent(tokens=tokens[-1:], provenance=["target"], K=0, n_emitted=len(tokens),
@@ -55,13 +74,16 @@ def plain_rounds(model, prompt_ids, n_tokens, options, rng):
         new_ids = np.array(tokens[-1:])  # [1]
 
 
-def plain_stream(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):
-    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away."""
+def plain_stream(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None,
+                 use_cache=True):
+    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away.
+
+    use_cache=False: no KV cache, the whole context recomputed each step (for teaching)."""
     check_sampling_options(temperature, top_k, top_p)
     check_generation_request(model, prompt_ids, n_tokens)
     check_rng(rng, temperature)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng))
+    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache))
 
 
 def generate(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):

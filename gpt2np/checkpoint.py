@@ -246,6 +246,22 @@ def read_index(path):  # -> (header fields, {tensor name: TensorEntry} in key or
     return header, entries
 
 
+def check_meta_graph(path):
+    """Raise CheckpointError unless `path` parses as a MetaGraphDef holding a graph and a saver.
+
+    gpt2np never reads the graph (the .meta ships for fidelity to the release); this only tells a
+    whole download from a cut one: a cut almost always lands inside a field, which fails to parse.
+    """
+    with open(path, "rb") as f:
+        buf = f.read()  # ~0.5 MB for GPT-2; only the top-level fields are split, not decoded
+    try:
+        fields = parse_proto(buf)
+    except _Corrupt as e:
+        raise CheckpointError(f"{path} is damaged: {e}") from None
+    if 2 not in fields or 3 not in fields:  # MetaGraphDef fields 2 graph_def, 3 saver_def
+        raise CheckpointError(f"{path} is not a MetaGraphDef: no graph_def or saver_def field")
+
+
 def _open_data(path):  # -> uint8 array over the whole file, paged in lazily by the OS
     if not os.path.isfile(path):
         raise _missing(path)

@@ -4,18 +4,24 @@ OpenAI publishes each size (124M, 355M, 774M, 1558M) as `<base>/<size>/<file>` f
 `RELEASE_FILES`. The base URL is the `base_url` argument, else the environment variable
 `GPT2NP_MIRROR`, else `DEFAULT_BASE_URL`.
 
-The design makes a download safe to interrupt at any moment:
-1. A file under its final name is complete and checked, so it is never fetched again (except a
-   tokenizer file whose sha256 is wrong, e.g. one left there by another tool).
+The design makes a download safe to interrupt at any moment, and never gives a bad file its name:
+1. A file under its final name is complete and checked, so it is never fetched again (unless it
+   fails the same checks, e.g. one left there by another tool or by an older gpt2np).
 2. Bytes stream into `<name>.part`. After an interruption the next run resumes that file with an
-   HTTP `Range: bytes=N-` request; a server that ignores Range answers 200 and we start over.
-3. Only when the byte count matches Content-Length (and, for the tokenizer files, the sha256
-   matches) is `<name>.part` renamed with `os.replace`, which is atomic: no reader ever sees a
-   half-written file under the final name.
+   HTTP `Range: bytes=N-` request; a server that ignores Range answers 200 and we start over. A
+   server that answers 416 (nothing past byte N) has already sent all of it: the .part is checked
+   and finished. A .part longer than the file is deleted and fetched again.
+3. `<name>.part` is renamed with `os.replace` (atomic: no reader ever sees a half-written file under
+   the final name) only after every check that applies: the byte count against Content-Length; the
+   data file's against 4 bytes x n_params of hparams.json (fetched first, so a server that sends no
+   Content-Length cannot pass off half a data file); the tokenizer files' sha256; and a parse of
+   every other file (hparams.json, the .index's SSTable with its CRCs, the .meta's protobuf, the
+   `checkpoint` text). A .part that fails a check is kept to be resumed when nothing says it is
+   complete, and deleted when it is complete but wrong.
 4. HTML/XML error pages are refused before a byte is written. The old storage.googleapis.com
    location answers with a small XML body that naive downloaders saved as the checkpoint.
-5. At the end the data file must hold exactly 4 bytes x n_params for the hparams.json beside it.
-   That catches a wrong or truncated data file.
+5. A size name is a promise: `download_model("124M")` refuses an hparams.json that is not
+   PRESETS["124M"] before anything else is fetched, and leaves the folder as it was.
 
 Fetching 124M needs the internet (about 500 MB), so this example is not run as a test:
 
@@ -24,6 +30,7 @@ PosixPath('weights/124M')
 """
 import hashlib
 import itertools
+import json
 import os
 import re
 from pathlib import Path
@@ -31,6 +38,7 @@ from pathlib import Path
 import requests
 from tqdm import tqdm
 
+from .checkpoint import check_meta_graph, read_index
 from .config import PRESETS, GPT2Config
 from .tokenizer import OPENAI_SHA256
 
@@ -53,12 +61,17 @@ class DownloadError(Exception):
     """A download failed; the message says what failed and how to fix it."""
 
 
+class WrongFile(ValueError):
+    """Raised by a fetch_file check for content that is whole but not the file wanted (another
+    model's hparams.json): the .part is deleted even when no Content-Length says it is complete."""
+
+
 def download_model(size, models_dir="weights", base_url=None, progress=True):
     """Download GPT-2 `size` (one of SIZES) into `<models_dir>/<size>/` and return that folder."""
     if size not in SIZES:
         raise ValueError(f"unknown GPT-2 size {size!r}; choose one of {', '.join(SIZES)}")
     url = f"{resolve_base_url(base_url)}/{size}"
-    return download_release(url, Path(models_dir) / size, progress=progress)
+    return download_release(url, Path(models_dir) / size, progress=progress, preset=size)
 
 
 def resolve_base_url(base_url=None):
@@ -66,40 +79,121 @@ def resolve_base_url(base_url=None):
     return (base_url or os.environ.get(MIRROR_ENV) or DEFAULT_BASE_URL).rstrip("/")
 
 
-def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True):
-    """Fetch the RELEASE_FILES from `<url>/<file>` into model_dir, then check the data file's size.
+def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True, preset=None):
+    """Fetch the RELEASE_FILES from `<url>/<file>` into model_dir, hparams.json first.
 
     known_sha256 maps file names to their expected sha256 (tests serve stand-in tokenizer files).
+    preset: a PRESETS name that hparams.json must describe, checked before any other file.
     """
     model_dir = Path(model_dir)
+    created = not model_dir.exists()
     model_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        config = _fetch_hparams(f"{url}/hparams.json", model_dir / "hparams.json", preset, progress)
+    except BaseException:
+        if created and not any(model_dir.iterdir()):
+            model_dir.rmdir()  # refused before anything was kept: no trace left
+        raise
     for name in RELEASE_FILES:
-        fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress)
-    check_data_size(model_dir)
+        if name != "hparams.json":
+            size = 4 * config.n_params() if name == DATA_FILE else None  # raw float32, no header
+            fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress,
+                       size=size, check=FORMAT_CHECKS.get(name))
     return model_dir
 
 
-def fetch_file(url, dest, sha256=None, progress=True):
-    """Download url to dest through `<dest>.part`, resuming a partial one; skip a complete dest."""
+def _fetch_hparams(url, dest, preset, progress):  # -> GPT2Config
+    """hparams.json first: the data file's size comes from it, and a size name is a promise."""
+    if preset is not None and dest.is_file():
+        try:
+            existing = GPT2Config.from_hparams_json(dest)
+        except ValueError:  # damaged: fetched again below
+            existing = None
+        if existing is not None:
+            existing.check_preset(preset, dest)  # the folder's own file: refuse, never overwrite
+
+    def check(path):
+        config = GPT2Config.from_hparams_json(path)  # ValueError: cut short, or not hparams at all
+        try:
+            if preset is not None:
+                config.check_preset(preset, "it")  # DownloadError: "<url>: it describes ..."
+        except ValueError as e:  # it parsed, so it is whole: another model
+            raise WrongFile(str(e)) from None
+    fetch_file(url, dest, progress=progress, check=check)
+    return GPT2Config.from_hparams_json(dest)
+
+
+def fetch_file(url, dest, sha256=None, progress=True, headers=None, *, size=None, check=None):
+    """Download url to dest through `<dest>.part`, resuming a partial one; skip a complete dest.
+
+    headers: extra request headers (hub.py sends the Hub's `Authorization: Bearer` token).
+
+    Nothing gets dest's name unchecked (module docstring, 3.): its byte count must equal
+    Content-Length when the server sends one and `size` when given, its sha256 must be `sha256`
+    when given, and check(path) must not raise ValueError (a parse check, e.g. for files of
+    unknown size).
+    """
     dest = Path(dest)
-    if dest.exists() and (sha256 is None or file_sha256(dest) == sha256):
+    if dest.exists() and _content_problem(dest, sha256, size, check)[0] is None:
         return dest  # a file under its final name was checked before the rename
     part = dest.with_name(dest.name + ".part")
     start = part.stat().st_size if part.exists() else 0
-    with _get(url, start) as response:
-        offset, total = _byte_range(response, start, url)
-        _stream(response, part, offset, total, url, progress)
-    if total is not None and part.stat().st_size != total:  # closed early (urllib3 usually raises first)
-        raise _interrupted(url, part, total, "connection closed")
-    if sha256 is not None:
-        _check_sha256(part, sha256, url)
-    os.replace(part, dest)  # atomic: dest is either absent or complete
-    return dest
+    with _get(url, start, headers) as response:
+        if response.status_code == 416:  # nothing past `start`: the .part may be the whole file
+            total = _unsatisfiable_total(response)
+        else:
+            offset, total = _byte_range(response, start, url)
+            _stream(response, part, offset, total, url, progress, size)
+    n, expected = part.stat().st_size, total if total is not None else size
+    if expected is not None and n > expected:  # a .part longer than the file is no prefix of it
+        part.unlink()
+        if response.status_code == 416:
+            return fetch_file(url, dest, sha256, progress, headers, size=size, check=check)  # from byte 0
+        raise DownloadError(f"{url} sent {n:,} bytes but {expected:,} were expected; {HINT}")
+    if expected is not None and n < expected:
+        if response.status_code == 416:  # the server has no more: the wrong file, resuming cannot help
+            part.unlink()
+            raise DownloadError(f"{url} ends at byte {n:,} (HTTP 416) but {expected:,} bytes were "
+                                f"expected; deleted the download; {HINT}")
+        raise _interrupted(url, part, expected, "connection closed")  # urllib3 usually raises first
+    return _finish(url, part, dest, sha256, size, check,
+                   complete=expected is not None or response.status_code == 416)
 
 
-def _get(url, start):
-    """Start a streamed GET of url from byte `start` on; network and HTTP errors raise DownloadError."""
-    headers = {"Accept-Encoding": "identity"}  # no gzip: byte counts must match Content-Length
+def _finish(url, part, dest, sha256, size, check, complete):
+    """Rename part to dest if it passes its checks. complete: the byte count is known to be right,
+    so a failed check means a wrong file (deleted); else it may be cut short (kept, to resume)."""
+    problem, whole = _content_problem(part, sha256, size, check)
+    if problem is None:
+        os.replace(part, dest)  # atomic: dest is either absent or complete
+        return dest
+    if complete or whole:
+        part.unlink()  # complete but wrong: resuming it cannot help
+        raise DownloadError(f"{url}: {problem}; deleted the download; {HINT}")
+    raise DownloadError(f"download of {url} ended at {part.stat().st_size:,} bytes without a length, "
+                        f"and {problem}: cut short? run again to resume from {part}")
+
+
+def _content_problem(path, sha256, size, check):  # -> (None, or why path fails; whether it is whole)
+    if size is not None and path.stat().st_size != size:
+        return f"it has {path.stat().st_size:,} bytes, not {size:,}", False
+    if sha256 is not None and file_sha256(path) != sha256:
+        return f"its sha256 is {file_sha256(path)}, not the expected {sha256}", False
+    try:
+        if check is not None:
+            check(path)
+    except WrongFile as e:
+        return str(e).splitlines()[0], True
+    except ValueError as e:  # CheckpointError, JSONDecodeError, UnicodeDecodeError are ValueErrors
+        return str(e).splitlines()[0], False
+    return None, False
+
+
+def _get(url, start, extra_headers=None):
+    """Start a streamed GET of url from byte `start` on; network and HTTP errors raise DownloadError.
+
+    416 (Range Not Satisfiable) is returned, not raised: fetch_file finishes the .part it answers."""
+    headers = {**(extra_headers or {}), "Accept-Encoding": "identity"}  # no gzip: byte counts must match Content-Length
     if start:
         headers["Range"] = f"bytes={start}-"
     try:
@@ -107,15 +201,18 @@ def _get(url, start):
     except requests.RequestException as e:
         cause = _root_cause(e)  # e.g. "[Errno 111] Connection refused"
         raise DownloadError(f"cannot reach {url} ({cause}); check the network, or {HINT}") from e
-    status = f"HTTP {response.status_code} {response.reason}"
-    if response.status_code == 416:  # the .part is already as long as the file (or longer)
-        response.close()
-        raise DownloadError(f"{url} cannot resume at byte {start:,} ({status}); "
-                            "delete the .part file and run again")
+    if response.status_code == 416 and start:
+        return response
     if response.status_code >= 400:
         response.close()
+        status = f"HTTP {response.status_code} {response.reason}"
         raise DownloadError(f"GET {url} failed with {status}; check the URL, or {HINT}")
     return response
+
+
+def _unsatisfiable_total(response):  # -> the file's size from a 416's Content-Range, or None
+    m = re.fullmatch(r"bytes \*/(\d+)", response.headers.get("Content-Range", ""))
+    return int(m[1]) if m else None
 
 
 def _byte_range(response, start, url):
@@ -132,14 +229,17 @@ def _byte_range(response, start, url):
     return start, int(m[3])
 
 
-def _stream(response, part, offset, total, url, progress):
-    """Write the body to `part` from `offset` on, with one byte-accurate progress bar."""
+def _stream(response, part, offset, total, url, progress, size=None):
+    """Write the body to `part` from `offset` on, with one byte-accurate progress bar; refuse an
+    error page or a file whose announced size is not `size` before writing a byte."""
     name = part.name.removesuffix(".part")
     chunks = response.iter_content(CHUNK)
     try:
         first = next(chunks, b"")
         head = first if offset == 0 else b""  # a resumed body starts mid-file: nothing to sniff
         _refuse_error_page(url, response.headers.get("Content-Type", ""), head)
+        if total is not None and size is not None and total != size:  # the wrong file, not a cut
+            raise DownloadError(f"{url} is {total:,} bytes but {size:,} were expected; {HINT}")
         with open(part, "ab" if offset else "wb") as f, tqdm(
                 desc=name + (" (resumed)" if offset else ""), total=total, initial=offset,
                 unit="B", unit_scale=True, unit_divisor=1024, disable=not progress) as bar:
@@ -165,13 +265,6 @@ def _interrupted(url, part, total, cause):
                          f"run again to resume from {part}")
 
 
-def _check_sha256(part, sha256, url):
-    got = file_sha256(part)
-    if got != sha256:
-        part.unlink()  # complete but wrong: resuming it cannot help
-        raise DownloadError(f"sha256 of {url} is {got}, not OpenAI's {sha256}; {HINT}")
-
-
 def _root_cause(e):
     """The innermost exception, e.g. '[Errno 111] Connection refused' inside requests' wrappers."""
     while e.__cause__ or e.__context__:
@@ -188,15 +281,34 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-def check_data_size(model_dir):
-    """Raise DownloadError unless the data file holds 4 bytes for each parameter in hparams.json."""
-    model_dir = Path(model_dir)
-    try:
-        n_params = GPT2Config.from_hparams_json(model_dir / "hparams.json").n_params()
-    except ValueError as e:
-        raise DownloadError(f"{e}; delete {model_dir} and download again") from e
-    size = (model_dir / DATA_FILE).stat().st_size
-    if size != 4 * n_params:  # raw float32, no header (the TF bundle's data file)
-        raise DownloadError(f"{model_dir / DATA_FILE} has {size:,} bytes but hparams.json implies "
-                            f"{4 * n_params:,} (4 x {n_params:,} float32 parameters); "
-                            f"delete {model_dir} and download again")
+# ---- format checks for files whose size nothing announces (fetch_file's `check`) ---------------
+
+def check_checkpoint_file(path):
+    """TensorFlow's `checkpoint` file: text-format lines `name: "value"`, naming the checkpoint."""
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.split("\n")[:-1]  # a complete file ends with a newline
+    if not text.endswith("\n") or not lines or "model_checkpoint_path" not in text \
+            or not all(re.fullmatch(r'\w+: ".*"', line) for line in lines):
+        raise ValueError(f"{path} is not a whole TensorFlow checkpoint file (lines like "
+                         f'model_checkpoint_path: "model.ckpt")')
+
+
+def check_json_object(path):
+    if not isinstance(json.loads(Path(path).read_bytes()), dict):
+        raise ValueError(f"{path} is not a JSON object")
+
+
+def check_vocab_bpe(path):
+    """vocab.bpe: a `#version` line, then one merge per line, ending with a newline."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not text.startswith("#version") or not text.endswith("\n"):
+        raise ValueError(f"{path} is not a whole vocab.bpe (#version line ... final newline)")
+
+
+FORMAT_CHECKS = {  # hparams.json has its own (_fetch_hparams); the data file is checked by size
+    "checkpoint": check_checkpoint_file,
+    "encoder.json": check_json_object,   # their sha256 is known too, when they are OpenAI's
+    "vocab.bpe": check_vocab_bpe,
+    "model.ckpt.index": read_index,      # the SSTable footer, block CRCs and entries
+    "model.ckpt.meta": check_meta_graph,
+}

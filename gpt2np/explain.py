@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .autoregressive import generate
+from .autoregressive import check_generation_request, check_rng, generate
 from .exact import exact_distribution
 from .loading import bundled_models, load_model
 from .model import attention, causal_mask, gelu, layer_norm, linear, merge_heads, split_heads
-from .sampling import sample
+from .sampling import check_sampling_options, next_token, sample
 from .speculative import speculative_generate
 from .speculative_kernel import residual_distribution
 from .theory import alpha
@@ -134,14 +134,22 @@ def incremental_logits(model, ids):  # [n_seq] -> [n_seq, n_vocab]
     return np.concatenate([model.forward(ids[i:i + 1], cache) for i in range(len(ids))])
 
 
-def generate_without_cache(model, prompt_ids, n_tokens):
-    """Greedy decoding that recomputes the whole context at every step (a fresh cache each call).
+def generate_without_cache(model, prompt_ids, n_tokens, temperature=0, top_k=None, top_p=None, rng=None):
+    """Decoding that recomputes the whole context at every step (a fresh cache each call).
 
-    Same tokens as generate(model, prompt_ids, n_tokens, temperature=0), at O(n^2) cost instead of O(n).
+    Same tokens as generate(model, prompt_ids, n_tokens, ...) with the same options and an
+    identically seeded rng (the same next_token draws), at O(n^2) cost instead of O(n): what the
+    KV cache buys. Greedy (temperature 0) by default; stops after eot_id, as generate does.
     """
+    check_sampling_options(temperature, top_k, top_p)
+    check_generation_request(model, prompt_ids, n_tokens)
+    check_rng(rng, temperature)
     ids = [int(t) for t in prompt_ids]
     for _ in range(n_tokens):
-        ids.append(int(np.argmax(model.forward(ids, model.new_cache())[-1])))
+        logits = model.forward(ids, model.new_cache())  # [1, n_vocab]: every position recomputed
+        ids.append(next_token(logits[-1], temperature, top_k, top_p, rng))
+        if ids[-1] == model.eot_id:
+            break
     return ids[len(prompt_ids):]
 
 

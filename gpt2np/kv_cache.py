@@ -44,9 +44,23 @@ class KVCache:
 
     def truncate(self, n):
         """Roll back to the first n positions: everything fed after them is forgotten."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):  # 1.5 would pass 0 <= n <= length
+            raise ValueError(f"cache.truncate needs an integer length, got {n!r}")
         if not 0 <= n <= self.length:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {n}")
-        self.length = n
+        self.length = int(n)
 
     def copy(self):
         return KVCache(self.k.copy(), self.v.copy(), self.length)
+
+
+def check_cache(cache, shape, owner):
+    """Raise a one-line ValueError unless cache is a KVCache of `shape` (one of owner's new_cache()).
+
+    A cache from another model would be written out of bounds or broadcast silently into wrong keys.
+    """
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache from model.new_cache(), got {type(cache).__name__}")
+    if cache.k.shape != shape:
+        raise ValueError(f"this cache is {cache.k.shape} [n_layer, n_head, n_ctx, d_head], but {owner} "
+                         f"needs {shape}: use a cache from this model's new_cache()")

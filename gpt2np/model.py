@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .kv_cache import KVCache
+from .kv_cache import KVCache, check_cache
 from .matmul import matmul
 
 
@@ -150,6 +150,34 @@ def gpt2_forward(ids, params, n_head, cache, n_logits=1):  # [n_seq] -> [n_logit
     return matmul(x, params["wte"].T)                             # tied head: [n_logits, n_vocab]
 
 
+def token_id_array(ids, n_vocab, what="token ids"):  # [n_seq] -> [n_seq] integer array
+    """ids as a 1-D integer array, or a one-line ValueError saying what is wrong with them.
+
+    Names at most 3 offending ids with their positions: a long prompt must not print them all.
+    >>> token_id_array([5, 70000, 3, -1], n_vocab=50257)
+    Traceback (most recent call last):
+    ValueError: token ids must be in [0, 50257): 70000 at position 1, -1 at position 3
+    """
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"{what} must be a 1-D sequence of ints, got a string: "
+                         f"encode text first (model.tokenizer.encode)")
+    try:
+        array = np.asarray(ids)
+    except (ValueError, TypeError):  # ragged lists, objects NumPy cannot stack
+        raise ValueError(f"{what} must be a 1-D sequence of ints, got {type(ids).__name__}") from None
+    if array.shape == (0,):  # np.asarray([]) is float64; the caller says why empty is wrong
+        return array.astype(np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":  # "iu": signed or unsigned ints, not bool
+        kind = f"shape {array.shape}" if array.ndim != 1 else f"{array.dtype} values"
+        raise ValueError(f"{what} must be a 1-D sequence of ints, got {kind} ({type(ids).__name__})")
+    bad = np.flatnonzero((array < 0) | (array >= n_vocab))  # positions of out-of-range ids
+    if len(bad):
+        named = ", ".join(f"{array[i]} at position {i}" for i in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ValueError(f"{what} must be in [0, {n_vocab}): {named}{more}")
+    return array
+
+
 class GPT2:
     """A GPT-2 model behind the interface the generation loops use.
 
@@ -171,12 +199,14 @@ class GPT2:
         return KVCache.allocate(c.n_layer, c.n_head, c.n_ctx, c.d_head)
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
+        ids = token_id_array(ids, self.n_vocab)
         n_seq = len(ids)
-        if n_seq == 0 or not 1 <= n_logits <= n_seq:
-            raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits}, len(ids)={n_seq}")
+        if isinstance(n_logits, bool) or not isinstance(n_logits, (int, np.integer)) \
+                or n_seq == 0 or not 1 <= n_logits <= n_seq:
+            raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")
+        c = self.config
+        check_cache(cache, (c.n_layer, c.n_head, c.n_ctx, c.d_head), self.name)
         if len(cache) + n_seq > self.n_ctx:
             raise ValueError(
                 f"{len(cache)} cached + {n_seq} new tokens exceed the context of {self.n_ctx} tokens")
-        if np.min(ids) < 0 or np.max(ids) >= self.n_vocab:
-            raise ValueError(f"token ids must be in [0, {self.n_vocab}), got {list(ids)}")
         return gpt2_forward(ids, self.params, self.config.n_head, cache, n_logits)

@@ -32,6 +32,8 @@ from unittest.mock import patch  # patch.dict: change os.environ for one `with` 
 
 import regex  # unlike `re`, knows the Unicode classes \p{L} (letters) and \p{N} (numbers)
 
+from .unicode_classes import LETTER, NUMBER
+
 EOT = "<|endoftext|>"
 # sha256 of OpenAI's own files (= tiktoken's expected_hash); other files (e.g. byte-level) differ.
 OPENAI_SHA256 = {
@@ -39,7 +41,9 @@ OPENAI_SHA256 = {
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
 }
 
-# GPT-2's pre-tokenizer. Alternatives are tried left to right at each position:
+# GPT-2's pre-tokenizer. \p{L} below means LETTER, \p{N} NUMBER: letters and numbers as tiktoken's
+# Unicode 16.0 tables have them (gpt2np/unicode_classes.py), so that both paths give the same ids.
+# Alternatives are tried left to right at each position:
 #   's|'t|'re|'ve|'m|'ll|'d   English contractions, lower case only ("'VE" is "'" + "VE")
 #    ?\p{L}+                  a run of letters, with at most one leading space (" world")
 #    ?\p{N}+                  a run of digits/numerals, same
@@ -49,11 +53,9 @@ OPENAI_SHA256 = {
 #   \s+                       any other whitespace (e.g. "\n" right before a word)
 # tiktoken writes the same splits as '(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|
 # \s++$|\s+(?!\S)|\s' (possessive ++ and \s++$ only make its regex engine faster).
-# Unicode caveat: \p{L}, \p{N} and \s follow each library's Unicode tables (`regex` 2026.11: Unicode
-# 18.0; tiktoken 0.14: 16.0), so for letters added in Unicode 17/18 the two paths can differ:
-# "\U000323B0's" is "𲎰" + "'s" here but "𲎰'" + "s" in tiktoken. tests/test_tokenizer.py measures it.
 PRE_TOKENIZER = regex.compile(
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+    rf"""'s|'t|'re|'ve|'m|'ll|'d| ?{LETTER}+| ?{NUMBER}+| ?[^\s{LETTER}{NUMBER}]+|\s+(?!\S)|\s+""",
+    regex.VERSION1)
 
 
 def bytes_to_unicode():
@@ -298,7 +300,7 @@ def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
 
     def known_hash(path):  # pass OpenAI's hash only when it matches: a byte-level vocab has others
         sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        return sha if sha == OPENAI_SHA256[Path(path).name] else None
+        return sha if sha == OPENAI_SHA256.get(Path(path).name) else None
 
     # tiktoken copies each file it reads into a cache keyed by the file's *path*; with no hash to
     # check, an edited file at the same path would be served stale. TIKTOKEN_CACHE_DIR="" turns the
@@ -341,6 +343,18 @@ class FastTokenizer(Tokenizer):
 def load_tokenizer(directory, fast=True):
     """The tokenizer in `directory` (encoder.json + vocab.bpe): tiktoken-backed if fast, else scratch."""
     return (FastTokenizer if fast else Tokenizer).from_dir(directory)
+
+
+def load_hf_tokenizer(directory, fast=True):
+    """The tokenizer of a Hugging Face GPT-2 folder: vocab.json + merges.txt are encoder.json +
+    vocab.bpe under other names (same JSON object, same "#version" line then one merge a line), so
+    the same readers and the same Tokenizer come out, encoding identically."""
+    paths = Path(directory) / "vocab.json", Path(directory) / "merges.txt"
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: gpt2np reads GPT-2's vocab.json + merges.txt "
+                                    f"(not tokenizer.json alone)")
+    return (FastTokenizer if fast else Tokenizer).from_files(*paths)
 
 
 def write_byte_level_vocab(directory):

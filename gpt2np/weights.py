@@ -24,13 +24,14 @@ import os
 
 import numpy as np
 
-from .checkpoint import read_checkpoint
+from .checkpoint import crc32c, read_checkpoint
 from .config import GPT2Config
 from .matmul import stored_column_major
 
 CACHE_DIR = ".gpt2np-cache"  # inside the model folder
-CACHE_FORMAT = 2             # bump when the cache layout changes, so old caches are rebuilt
-                             # (2: Conv1D weights of 2 MiB or more column-major)
+CACHE_FORMAT = 3             # bump when the cache layout changes, so old caches are rebuilt
+                             # (2: Conv1D weights of 2 MiB or more column-major;
+                             #  3: the manifest holds each tensor's CRC32C, checked on every load)
 
 
 def tf_layout(config):  # -> {TF name: (path into params, shape in the checkpoint)}
@@ -166,16 +167,49 @@ def _checkpoint_key(prefix):  # -> dict identifying the checkpoint's exact bytes
     return key
 
 
-def _load_cache(cache_dir, key):  # -> {TF name: array in memory}, or None to rebuild
+def tensor_crc32c(x):
+    """CRC32C of an array's bytes in the order they are stored (C or column-major), as in the .npy."""
+    return crc32c(np.ravel(x, order="K").view(np.uint8))  # ravel of a contiguous array: a view
+
+
+def _in_stored_order(x):
+    """Conv1D weights of 2 MiB or more column-major, everything else C order (module docstring).
+    The CRC covers the bytes, not the header: a square weight read in the other order is transposed."""
+    if x.ndim == 3 and stored_column_major(x.shape):
+        return x.flags.f_contiguous
+    return x.flags.c_contiguous
+
+
+def _cached_tensor(path, shape, crc, verify_crc=True):  # -> the array, or None if it cannot be trusted
+    """One cached tensor, checked against the name table's shape and the CRC32C the manifest recorded
+    when it was written: a flipped byte or zeros in a .npy would otherwise change every later run."""
+    x = np.load(path, allow_pickle=False)
+    if x.dtype != np.float32 or x.shape != shape or not _in_stored_order(x):
+        return None
+    if verify_crc and tensor_crc32c(x) != crc:
+        return None
+    return x
+
+
+def _load_cache(cache_dir, key, config, verify_crc=True):  # -> {TF name: array in memory}, or None to rebuild
     """Read, not memory-mapped: NumPy's own large allocations get 2 MiB pages, a file mapping gets
-    4 KB pages, and a 355M verification pass over mapped weights took 1.09x as long (PERFORMANCE.md)."""
+    4 KB pages, and a 355M verification pass over mapped weights took 1.09x as long (PERFORMANCE.md).
+    Any tensor that fails its checks means rebuild from the checkpoint (whose CRCs are checked again),
+    never an error: the cache is ours, the user did nothing wrong. verify_crc=False only for timing."""
     try:
         with open(os.path.join(cache_dir, "manifest.json"), encoding="utf-8") as f:
             manifest = json.load(f)
-        if key is None or manifest["key"] != key:
+        layout = tf_layout(config)
+        if key is None or manifest["key"] != key or manifest["tensors"].keys() != layout.keys():
             return None
-        return {name: np.load(os.path.join(cache_dir, file)) for name, file in manifest["files"].items()}
-    except (OSError, EOFError, ValueError, KeyError, TypeError):  # absent or damaged: rebuild it
+        tensors = {}
+        for name, entry in manifest["tensors"].items():
+            path = os.path.join(cache_dir, os.path.basename(entry["file"]))  # never outside the cache
+            tensors[name] = _cached_tensor(path, layout[name][1], entry["crc32c"], verify_crc)
+            if tensors[name] is None:
+                return None
+        return tensors
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):  # absent or damaged
         return None
 
 
@@ -197,13 +231,15 @@ def _write_cache(cache_dir, key, tensors):
     manifest_path = os.path.join(cache_dir, "manifest.json")
     if os.path.exists(manifest_path):
         os.remove(manifest_path)  # the old manifest must not vouch for half-rewritten files
-    files = {name: name.replace("/", ".") + ".npy" for name in tensors}  # model.h0.ln_1.g.npy
-    for name, file in files.items():
+    entries = {}
+    for name, tensor in tensors.items():
+        file = name.replace("/", ".") + ".npy"  # model.h0.ln_1.g.npy
         # np.save streams a memmap straight from the page cache: no second copy in RAM. Conv1D
         # weights are saved in their memory order (module docstring), one tensor's copy at a time.
-        x = _conv1d_order(tensors[name]) if np.ndim(tensors[name]) == 3 else tensors[name]
+        x = _conv1d_order(tensor) if np.ndim(tensor) == 3 else _float32(tensor)
         _save_atomically(os.path.join(cache_dir, file), lambda f, x=x: np.save(f, x))
-    manifest = json.dumps({"key": key, "files": files}, indent=1).encode()
+        entries[name] = {"file": file, "crc32c": tensor_crc32c(x)}  # of the bytes just written
+    manifest = json.dumps({"key": key, "tensors": entries}, indent=1).encode()
     _save_atomically(manifest_path, lambda f: f.write(manifest))
 
 
@@ -211,21 +247,29 @@ def load_params(model_dir, config):  # -> params
     """Load OpenAI-format weights from `model_dir` (model.ckpt.index + .data-*).
 
     The first load checks every CRC (checkpoint.read_checkpoint) and writes one .npy per
-    tensor to `<model_dir>/.gpt2np-cache/`; later loads read those straight into memory (about
-    half a second to a few seconds for 355M) until the checkpoint files change. A folder we cannot
-    write just goes uncached.
+    tensor to `<model_dir>/.gpt2np-cache/`, with its CRC32C in the manifest; later loads read
+    those straight into memory and check each one's shape and CRC32C (about a second for 355M),
+    until the checkpoint files change. A cached tensor that fails a check makes the cache be
+    rebuilt from the checkpoint. A folder we cannot write just goes uncached.
     """
     prefix = os.path.join(model_dir, "model.ckpt")
+    # memory maps: nothing is held in RAM twice
+    return load_params_cached(model_dir, config, _checkpoint_key(prefix), lambda: read_checkpoint(prefix), prefix)
+
+
+def load_params_cached(model_dir, config, key, read_tensors, source):  # -> params
+    """Params from the .npy cache in `<model_dir>/.gpt2np-cache/` if it was written for `key` (a dict
+    naming the source's exact bytes), else from read_tensors() -> {TF name: array}, caching them.
+    Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_checkpoint.py) load this way."""
     cache_dir = os.path.join(model_dir, CACHE_DIR)
-    key = _checkpoint_key(prefix)
-    tensors = _load_cache(cache_dir, key)
+    tensors = _load_cache(cache_dir, key, config)
     if tensors is None:
-        tensors = read_checkpoint(prefix)  # memory maps: nothing is held in RAM twice
-        check_tensors(tensors, config, source=prefix)  # fail before writing a useless cache
+        tensors = read_tensors()
+        check_tensors(tensors, config, source=source)  # fail before writing a useless cache
         try:
             _write_cache(cache_dir, key, tensors)
         except OSError:  # read-only folder, disk full...: use the checkpoint's own memory maps
             return params_from_tf(tensors, config)
         del tensors  # unmap the checkpoint before the cache is read: never both in RAM
-        tensors = _load_cache(cache_dir, key) or read_checkpoint(prefix)
+        tensors = _load_cache(cache_dir, key, config) or read_tensors()
     return params_from_tf(tensors, config)

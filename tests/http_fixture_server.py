@@ -5,8 +5,12 @@ and misbehaves on demand, file by file.
         server.faults["model.ckpt.index"] = "cut"   # see FAULTS
         ...fetch f"{server.url}/<folder>/<file>"...
         server.requests                            # [(path, Range header or None), ...]
+
+A Range past the end is answered 416 with `Content-Range: bytes */<size>` (RFC 9110 15.5.17).
 """
 import re
+import socket
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,15 +26,24 @@ ERROR_REPLIES = {
     "xml200": (200, "application/octet-stream", XML_ERROR),  # only the first bytes give it away
     "html": (200, "text/html; charset=utf-8", HTML_ERROR),
 }
-FAULTS = ("cut", "ignore_range", *ERROR_REPLIES)  # cut: announce the full length, send half
+# How a transfer can go wrong (each sends half the body, except nolength and bare416):
+TRANSFER_FAULTS = {
+    "cut": "announce the full Content-Length, send half, close (a short body)",
+    "nolength_cut": "no Content-Length (the body ends when the connection closes), send half, close",
+    "reset": "announce the full Content-Length, send half, then reset the connection (TCP RST)",
+    "nolength_reset": "no Content-Length, send half, then reset the connection",
+    "nolength": "no Content-Length, send the whole body, close",
+    "bare416": "answer 416 without the Content-Range that says the file's size",
+}
+FAULTS = ("ignore_range", *TRANSFER_FAULTS, *ERROR_REPLIES)
 
 
 class FixtureServer:
-    def __init__(self, root):
+    def __init__(self, root, handler=None):  # handler: a _Handler subclass (tests/test_hf_hub.py's Hub)
         self.root = Path(root).resolve()
         self.faults = {}    # file name -> one of FAULTS
         self.requests = []  # (path, Range header or None), in arrival order
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)  # port 0: any free port
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler or _Handler)  # port 0: any free port
         self._httpd.daemon_threads = True
         self._httpd.fixture = self
         self.url = f"http://127.0.0.1:{self._httpd.server_port}"
@@ -61,22 +74,28 @@ class _Handler(BaseHTTPRequestHandler):
         data = path.read_bytes()
         m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
         if not m or fault == "ignore_range":
-            return self._reply(200, "application/octet-stream", data, cut=fault == "cut")
+            return self._reply(200, "application/octet-stream", data, fault)
         start = int(m[1])
         if start >= len(data):
-            return self._reply(416, "text/plain", b"Range Not Satisfiable")
+            content_range = None if fault == "bare416" else f"bytes */{len(data)}"
+            return self._reply(416, "text/plain", b"Range Not Satisfiable", content_range=content_range)
         content_range = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        self._reply(206, "application/octet-stream", data[start:], fault == "cut", content_range)
+        self._reply(206, "application/octet-stream", data[start:], fault, content_range)
 
-    def _reply(self, status, content_type, body, cut=False, content_range=None):
+    def _reply(self, status, content_type, body, fault=None, content_range=None):
+        cut = fault in ("cut", "nolength_cut", "reset", "nolength_reset")
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))  # the full length, even when cut
+        if fault not in ("nolength", "nolength_cut", "nolength_reset"):
+            self.send_header("Content-Length", str(len(body)))  # the full length, even when cut
         if content_range:
             self.send_header("Content-Range", content_range)
         self.end_headers()
         self.wfile.write(body[:len(body) // 2] if cut else body)
         self.close_connection = True  # a cut transfer ends here, half-way through the body
+        if fault in ("reset", "nolength_reset"):  # linger 0: close() sends RST, not FIN
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
 
     def log_message(self, *args):
         pass  # keep test output quiet

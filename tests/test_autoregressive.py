@@ -4,6 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
+import gpt2np
 from gpt2np.autoregressive import generate
 from gpt2np.exact import exact_distribution
 from gpt2np.toy_models import ToyModel, random_toy_model
@@ -11,6 +12,9 @@ from gpt2np.toy_models import ToyModel, random_toy_model
 
 class NoRandomness:
     """An rng that fails the test if anything asks it for a random number."""
+
+    def choice(self, *args, **kwargs):  # the method check_rng looks for on the class: rng-like
+        raise AssertionError("greedy decoding drew a random number")
 
     def __getattr__(self, name):
         raise AssertionError(f"greedy decoding used the rng ({name})")
@@ -94,3 +98,12 @@ def test_exact_distribution_is_the_chain_rule_of_the_model():
         context = [1, 0, *tokens]
         expected = np.prod([model.table[context[t - 2], context[t - 1], context[t]] for t in range(2, 5)])
         assert abs(distribution.get(tokens, 0.0) - expected) <= 1e-15
+
+
+def test_plain_stream_without_the_kv_cache_gives_the_same_tokens():
+    """use_cache=False recomputes the whole context every step: same draws, same tokens."""
+    model = random_toy_model(np.random.default_rng(4), n_vocab=4, order=3)
+    for seed in range(3):
+        cached = generate(model, [0, 1], 12, rng=np.random.default_rng(seed))
+        stream = gpt2np.plain_stream(model, [0, 1], 12, rng=np.random.default_rng(seed), use_cache=False)
+        assert stream.run() == cached and stream.provenance == ["target"] * len(cached)

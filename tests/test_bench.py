@@ -190,3 +190,11 @@ def test_bundled_pair_measurement_on_random_models():
     assert set(r["models"]) == {"target", "draft"} and positive(r["models"]["target"]["s_per_call"])
     assert positive(r["plain"]["s_per_token"]) and positive(r["speculative"]["speedup"])
     assert 0 <= r["speculative"]["alpha_hat"] <= 1
+
+
+def test_cache_check_times_loads_with_and_without_the_crc(capsys):
+    """bench/cache_check.py (the cost of the .npy cache's CRC32C check, PERFORMANCE.md) runs."""
+    from bench.cache_check import time_cached_loads
+    time_cached_loads("tiny", repeats=1)
+    out = capsys.readouterr().out
+    assert "without the CRC32C check" in out and "the check alone" in out, out

@@ -79,6 +79,21 @@ def test_bad_input_gives_one_line_and_exit_status_2(args, message):
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+    (["--target_model_size", ""], "--target_model_size is empty"),
+    (["--target_model_size", " "], "--target_model_size is empty"),
+    (["--draft_model_size", ""], "--draft_model_size is empty"),
+])
+def test_bad_seed_and_empty_model_names_are_refused_before_loading(args, message, tmp_path):
+    """Were anything loaded first, 124M from an unreachable mirror would fail with 'cannot reach'."""
+    base = ["--target_model_size", "124M", "--models_dir", str(tmp_path), "--mirror", "http://127.0.0.1:9"]
+    out = run_main(*base, *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""
+    assert not list(tmp_path.iterdir())
+
+
 def test_prompt_too_long_for_the_context_is_refused(release_dirs):
     out = run_main("--target_model_size", release_dirs["gpt2-tiny-a"], "--prompt", "word " * 60,
                    "--n_tokens_to_generate", "10")

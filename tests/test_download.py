@@ -7,12 +7,17 @@ import hashlib
 import json
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import gpt2np
+from conftest import REPO
 from gpt2np import download
+from gpt2np.config import PRESETS, GPT2Config
 from gpt2np.download import DATA_FILE, RELEASE_FILES, DownloadError, download_model, download_release
 from http_fixture_server import FixtureServer
 
@@ -20,6 +25,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "gpt2-tiny-a"
 STANDINS = {"encoder.json": b'{"!": 0, "\\"": 1, "<|endoftext|>": 2}',
             "vocab.bpe": b"#version: 0.2\n\xc4\xa0 t\n"}
 STANDIN_SHA256 = {name: hashlib.sha256(body).hexdigest() for name, body in STANDINS.items()}
+TINY_A = GPT2Config.from_hparams_json(FIXTURE / "hparams.json")
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +106,11 @@ def test_server_ignoring_range_restarts_from_zero(server, release_root, tmp_path
     assert_same_files(tmp_path, release_root / "tiny-a")
 
 
-def test_part_longer_than_the_file_asks_to_delete_it(server, tmp_path):
-    (tmp_path / "checkpoint.part").write_bytes(b"x" * 1000)  # server answers 416
-    with pytest.raises(DownloadError, match="HTTP 416.*delete the .part"):
-        fetch(server, tmp_path)
-    assert not (tmp_path / "checkpoint").exists()
+def test_part_longer_than_the_file_is_fetched_again_from_zero(server, release_root, tmp_path):
+    (tmp_path / "checkpoint.part").write_bytes(b"x" * 1000)  # server answers 416, bytes */77
+    fetch(server, tmp_path)
+    assert ranges_asked(server, "checkpoint") == ["bytes=1000-", None]
+    assert_same_files(tmp_path, release_root / "tiny-a")
 
 
 @pytest.mark.parametrize("fault, message", [
@@ -130,10 +136,10 @@ def test_unreachable_mirror_fails_fast(tmp_path):
 
 
 def test_tokenizer_hash_mismatch_is_refused(server, tmp_path):
-    with pytest.raises(DownloadError, match="sha256 of .*encoder.json"):
+    with pytest.raises(DownloadError, match="encoder.json: its sha256 is .*, not the expected 0{64}; deleted"):
         download_release(f"{server.url}/tiny-a", tmp_path, known_sha256={"encoder.json": "0" * 64},
                          progress=False)
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint"]  # encoder.json and .part are gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "hparams.json"]  # no encoder.json(.part)
 
 
 def test_existing_tokenizer_file_with_wrong_hash_is_fetched_again(server, release_root, tmp_path):
@@ -142,14 +148,17 @@ def test_existing_tokenizer_file_with_wrong_hash_is_fetched_again(server, releas
     assert_same_files(tmp_path, release_root / "tiny-a")
 
 
-def test_data_size_mismatch_with_hparams_is_caught(server, tmp_path):
-    with pytest.raises(DownloadError, match="hparams.json implies"):
-        fetch(server, tmp_path, folder="bad-size")
+def test_data_size_mismatch_with_hparams_is_caught(server, release_root, tmp_path):
+    n_params = GPT2Config.from_hparams_json(release_root / "bad-size" / "hparams.json").n_params()
+    with pytest.raises(DownloadError, match=f"is 6,542,976 bytes but {4 * n_params:,} were expected"):
+        fetch(server, tmp_path, folder="bad-size")  # refused from Content-Length, before streaming
+    assert not (tmp_path / DATA_FILE).exists() and not (tmp_path / (DATA_FILE + ".part")).exists()
 
 
 def test_download_model_uses_mirror_env_and_argument_beats_it(server, tmp_path, monkeypatch):
     for name, sha in STANDIN_SHA256.items():  # the stand-ins replace OpenAI's tokenizer files
         monkeypatch.setitem(download.KNOWN_SHA256, name, sha)
+    monkeypatch.setitem(PRESETS, "124M", TINY_A)  # the mirror serves tiny-a as "124M"
     monkeypatch.setenv("GPT2NP_MIRROR", server.url + "/")
     assert download_model("124M", tmp_path, progress=False) == tmp_path / "124M"
     assert {path for path, _ in server.requests} == {f"/124M/{name}" for name in RELEASE_FILES}
@@ -170,3 +179,108 @@ def test_base_url_precedence(monkeypatch):
 def test_unknown_size_lists_the_valid_ones(size, tmp_path):
     with pytest.raises(ValueError, match="124M, 355M, 774M, 1558M"):
         download_model(size, tmp_path)
+
+
+# ---- the fault table (issue 16, item 1): every fault ends in a correct file or a resumable .part ----
+
+CUTS = ["cut", "nolength_cut", "reset", "nolength_reset"]  # see http_fixture_server.TRANSFER_FAULTS
+
+
+@pytest.mark.parametrize("fault", CUTS)
+@pytest.mark.parametrize("name", RELEASE_FILES)
+def test_interrupted_transfer_never_gets_the_final_name_and_the_next_run_resumes(
+        server, release_root, tmp_path, name, fault):
+    """Without Content-Length a cut looks like a normal end of body: only the data file's size from
+    hparams.json, the sha256 or a parse check can tell, and each file has one of them."""
+    server.faults[name] = fault
+    with pytest.raises(DownloadError, match="run again to resume|cannot reach"):
+        fetch(server, tmp_path)
+    assert not (tmp_path / name).exists(), f"a cut {name} got its final name"
+    part = tmp_path / (name + ".part")
+    n = part.stat().st_size if part.exists() else 0
+    assert n < (release_root / "tiny-a" / name).stat().st_size
+    server.faults.clear()
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+    assert ranges_asked(server, name)[-1] == (f"bytes={n}-" if n else None)  # resumed where it stopped
+
+
+def test_files_without_content_length_pass_their_checks(server, release_root, tmp_path):
+    server.faults.update({name: "nolength" for name in RELEASE_FILES})
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+@pytest.mark.parametrize("fault", [None, "bare416"])
+@pytest.mark.parametrize("name", RELEASE_FILES)
+def test_complete_part_answered_416_is_finished(server, release_root, tmp_path, name, fault):
+    """A run that died after the last byte and before the rename: the server answers the resume
+    with 416 (with or without Content-Range: bytes */size); the .part is checked and renamed."""
+    source = release_root / "tiny-a" / name
+    if name != "hparams.json":  # hparams.json comes first; give the others a folder that has it
+        shutil.copy(release_root / "tiny-a" / "hparams.json", tmp_path / "hparams.json")
+    (tmp_path / (name + ".part")).write_bytes(source.read_bytes())
+    server.faults[name] = fault
+    fetch(server, tmp_path)
+    assert ranges_asked(server, name) == [f"bytes={source.stat().st_size}-"]
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+@pytest.mark.parametrize("name", ["model.ckpt.index", "model.ckpt.meta", "checkpoint", "hparams.json"])
+def test_complete_but_corrupt_part_answered_416_is_deleted_and_fetched_next_run(
+        server, release_root, tmp_path, name):
+    raw = bytearray((release_root / "tiny-a" / name).read_bytes())
+    raw[0] = ord("?")  # index: a block CRC; meta: an invalid wire type; checkpoint, hparams: not text
+    (tmp_path / (name + ".part")).write_bytes(bytes(raw))
+    with pytest.raises(DownloadError, match="deleted the download"):
+        fetch(server, tmp_path)
+    assert not (tmp_path / name).exists() and not (tmp_path / (name + ".part")).exists()
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+@pytest.mark.parametrize("name", RELEASE_FILES)
+def test_cut_file_under_its_final_name_is_fetched_again(server, release_root, tmp_path, name):
+    """Left by an older gpt2np, which renamed cut files: the same checks run on files already there."""
+    fetch(server, tmp_path)
+    whole = (release_root / "tiny-a" / name).read_bytes()
+    (tmp_path / name).write_bytes(whole[:len(whole) // 2])
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+    assert len(ranges_asked(server, name)) == 2
+
+
+# ---- a size name is a promise (issue 13, item 1) ----------------------------------------------------
+
+@pytest.mark.parametrize("fault", [None, "nolength"])
+def test_mirror_serving_another_model_as_a_size_is_refused_before_anything_is_kept(server, tmp_path, fault):
+    """Even without Content-Length: an hparams.json that parses is whole, so it is refused, not resumed."""
+    server.faults["hparams.json"] = fault
+    with pytest.raises(DownloadError, match=r"124M/hparams.json: it describes GPT2Config\(n_vocab=50257, n_ctx=64"
+                                         r".*but 124M is GPT2Config\(n_vocab=50257, n_ctx=1024"):
+        download_model("124M", tmp_path, base_url=server.url, progress=False)
+    assert [path for path, _ in server.requests] == ["/124M/hparams.json"]  # nothing else fetched
+    assert not list(tmp_path.iterdir())  # the folder it made is gone again
+
+
+def test_folder_with_another_models_hparams_is_refused_and_left_as_it_was(server, release_root, tmp_path):
+    folder = tmp_path / "124M"
+    shutil.copytree(release_root / "tiny-a", folder)  # complete: load_model does not download
+    (folder / "vocab.bpe").unlink()                    # incomplete: load_model would download
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for _ in range(2):
+        with pytest.raises(ValueError, match="hparams.json describes .* but 124M is"):
+            gpt2np.load_model("124M", models_dir=tmp_path, base_url=server.url)
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # no cache, no download
+        assert server.requests == []
+        (folder / "vocab.bpe").write_bytes(STANDINS["vocab.bpe"])
+        before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_main_refuses_a_mirrors_fake_size_in_one_line(server, tmp_path):
+    out = subprocess.run([sys.executable, "main.py", "--mirror", server.url, "--target_model_size", "124M",
+                          "--models_dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]  # after the progress bar
+    assert out.returncode == 2 and len(errors) == 1 and out.stderr.endswith(errors[0] + "\n"), out.stderr
+    assert "n_layer=2" in out.stderr and "n_layer=12" in out.stderr and "Traceback" not in out.stderr
+    assert not list(tmp_path.iterdir())

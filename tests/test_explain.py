@@ -89,6 +89,16 @@ def test_cache_changes_nothing_but_speed(model, ids):
     assert explain.generate_without_cache(model, prompt, 6) == gpt2np.generate(model, prompt, 6, temperature=0)
 
 
+def test_without_cache_samples_exactly_what_generate_samples(model, ids):
+    """Same options, identically seeded generators: the same draws, so the same tokens."""
+    options = dict(temperature=0.9, top_k=20, top_p=0.95)
+    sampled = explain.generate_without_cache(model, ids[:5], 8, rng=np.random.default_rng(3), **options)
+    assert sampled == gpt2np.generate(model, ids[:5], 8, rng=np.random.default_rng(3), **options)
+    assert len(set(sampled)) > 1  # really sampled, not one token repeated
+    with pytest.raises(ValueError, match="needs rng"):
+        explain.generate_without_cache(model, ids[:5], 8, temperature=0.9)
+
+
 def test_best_time_returns_result_and_minimum():
     result, seconds = explain.best_time(lambda: 42, repeats=2)
     assert result == 42 and 0 <= seconds < 1

@@ -54,20 +54,21 @@ def code_cells(path):
 
 def test_every_notebook_is_paired_with_a_percent_script():
     assert [p.stem for p in NOTEBOOKS] == [p.stem for p in SCRIPTS], \
-        "every notebooks/NN_name.ipynb needs its notebooks/NN_name.py and back: python tools/build_notebooks.py NN"
+        "each notebooks/NN_name.ipynb needs its notebooks/NN_name.py and back: python tools/build_notebooks.py"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_committed_cells_are_the_scripts(path):
-    script = script_of(path)
-    assert jupytext.read(script).metadata["jupytext"]["text_representation"]["format_name"] == "percent"
-    assert nbformat.read(path, as_version=4).metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", \
+    script, notebook = jupytext.read(script_of(path)), nbformat.read(path, as_version=4)
+    assert script.metadata["jupytext"]["text_representation"]["format_name"] == "percent"
+    assert notebook.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", \
         f"{path.name} is not paired with its script: jupytext --set-formats ipynb,py:percent {path.name}"
-    expected, actual = cells(jupytext.read(script)), cells(nbformat.read(path, as_version=4))
-    first = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a), min(len(expected), len(actual)))
+    expected, actual = cells(script), cells(notebook)
+    differ = [i for i, (e, a) in enumerate(zip(expected, actual)) if e != a]
+    first = differ[0] if differ else min(len(expected), len(actual))
     assert actual == expected, (
-        f"{path.name} and {script.name} differ from cell {first + 1} on ({len(actual)} vs {len(expected)} cells): "
-        f"one was edited without syncing; python tools/build_notebooks.py {path.name[:2]} "
+        f"{path.name} and {path.stem}.py differ from cell {first + 1} on ({len(actual)} vs {len(expected)} "
+        f"cells): one was edited without syncing; python tools/build_notebooks.py {path.name[:2]} "
         f"(runs jupytext --sync, the newer file wins, then re-executes)")
 
 

@@ -152,8 +152,8 @@ def test_first_load_writes_cache_second_load_uses_it(model_dir, monkeypatch):
     first = load_params(model_dir, config)
     assert_same_bits(first, params_from_tf(read_checkpoint(model_dir / "model.ckpt"), config))
     manifest = json.loads((model_dir / CACHE / "manifest.json").read_text())
-    assert len(manifest["files"]) == 28 and all((model_dir / CACHE / f).is_file()
-                                                for f in manifest["files"].values())
+    assert len(manifest["tensors"]) == 28 and all((model_dir / CACHE / entry["file"]).is_file()
+                                                  for entry in manifest["tensors"].values())
 
     def fail(prefix):
         raise AssertionError("the second load read the checkpoint instead of the cache")
@@ -196,6 +196,75 @@ def test_damaged_cache_is_rebuilt(model_dir, damage):
     assert_same_bits(load_params(model_dir, config), first)
     (model_dir / CACHE / "manifest.json").write_text("{")
     assert_same_bits(load_params(model_dir, config), first)
+
+
+def npy_data_offset(path):
+    """Where the array's bytes start in a .npy file (after the magic, version and header)."""
+    with open(path, "rb") as f:
+        np.lib.format.read_magic(f)
+        np.lib.format.read_array_header_1_0(f)
+        return f.tell()
+
+
+def flip_byte(path):
+    raw = bytearray(path.read_bytes())
+    raw[npy_data_offset(path) + 37] ^= 0x10  # one bit of one float: a plausible value, still finite
+    path.write_bytes(bytes(raw))
+
+
+def zero_data(path):
+    raw = path.read_bytes()
+    start = npy_data_offset(path)
+    path.write_bytes(raw[:start] + bytes(len(raw) - start))
+
+
+def transposed_in_place(path):
+    """Same bytes, header says the other memory order: only the order check can tell."""
+    x = np.load(path)
+    np.save(path, np.ravel(x, order="K").reshape(x.shape))  # column-major bytes read as C order
+
+
+CACHE_DAMAGE = {  # what can happen to a cached tensor that a CRC or shape check must catch
+    "flipped byte": ("model.h1.attn.c_attn.w.npy", flip_byte),
+    "zeros": ("model.wte.npy", zero_data),
+    "wrong shape": ("model.wpe.npy", lambda p: np.save(p, np.zeros((63, 32), np.float32))),
+    "float64": ("model.ln_f.g.npy", lambda p: np.save(p, np.load(p).astype(np.float64))),
+    "transposed": ("model.h0.attn.c_proj.w.npy", transposed_in_place),
+    "no crc in manifest": ("manifest.json", lambda p: p.write_text(p.read_text().replace('"crc32c"', '"crc"'))),
+}
+
+
+@pytest.mark.parametrize("damage", CACHE_DAMAGE)
+def test_corrupt_cached_tensor_is_rebuilt_from_the_checkpoint(model_dir, monkeypatch, damage):
+    """Issue 16, item 2: the cache is verified on every load (CRC32C per tensor, shape, dtype,
+    memory order); a failure rebuilds it from the CRC-checked checkpoint, never an error."""
+    config = fixture_config("gpt2-tiny-a")
+    monkeypatch.setattr(matmul, "COLUMN_MAJOR_MIN", 1)  # c_proj.w [1, 32, 32] column-major: "transposed"
+    expected = params_from_tf(read_checkpoint(model_dir / "model.ckpt"), config)
+    load_params(model_dir, config)
+    file, damage_fn = CACHE_DAMAGE[damage]
+    damage_fn(model_dir / CACHE / file)
+    calls = []
+    monkeypatch.setattr(weights, "read_checkpoint", lambda p: calls.append(p) or read_checkpoint(p))
+    assert_same_bits(load_params(model_dir, config), expected)
+    assert len(calls) == 1, "the damaged cache was used instead of being rebuilt"
+    assert_same_bits(load_params(model_dir, config), expected)
+    assert len(calls) == 1, "the rebuilt cache was not used"
+
+
+def test_cache_files_named_outside_the_cache_are_not_read(model_dir, monkeypatch):
+    config = fixture_config("gpt2-tiny-a")
+    load_params(model_dir, config)
+    manifest_path = model_dir / CACHE / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    np.save(model_dir / "elsewhere.npy", np.zeros(32, np.float32))
+    manifest["tensors"]["model/ln_f/b"]["file"] = "../elsewhere.npy"
+    manifest["tensors"]["model/ln_f/b"]["crc32c"] = weights.tensor_crc32c(np.zeros(32, np.float32))
+    manifest_path.write_text(json.dumps(manifest))
+    calls = []
+    monkeypatch.setattr(weights, "read_checkpoint", lambda p: calls.append(p) or read_checkpoint(p))
+    load_params(model_dir, config)
+    assert len(calls) == 1  # "elsewhere.npy" is looked up inside the cache, missing: rebuild
 
 
 def test_unwritable_cache_location_loads_without_cache(model_dir):

@@ -7,8 +7,8 @@ Each notebook's source is a jupytext-paired percent script beside it (notebooks/
 code cells, `# %% [markdown]` text cells), edited directly or through Jupyter with jupytext. The
 build first runs `jupytext --sync` (the newer of the pair wins, so an edit made in either place is
 kept), then executes the cells with nbclient and writes the .ipynb with their outputs, which is
-what GitHub shows. A new notebook: write notebooks/NN_name.py and build it. tests/test_notebooks.py imports `execute` from here, so CI runs the notebooks
-exactly as this script does.
+what GitHub shows. A new notebook: write notebooks/NN_name.py and build it. tests/test_notebooks.py
+imports `execute` from here, so CI runs the notebooks exactly as this script does.
 """
 import argparse
 import hashlib

@@ -1,0 +1,285 @@
+"""The console's settings and commands: one typed line in, new settings (or a one-line error) out.
+
+Pure: no models, no printing, no decoding. console.py reads lines and shows results;
+console_runs.py is the one place that calls the decoders. A command is a line starting with ':'
+(`:temperature 0.8`, `:K auto 12`, `:sampling nucleus 0.9 0.8`); anything else is a prompt.
+
+>>> outcome = parse_command(":sampling top_k 40 0.8", Settings())
+>>> outcome.settings.temperature, outcome.settings.top_k, outcome.settings.top_p
+(0.8, 40, None)
+>>> parse_command(":temperature -1", Settings())
+Traceback (most recent call last):
+gpt2np.console_commands.CommandError: temperature must be a finite number >= 0 (0 means greedy), got -1.0
+"""
+import math
+from dataclasses import dataclass, replace
+
+from .policies import make_policy
+from .sampling import check_sampling_options
+
+# the order generators run in: speculative last, so its speedup over target-only is known when it ends
+GENERATORS = ("target", "draft", "speculative")
+GENERATOR_LABELS = {"target": "target-only", "draft": "draft-only", "speculative": "speculative"}
+SWITCH_WORDS = {"on": True, "off": False, "yes": True, "no": False, "true": True, "false": False,
+                "1": True, "0": False}
+
+
+class CommandError(ValueError):
+    """A bad command or value: the console prints its one line and carries on."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a prompt's runs depend on; every run draws from np.random.default_rng(seed)."""
+    K: object = 4                 # drafts per round, or a K policy: "heuristic" / "auto"
+    K_max: int = 8                # the bound of the heuristic and auto policies
+    temperature: float = 0.0      # 0: greedy (argmax)
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    n_tokens: int = 200
+    drafter: str | None = None    # "ngram", a model name or folder; None: no drafter loaded
+    speculative: bool = True      # which generators run on each prompt (GENERATORS)
+    target: bool = False
+    draft: bool = False
+    trace: bool = False           # print every speculative round: drafts, p, q, accept / reject
+    cache: bool = True            # off: plain runs also recompute the whole context each step
+
+    @property
+    def sampling(self):
+        return dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def enabled(self):
+        """The generators switched on, in the order they run."""
+        return [g for g in GENERATORS if getattr(self, g)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    settings: Settings
+    message: str | None = None    # what changed, for the user
+    action: str | None = None     # "help" / "quit" / "clear" / "drafter" (the console does those)
+    argument: str | None = None   # the drafter to load
+
+
+# ---- values ---------------------------------------------------------------------------------------
+
+def integer(text, name, minimum):
+    try:
+        value = int(text)
+    except ValueError:
+        raise CommandError(f"{name} must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise CommandError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def number(text, name):
+    try:
+        value = float(text)
+    except ValueError:
+        raise CommandError(f"{name} must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise CommandError(f"{name} must be a finite number, got {text!r}")
+    return value
+
+
+def switch(args, current, name):
+    """on / off (yes / no, 1 / 0); no argument flips the current value."""
+    if not args:
+        return not current
+    if len(args) > 1 or args[0].lower() not in SWITCH_WORDS:
+        raise CommandError(f"{name} takes on or off (or nothing, to toggle), got {' '.join(args)!r}")
+    return SWITCH_WORDS[args[0].lower()]
+
+
+def exactly(args, n, usage):
+    if len(args) != n:
+        raise CommandError(f"usage: {usage}")
+    return args
+
+
+def checked(settings):
+    """settings, if the sampling options and K policy are valid; else the one-line CommandError."""
+    try:
+        check_sampling_options(**settings.sampling)
+        make_policy(settings.K, settings.K_max)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    return settings
+
+
+# ---- the commands ---------------------------------------------------------------------------------
+
+def set_K(s, args):
+    if not 1 <= len(args) <= 2:
+        raise CommandError("usage: :K N | heuristic [K_max] | auto [K_max]")
+    if args[0] in ("heuristic", "auto"):
+        K_max = integer(args[1], "K_max", 1) if len(args) == 2 else s.K_max
+        return replace(s, K=args[0], K_max=K_max)
+    if len(args) == 2:
+        raise CommandError("K_max bounds :K heuristic or :K auto only (a fixed K is its own bound)")
+    return replace(s, K=integer(args[0], "K (draft tokens per round; or heuristic / auto)", 1))
+
+
+def optional(args, name, parse):
+    """top_k / top_p: a value, or off / none to keep every token."""
+    value = exactly(args, 1, f":{name} VALUE|off")[0]
+    return None if value.lower() in ("off", "none") else parse(value)
+
+
+def set_sampling(s, args):
+    """greedy | plain [T] | top_k K [T] | nucleus P [T]: the whole processor in one command."""
+    usage = "usage: :sampling greedy | plain [T] | top_k K [T] | nucleus P [T]"
+    mode, rest = (args[0].lower(), args[1:]) if args else ("", [])
+    if mode == "greedy" and not rest:
+        return replace(s, temperature=0.0, top_k=None, top_p=None)
+    n_params = {"plain": 0, "top_k": 1, "nucleus": 1, "top_p": 1}.get(mode)
+    if n_params is None or not n_params <= len(rest) <= n_params + 1:
+        raise CommandError(usage)
+    temperature = number(rest[n_params], "temperature") if len(rest) > n_params else 1.0
+    if temperature <= 0:
+        raise CommandError(f"{mode} sampling needs a temperature > 0, got {temperature} "
+                           "(temperature 0 is :sampling greedy)")
+    top_k = integer(rest[0], "top_k", 1) if mode == "top_k" else None
+    top_p = number(rest[0], "top_p") if mode in ("nucleus", "top_p") else None
+    return replace(s, temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+def set_generator(name):
+    def command(s, args):
+        on = switch(args, getattr(s, name), f":{name}")
+        if on and name == "speculative" and s.drafter is None:
+            raise CommandError("speculative decoding needs a drafter: :drafter ngram, or :drafter MODEL")
+        if on and name == "draft" and s.drafter in (None, "ngram"):
+            raise CommandError("draft-only is not available with the ngram drafter (prompt lookup is not a model "
+                               "that can write alone): :drafter MODEL first" if s.drafter else
+                               "draft-only needs a draft model: :drafter MODEL first")
+        return replace(s, **{name: on})
+    return command
+
+
+def set_compare(s, args):
+    """Compare mode is target-only beside speculative: on switches both on, off leaves speculative."""
+    on = switch(args, s.target and s.speculative, ":compare")
+    if on and s.drafter is None:
+        raise CommandError("compare needs a drafter: :drafter ngram, or :drafter MODEL")
+    return replace(s, target=on, speculative=True)
+
+
+def set_value(command, field, parse):
+    """:command VALUE sets one field to parse(VALUE)."""
+    def command_(s, args):
+        return replace(s, **{field: parse(exactly(args, 1, f":{command} VALUE")[0])})
+    return command_
+
+
+def set_switch(field):
+    """:field [on|off] turns a flag on or off, or flips it."""
+    def command_(s, args):
+        return replace(s, **{field: switch(args, getattr(s, field), f":{field}")})
+    return command_
+
+
+def set_top_k(s, args):
+    return replace(s, top_k=optional(args, "top_k", lambda v: integer(v, "top_k", 1)))
+
+
+def set_top_p(s, args):
+    return replace(s, top_p=optional(args, "top_p", lambda v: number(v, "top_p")))
+
+
+# name -> (usage, what it does, handler(settings, args) -> settings); ACTIONS are done by the console
+COMMANDS = {
+    "K": (":K N|heuristic|auto [K_max]", "drafts per round, or a K policy", set_K),
+    "temperature": (":temperature T", "0 = greedy",
+                    set_value("temperature", "temperature", lambda v: number(v, "temperature"))),
+    "top_k": (":top_k N|off", "keep the N most likely tokens", set_top_k),
+    "top_p": (":top_p P|off", "nucleus: top tokens with mass >= P", set_top_p),
+    "sampling": (":sampling MODE [T]", "greedy | plain | top_k N | nucleus P, then T (default 1)", set_sampling),
+    "seed": (":seed N", "each run: np.random.default_rng(seed)",
+             set_value("seed", "seed", lambda v: integer(v, "seed", 0))),
+    "tokens": (":tokens N", "new tokens per run", set_value("tokens", "n_tokens", lambda v: integer(v, "tokens", 1))),
+    "speculative": (":speculative [on|off]", "run speculative decoding", set_generator("speculative")),
+    "target": (":target [on|off]", "run target-only", set_generator("target")),
+    "draft": (":draft [on|off]", "run draft-only (a draft model alone)", set_generator("draft")),
+    "compare": (":compare [on|off]", "target-only beside speculative", set_compare),
+    "trace": (":trace [on|off]", "per round: drafts, p(x), q(x), min(1, p/q)", set_switch("trace")),
+    "cache": (":cache [on|off]", "KV cache; off: plain runs also recompute all", set_switch("cache")),
+}
+ACTIONS = {
+    "drafter": (":drafter ngram|MODEL", "switch: prompt lookup, a model or folder"),
+    "clear": (":clear", "clear the screen"),
+    "help": (":help", "this help, with every setting's value"),
+    "quit": (":quit", "leave (Ctrl-D and Ctrl-C too)"),
+}
+ALIASES = {"k": "K", "temp": "temperature", "t": "temperature", "n": "tokens", "n_tokens": "tokens",
+           "length": "tokens", "processor": "sampling", "spec": "speculative", "debug": "trace",
+           "kv": "cache", "h": "help", "?": "help", "exit": "quit", "q": "quit", "cls": "clear"}
+
+
+def parse_command(line, settings):
+    """One ':' line -> Outcome; raises CommandError (one line) for anything it cannot do."""
+    words = line[1:].split()
+    if not words:
+        raise CommandError("empty command: type :help for the list")
+    name, args = ALIASES.get(words[0], words[0]), words[1:]
+    if name in ACTIONS:
+        if name == "drafter":  # the rest of the line: a folder's name may hold spaces
+            exactly(args[:1], 1, ACTIONS[name][0])
+            return Outcome(settings, action=name, argument=line[1:].split(None, 1)[1].strip())
+        exactly(args, 0, ACTIONS[name][0])
+        return Outcome(settings, action=name)
+    if name not in COMMANDS:
+        raise CommandError(f"unknown command :{words[0]}: type :help for the list")
+    new = checked(COMMANDS[name][2](settings, args))
+    return Outcome(new, message=describe_change(settings, new))
+
+
+def with_drafter(settings, name):
+    """Settings after switching to drafter `name`; draft-only goes off for prompt lookup (no model)."""
+    new = replace(settings, drafter=name, draft=settings.draft and name != "ngram")
+    note = " (draft-only off: prompt lookup has no model to write alone)" if settings.draft and not new.draft else ""
+    return new, f"drafter: {name}{note}"
+
+
+# ---- showing settings -----------------------------------------------------------------------------
+
+def sampling_mode(s):
+    """The processor in words, as :sampling would set it."""
+    if s.temperature == 0:
+        return "greedy"
+    parts = ([f"top_k {s.top_k}"] if s.top_k is not None else []) + ([f"nucleus {s.top_p:g}"] if s.top_p else [])
+    return f"{' + '.join(parts) or 'plain'} T={s.temperature:g}"
+
+
+def K_words(s):
+    return f"K={s.K}" if isinstance(s.K, int) else f"K {s.K} <= {s.K_max}"
+
+
+def setting_values(s):
+    """{command: its setting's value in words}, for help and for what a command changed."""
+    on = lambda flag: "on" if flag else "off"  # noqa: E731
+    K = str(s.K) if isinstance(s.K, int) else f"{s.K} <= {s.K_max}"
+    return {"K": K, "temperature": f"{s.temperature:g}", "top_k": str(s.top_k or "off"),
+            "top_p": f"{s.top_p:g}" if s.top_p else "off", "sampling": sampling_mode(s), "seed": str(s.seed),
+            "tokens": str(s.n_tokens), "speculative": on(s.speculative), "target": on(s.target),
+            "draft": on(s.draft), "compare": on(s.target and s.speculative), "trace": on(s.trace),
+            "cache": on(s.cache), "drafter": s.drafter or "none"}
+
+
+def describe_change(old, new):
+    """'temperature: 0.8, sampling: plain, T=0.8' for what a command changed ('unchanged' if nothing)."""
+    before, after = setting_values(old), setting_values(new)
+    return ", ".join(f"{name}: {value}" for name, value in after.items() if value != before[name]) or "unchanged"
+
+
+def help_text(s):
+    """Every command with its usage, the current value of its setting, and what it does."""
+    values = setting_values(s)
+    rows = [(usage, values.get(name, ""), what) for name, (usage, what, _) in COMMANDS.items()]
+    rows += [(usage, values.get(name, ""), what) for name, (usage, what) in ACTIONS.items()]
+    rows.insert(0, ("command", "now", "what it does"))
+    usage_width, value_width = (max(len(row[i]) for row in rows) for i in (0, 1))
+    lines = [f"  {usage:<{usage_width}}  {value:<{value_width}}  {what}" for usage, value, what in rows]
+    return "\n".join(["anything else is a prompt ('\\n' in it is a newline; '::' starts one with ':')", *lines])

@@ -1,0 +1,47 @@
+"""What the console prints about its runs: one speculative round in the debug trace, and the
+runs of one prompt side by side. Pure formatting: events and Runs in, text out.
+
+The trace shows Leviathan et al.'s acceptance rule (Algorithm 1; speculative_kernel.py) at work:
+draft x is accepted with probability min(1, p(x) / q(x)), p the target's distribution, q the
+draft's. At temperature 0 both are one-hot (argmax), so the probability is 1 or 0. Prompt lookup
+(the ngram drafter) proposes with certainty: q(x) = 1, so x is accepted with probability p(x).
+"""
+
+
+def token_label(tokenizer, token):
+    """A token as the trace shows it: its text, quoted, escapes visible ('\\n')."""
+    return repr(tokenizer.decode_bytes([token]).decode("utf-8", errors="replace"))
+
+
+def trace_lines(event, n_round, tokenizer):
+    """One speculative round for the debug trace: the drafts, each accept / reject, the last token."""
+    label = lambda t: token_label(tokenizer, t)  # noqa: E731
+    first = event.n_emitted - len(event.tokens) + 1
+    head = f"  round {n_round} (tokens {first}-{event.n_emitted}): "
+    if not event.drafts:
+        return [head + f"no drafts (K={event.K}), target token {label(event.tokens[-1])}"]
+    lines = [head + f"K={event.K}, drafted " + " ".join(label(t) for t in event.drafts)]
+    for x, p, q, accepted in zip(event.drafts, event.p_at_drafts, event.q_at_drafts, event.decisions):
+        lines.append(f"    {label(x):<8} p(x)={p:.4f}  q(x)={q:.4f}  min(1, p/q)={min(1.0, p / q):.4f}  "
+                     + ("accepted" if accepted else "rejected"))
+    kind = event.provenance[-1]
+    lines.append(f"    {kind} {label(event.tokens[-1])}" + ("  (all drafts accepted)" if kind == "bonus" else ""))
+    return lines
+
+
+def speedup_table(runs, greedy):
+    """The generators of one prompt side by side: throughput against target-only when it ran and,
+    at temperature 0, whether each text equals its model's (the draft's rows: draft-only's)."""
+    by_label = {r.label: r for r in runs}
+    base = by_label.get("target-only")
+    width = max(len(r.label) for r in runs)
+    lines = [f"{'generator':<{width}}  tokens  seconds  tokens/s" + "  vs target-only" * bool(base)
+             + "  text" * greedy]
+    for r in runs:
+        line = f"{r.label:<{width}}  {len(r.tokens):>6}  {r.seconds:>7.3f}  {r.tokens_per_second:>8.1f}"
+        line += f"  {r.tokens_per_second / base.tokens_per_second:>14.2f}x" if base else ""
+        same_as = by_label.get("draft-only" if r.label.startswith("draft-only") else "target-only")
+        if greedy and same_as is not None and same_as is not r:
+            line += f"  = {same_as.label}" if r.tokens == same_as.tokens else f"  DIFFERS from {same_as.label}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,215 @@
+"""hf:owner/name[@revision] (gpt2np/hub.py) against a Hub imitation on 127.0.0.1, never the internet.
+
+The imitation serves <root>/<repo>/resolve/<revision>/<file> like the Hub: a HEAD of an LFS file
+(model.safetensors) answers 302 towards a CDN with the sha256 in X-Linked-Etag, small files answer
+200 with a git-sha1 ETag; a renamed repository answers 307 to its new name. Downloads then go
+through download.py's fetch_file (tests/http_fixture_server.py does Range and the faults).
+"""
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np import hub
+from gpt2np.download import DownloadError
+from gpt2np.hub import HUB_FILES, download_hub_model, parse_hub_name
+from gpt2np.safetensors import read_safetensors, write_safetensors
+from conftest import FIXTURES
+from http_fixture_server import FixtureServer, _Handler
+
+FIXTURE = FIXTURES / "hf-tiny-f32"
+LFS = "model.safetensors"
+LONG_CTX = 16384
+
+
+class HubHandler(_Handler):
+    def _record(self):
+        fixture = self.server.fixture
+        fixture.seen.append((self.command, self.path, self.headers.get("Authorization")))
+        old = next((o for o in fixture.renamed if self.path.startswith(f"/{o}/")), None)
+        if old:  # the Hub answers a renamed repository with a relative redirect to its new name
+            self.send_response(307)
+            self.send_header("Location", self.path.replace(old, fixture.renamed[old], 1))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        return old
+
+    def do_GET(self):
+        if not self._record():
+            super().do_GET()
+
+    def do_HEAD(self):
+        if self._record():
+            return
+        fixture = self.server.fixture
+        path = (fixture.root / self.path.lstrip("/")).resolve()
+        if not path.is_relative_to(fixture.root) or not path.is_file():
+            self.send_response(404)
+        elif path.name == LFS:
+            self.send_response(302)
+            sha = fixture.wrong_sha256 or hashlib.sha256(path.read_bytes()).hexdigest()
+            self.send_header("X-Linked-Etag", f'"{sha}"')
+            self.send_header("Location", f"https://cdn.invalid/{sha}")  # another host: not followed
+        else:
+            self.send_response(200)
+            self.send_header("ETag", f'"{hashlib.sha1(path.read_bytes()).hexdigest()}"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.fixture(scope="module")
+def hub_root(tmp_path_factory):
+    """owner/tiny: hf-tiny-f32 at revisions main and v1; owner/long: the same with n_positions 16384,
+    whose 2.2 MB file is long enough to be cut after download.py's first 1 MiB chunk is written."""
+    root = tmp_path_factory.mktemp("hub")
+    for revision in ("main", "v1"):
+        shutil.copytree(FIXTURE, root / "owner" / "tiny" / "resolve" / revision)
+    long = shutil.copytree(FIXTURE, root / "owner" / "long" / "resolve" / "main")
+    config = json.loads((FIXTURE / "config.json").read_text()) | {"n_positions": LONG_CTX}
+    (long / "config.json").write_text(json.dumps(config))
+    tensors = dict(read_safetensors(FIXTURE / LFS))
+    tensors["transformer.wpe.weight"] = np.random.default_rng(0).standard_normal((LONG_CTX, 32), np.float32)
+    write_safetensors(long / LFS, tensors)
+    return root
+
+
+@pytest.fixture
+def server(hub_root):
+    with FixtureServer(hub_root, handler=HubHandler) as s:
+        s.seen, s.renamed, s.wrong_sha256 = [], {}, None
+        yield s
+
+
+def gets(server, name=None):
+    return [path for method, path, _ in server.seen if method == "GET" and (name is None or path.endswith(name))]
+
+
+@pytest.fixture(autouse=True)
+def no_hub_environment(monkeypatch):
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
+def test_download_loads_the_model_and_a_second_load_asks_nothing(server, tmp_path):
+    model = gpt2np.load_model("hf:owner/tiny", tmp_path, hf_endpoint=server.url)
+    folder = tmp_path / "owner" / "tiny"
+    for name in HUB_FILES:
+        assert (folder / name).read_bytes() == (FIXTURE / name).read_bytes(), name
+    assert not list(folder.glob("*.part"))
+    assert sorted(gets(server)) == sorted(f"/owner/tiny/resolve/main/{f}" for f in HUB_FILES)
+    ref = np.load(FIXTURE / "reference.npz")
+    logits = model.forward(ref["tokens"], model.new_cache(), n_logits=len(ref["tokens"]))
+    np.testing.assert_allclose(logits, ref["logits"], atol=1e-5, rtol=0)  # see test_hf_checkpoint.py
+    n = len(server.seen)
+    gpt2np.load_model("hf:owner/tiny", tmp_path, hf_endpoint=server.url)
+    assert len(server.seen) == n
+
+
+def test_revision_goes_into_the_url_and_its_own_folder(server, tmp_path):
+    folder = download_hub_model("hf:owner/tiny@v1", tmp_path, server.url, progress=False)
+    assert folder == tmp_path / "owner" / "tiny@v1" and (folder / LFS).is_file()
+    assert all("/resolve/v1/" in path for path in gets(server))
+
+
+def test_token_is_sent_as_bearer_and_endpoint_comes_from_hf_endpoint(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    download_hub_model("hf:owner/tiny", tmp_path, progress=False)
+    assert server.seen and {auth for _, _, auth in server.seen} == {"Bearer hf_secret"}
+
+
+def test_no_token_no_authorization_header(server, tmp_path):
+    download_hub_model("hf:owner/tiny", tmp_path, server.url, progress=False)
+    assert {auth for _, _, auth in server.seen} == {None}
+
+
+def test_flag_beats_hf_endpoint(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9
+    download_hub_model("hf:owner/tiny", tmp_path, server.url, progress=False)
+    assert hub.resolve_endpoint() == "http://127.0.0.1:9" and hub.resolve_endpoint("x/") == "x"
+    monkeypatch.delenv("HF_ENDPOINT")
+    assert hub.resolve_endpoint() == "https://huggingface.co"
+
+
+def test_sha256_comes_from_x_linked_etag_only_for_lfs_files(server):
+    url = f"{server.url}/owner/tiny/resolve/main"
+    assert hub.server_sha256(f"{url}/{LFS}", {}) == hashlib.sha256((FIXTURE / LFS).read_bytes()).hexdigest()
+    assert hub.server_sha256(f"{url}/config.json", {}) is None  # a git sha1 ETag is not a sha256
+
+
+def test_cut_transfer_resumes_with_range_and_is_verified(server, hub_root, tmp_path, capsys):
+    server.faults[LFS] = "cut"
+    with pytest.raises(DownloadError, match="run again to resume") as e:
+        download_hub_model("hf:owner/long", tmp_path, server.url, progress=False)
+    assert "\n" not in str(e.value)
+    folder, served = tmp_path / "owner" / "long", hub_root / "owner" / "long" / "resolve" / "main" / LFS
+    part = (folder / (LFS + ".part")).stat().st_size
+    assert not (folder / LFS).exists() and 0 < part < served.stat().st_size
+    del server.faults[LFS]
+    model = gpt2np.load_model("hf:owner/long", tmp_path, hf_endpoint=server.url)
+    assert [r for p, r in server.requests if p.endswith(LFS)] == [None, f"bytes={part}-"]
+    assert (folder / LFS).read_bytes() == served.read_bytes() and model.n_ctx == LONG_CTX
+    assert "model.safetensors (resumed)" in capsys.readouterr().err  # download.py's progress bar
+
+
+def test_wrong_sha256_keeps_nothing_and_is_one_line(server, tmp_path):
+    server.wrong_sha256 = "ab" * 32
+    with pytest.raises(DownloadError) as e:
+        download_hub_model("hf:owner/tiny", tmp_path, server.url, progress=False)
+    message = str(e.value)
+    assert "\n" not in message and f"not the expected {'ab' * 32}" in message and "OpenAI" not in message
+    folder = tmp_path / "owner" / "tiny"
+    assert not (folder / LFS).exists() and not (folder / (LFS + ".part")).exists()
+    assert (folder / "config.json").is_file()  # the files that were right are kept
+
+
+def test_renamed_repository_is_followed_for_the_sha256_and_the_file(server, tmp_path):
+    server.renamed["old/tiny"] = "owner/tiny"
+    server.wrong_sha256 = "cd" * 32  # proves the sha256 was read behind the redirect
+    with pytest.raises(DownloadError, match="not the expected " + "cd" * 32):
+        download_hub_model("hf:old/tiny", tmp_path, server.url, progress=False)
+    server.wrong_sha256 = None
+    folder = download_hub_model("hf:old/tiny", tmp_path, server.url, progress=False)
+    assert folder == tmp_path / "old" / "tiny" and (folder / LFS).read_bytes() == (FIXTURE / LFS).read_bytes()
+
+
+def test_missing_repository_is_one_line_with_the_token_hint(server, tmp_path):
+    with pytest.raises(DownloadError) as e:
+        download_hub_model("hf:owner/absent", tmp_path, server.url, progress=False)
+    assert "\n" not in str(e.value) and "HTTP 404" in str(e.value) and "HF_TOKEN" in str(e.value)
+
+
+def test_unreachable_endpoint_is_one_line(tmp_path):
+    with pytest.raises(DownloadError, match="cannot reach http://127.0.0.1:9/owner/tiny"):
+        download_hub_model("hf:owner/tiny", tmp_path, "http://127.0.0.1:9", progress=False)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("hf:distilbert/distilgpt2", ("distilbert/distilgpt2", "main")),
+    ("hf:gpt2", ("gpt2", "main")),
+    ("hf:openai-community/gpt2-medium@6dcaa7a", ("openai-community/gpt2-medium", "6dcaa7a")),
+    ("hf:owner/name@refs/pr/1", ("owner/name", "refs/pr/1")),
+])
+def test_hub_names(name, expected):
+    assert parse_hub_name(name) == expected
+
+
+@pytest.mark.parametrize("name", ["hf:", "hf:a/b/c", "hf:../x", "hf:owner/..", "hf:a b", "hf:owner/name@"])
+def test_bad_hub_names_are_refused(name):
+    with pytest.raises(ValueError, match="is not a Hub model name"):
+        parse_hub_name(name)
+
+
+def test_revision_with_a_slash_stays_one_folder():
+    assert hub.hub_folder("w", "o/n", "refs/pr/1").as_posix() == "w/o/n@refs%2Fpr%2F1"
+    assert hub.file_url("E", "o/n", "refs/pr/1", "config.json") == "E/o/n/resolve/refs%2Fpr%2F1/config.json"
+
+
+def test_a_mirror_without_head_still_downloads_unverified(hub_root, tmp_path):
+    """A plain file server answers HEAD with 501: no sha256 to check, size still checked."""
+    with FixtureServer(hub_root) as plain:  # tests/http_fixture_server.py's own handler: GET only
+        folder = download_hub_model("hf:owner/tiny", tmp_path, plain.url, progress=False)
+    assert (folder / LFS).read_bytes() == (FIXTURE / LFS).read_bytes()

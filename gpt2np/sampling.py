@@ -102,7 +102,10 @@ def sampling_distribution(logits, temperature=1.0, top_k=None, top_p=None):  # [
     z = np.asarray(logits, dtype=np.float64)  # float32 logits from GPT-2 -> exact float64 maths
     if temperature == 0:
         return greedy_distribution(z)  # a named branch: never divide by a tiny number
-    z = z / temperature
+    # the largest logit to 0 first (softmax does not change): a tiny temperature then sends the
+    # others to -inf, never a finite logit to +inf (inf - inf is NaN), so T -> 0 approaches greedy
+    with np.errstate(over="ignore"):  # -inf for what a tiny temperature pushes below any float
+        z = (z - z.max(axis=-1, keepdims=True)) / temperature
     if top_k is not None:
         z = top_k_filter(z, top_k)
     probs = softmax(z)

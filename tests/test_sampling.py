@@ -180,3 +180,12 @@ def test_sample_with_a_real_generator_follows_the_probabilities():
     rng = np.random.default_rng(0)
     counts = np.bincount([sample(np.array([0.1, 0.0, 0.9]), rng) for _ in range(2000)], minlength=3)
     assert counts[1] == 0 and 120 < counts[0] < 290  # mean 200, sd 13.4: a 6-sigma band
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-12])
+def test_a_tiny_temperature_gives_the_greedy_distribution_not_nan(temperature):
+    """Found by the server's tests: logits / 5e-324 overflowed to +inf and softmax returned NaN."""
+    logits = np.array([[3.0, -1.0, 2.5, 0.0], [-7.0, 1.0, 0.5, 1.0 - 1e-9]])
+    probs = sampling_distribution(logits, temperature=temperature, top_k=3)
+    assert np.all(np.isfinite(probs))
+    np.testing.assert_array_equal(probs, sampling_distribution(logits, temperature=0))

@@ -13,6 +13,7 @@ The console this replaces (the seed's infer.py) counted characters as tokens, re
 generators and timed its draft-only run with the target's clock; here throughput is tokens per
 second from the decoders' own timings, and every run has its own np.random.default_rng(seed).
 """
+import argparse
 import os
 import sys
 
@@ -32,8 +33,14 @@ CLEAR_SCREEN = "\033[H\033[2J"
 LOAD_ERRORS = (ValueError, OSError, DownloadError)  # bad names, missing or corrupt files, HTTP
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv):
-    p = OneLineErrorParser(prog="python -m gpt2np.console", description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(prog="python -m gpt2np.console", description=__doc__.split("\n")[0],
+                           formatter_class=HelpFormatter)
     p.add_argument("--target_model_size", default=None,
                    help=f"target: a size name (124M ...), a bundled name or a folder (default: {DEFAULT_TARGET})")
     p.add_argument("--draft_model_size", default=None,
@@ -41,12 +48,13 @@ def parse_args(argv):
                         f"target: {DEFAULT_DRAFT}; with another target: none until :drafter)")
     p.add_argument("--ngram_max", type=int, default=3, help="prompt lookup's longest n-gram")
     p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
-    p.add_argument("--mirror", default=None, help="base URL of a mirror of OpenAI's release")
+    p.add_argument("--mirror", default=None,
+                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
     p.add_argument("--K", default="4", help="draft tokens per round, or 'heuristic' / 'auto'")
     p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy")
-    p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens")
-    p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1]")
+    p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (default: all)")
+    p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
     p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator")
     p.add_argument("--n_tokens_to_generate", type=int, default=None,
                    help="new tokens per run (default: 200 with the bundled pair, 40 otherwise)")

@@ -27,11 +27,10 @@ the two. Anything this does not help (one row, a small product, many rows, a BLA
 OpenBLAS, a row-major w) is plain x @ w.
 """
 import functools
-import os
-import queue
-import threading
 
 import numpy as np
+
+from .threads import BLAS, helpers, threads_allowed
 
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
@@ -45,64 +44,7 @@ CALLS = 32             # calls per product, about, where there are more small pr
 MAX_ROWS = 16          # measured up to here (16 rows: 2.5-3x a one-row product, plain sgemm 3.2-3.6x)
 
 
-def _openblas():
-    """threadpoolctl's handle on NumPy's OpenBLAS, or None (other BLAS, or no threadpoolctl)."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    blas = [c for c in ThreadpoolController().select(user_api="blas").lib_controllers
-            if c.internal_api == "openblas"]
-    return blas[0] if blas else None
-
-
-class Helper:
-    """A thread that runs fn(*args) when handed it, for as long as the process lives.
-
-    A 355M verification pass hands work over ~100 times, so this is as thin as it can be: two
-    C-level queues, no futures (concurrent.futures.ThreadPoolExecutor took 6 us longer per hand-off
-    here). What remains, 20-30 us in the caller to wake the sleeping thread, is the system call
-    that wakes the other virtual CPU (PERFORMANCE.md)."""
-
-    def __init__(self):
-        self._jobs = queue.SimpleQueue()
-        threading.Thread(target=self._serve, daemon=True, name="gpt2np-matmul").start()
-
-    def _serve(self):
-        while True:
-            fn, args, reply = self._jobs.get()
-            try:
-                reply.put((fn(*args), None))
-            except BaseException as e:  # handed back to whoever waits for the result
-                reply.put((None, e))
-
-    def submit(self, fn, *args):  # -> Reply; fn(*args) runs on this helper's thread
-        reply = Reply()
-        self._jobs.put((fn, args, reply))
-        return reply
-
-
-class Reply(queue.SimpleQueue):
-    def result(self):
-        """Wait for the helper to finish; its return value, or its exception raised here."""
-        value, error = self.get()
-        if error is not None:
-            raise error
-        return value
-
-
-CPUS = os.cpu_count() or 1
-HELPERS = []  # started on first use: a process that never runs a few-row product starts none
-
-
-def helpers(n):  # -> the first n helper threads, starting those not running yet
-    while len(HELPERS) < n:
-        HELPERS.append(Helper())
-    return HELPERS[:n]
-
-
-_BLAS = _openblas()
-os.register_at_fork(after_in_child=HELPERS.clear)  # a forked child has none of its parent's threads
+_BLAS = BLAS  # NumPy's OpenBLAS (threads.py), or None: then every product is plain x @ w
 
 
 def stored_column_major(shape):
@@ -150,8 +92,7 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
         return x @ w
     x = np.ascontiguousarray(x)
     out = np.empty((m, n), dtype=np.result_type(x, w))
-    threads = min(_BLAS.get_num_threads(), CPUS)  # this one and its helpers
-    n_helpers = threads - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
+    n_helpers = threads_allowed() - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
     todo = iter(todo)  # shared: each thread takes the next call when free, so a late helper does fewer
     replies = [h.submit(_run, x, w.T, out, todo) for h in helpers(n_helpers)]
     _run(x, w.T, out, todo)

@@ -17,16 +17,24 @@ import math
 
 import numpy as np
 
+from .attention import attention_in_blocks
 from .kv_cache import KVCache, check_cache
 from .matmul import matmul
+from .threads import in_row_blocks, rowwise, threads_allowed
+
+BLOCKS_MIN_SCORES = 1 << 15  # attention goes in blocks from this many scores (n_head * n_seq * n_kv) on:
+                             # prefill, and verification at long context (355M, M = 5 after 512 tokens:
+                             # 1.62 -> 1.48-1.51 one-token passes); one query against 896 keys stays
+                             # plain (splitting its heads between the cores measured no faster)
 
 
-def gelu(x):
+def gelu(x, out=None):
     """GPT-2's tanh approximation of GELU (Hendrycks & Gimpel 2016), not the erf form:
 
         0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
-    computed in one buffer (the formula as written makes 8 temporaries and took 1.4-1.6x as long)."""
+    computed in one buffer (the formula as written makes 8 temporaries and took 1.4-1.6x as long),
+    the result written into out if given (out=x is fine: x is read for the last time there)."""
     c = math.sqrt(2.0 / math.pi)
     y = x * x              # not x**3: NumPy's float32 power of negative numbers is ~100x slower
     y *= 0.044715 * c
@@ -34,9 +42,8 @@ def gelu(x):
     y *= x                 # sqrt(2/pi) (x + 0.044715 x^3)
     np.tanh(y, out=y)
     y += 1.0
-    y *= x
-    y *= 0.5
-    return y
+    y *= 0.5               # exact (a power of two): the same numbers as multiplying by 0.5 last
+    return np.multiply(x, y, out=out)
 
 
 def softmax(x):  # [..., n] -> [..., n]
@@ -46,23 +53,35 @@ def softmax(x):  # [..., n] -> [..., n]
     return e
 
 
-def layer_norm(x, g, b, eps=1e-5):  # [n_seq, n_embd] -> [n_seq, n_embd]
-    """Normalise each row to mean 0 and variance 1, then scale by g and shift by b."""
+@rowwise
+def layer_norm(x, g, b, eps=1e-5, out=None):  # [n_seq, n_embd] -> [n_seq, n_embd]
+    """Normalise each row to mean 0 and variance 1, then scale by g and shift by b (into out if given)."""
     inv_n = 1.0 / x.shape[-1]  # np.add.reduce, not x.mean(): mean's Python wrapper costs more here
-    centred = x - np.add.reduce(x, axis=-1, keepdims=True) * inv_n
-    variance = np.add.reduce(centred * centred, axis=-1, keepdims=True) * inv_n  # x.var() would centre again
-    centred /= np.sqrt(variance + eps)  # in place from here on: no more [n_seq, n_embd] arrays
+    centred = np.subtract(x, np.add.reduce(x, axis=-1, keepdims=True) * inv_n, out=out)
+    variance = np.einsum("...i,...i->...", centred, centred)[..., None] * inv_n  # each row's sum of squares:
+    centred /= np.sqrt(variance + eps)  # in place from here on   # no [n_seq, n_embd] temporary
     centred *= g
     centred += b
     return centred
 
 
-def linear(x, w, b):  # [m, in], [in, out], [out] -> [m, out]
-    """GPT-2's Conv1D, x @ w + b: w is [in, out], so there is no transpose (unlike torch's Linear).
+def linear(x, w, b, activation=None, residual=None):  # [m, in], [in, out], [out] -> [m, out]
+    """GPT-2's Conv1D, x @ w + b: w is [in, out], so there is no transpose (unlike torch's Linear);
+    then activation(x @ w + b), or residual + x @ w + b, where asked.
 
-    matmul is x @ w, made fast for the few rows of a verification pass (matmul.py)."""
-    y = matmul(x, w)
-    y += b  # in place: one array fewer per call
+    matmul is x @ w, made fast for the few rows of a verification pass (matmul.py). What follows
+    it is done in place, a block of rows at a time: on a long prompt each block is read once while
+    it is in the core's cache, and the blocks are shared between the cores (threads.py)."""
+    y = matmul(x, w)                      # [m, out]
+
+    def finish(r0, r1):                   # rows [r0, r1) of y, in place
+        block = y[r0:r1]
+        block += b
+        if residual is not None:
+            block += residual[r0:r1]
+        if activation is not None:
+            activation(block, out=block)
+    in_row_blocks(finish, y)
     return y
 
 
@@ -107,31 +126,57 @@ def attention(q, k, v, mask):  # [n_head, n_seq, d_head], 2 x [n_head, n_kv, d_h
     return softmax(scores) @ v                                  # [n_head, n_seq, d_head]
 
 
-def mha(x, attn, cache_k, cache_v, n_past, n_head):  # [n_seq, n_embd] -> [n_seq, n_embd]
-    """Multi-head causal self-attention that appends this call's keys and values to the cache.
+def causal_attention(q, k, v):  # [n_head, n_seq, d_head], 2 x [n_head, n_kv, d_head] -> [n_head, n_seq, d_head]
+    """attention() with the causal mask, for the n_seq new queries (the last n_seq of n_kv positions).
+
+    Long inputs go to attention.py, which computes the same in blocks on every core allowed."""
+    n_head, n_seq, d_head = q.shape
+    n_kv = k.shape[1]
+    if n_head * n_seq * n_kv >= BLOCKS_MIN_SCORES:
+        return attention_in_blocks(q, k, v, threads_allowed())
+    return attention(q, k, v, causal_mask(n_seq, n_kv) if n_seq > 1 else None)  # one query sees every key
+
+
+def qkv_heads(x, c_attn, n_head, n_out):  # [n_seq, n_embd] -> [n_head, n_out, d_head], 2 x [n_head, n_seq, d_head]
+    """Queries of the last n_out rows, keys and values of every row, split into heads.
+
+    n_out < n_seq only in the last layer of a prefill: the keys and values of every position go
+    to the cache, but only the positions whose logits are wanted need a query (and what follows it)."""
+    if n_out == len(x):
+        return split_heads(linear(x, **c_attn), n_head)         # one product: [n_seq, 3*n_embd]
+    w, b, n_embd = c_attn["w"], c_attn["b"], x.shape[1]         # w's column blocks: q, k, v
+    kv = linear(x, w[:, n_embd:], b[n_embd:])                   # [n_seq, 2*n_embd]
+    k, v = kv.reshape(len(x), 2, n_head, -1).transpose(1, 2, 0, 3)  # 2 x [n_head, n_seq, d_head]
+    q = linear(x[-n_out:], w[:, :n_embd], b[:n_embd])           # [n_out, n_embd]
+    return q.reshape(n_out, n_head, -1).transpose(1, 0, 2), k, v
+
+
+def mha(x, attn, cache_k, cache_v, n_past, n_head, n_out):  # [n_seq, n_embd] -> [n_out, n_embd]
+    """Multi-head causal self-attention that appends this call's keys and values to the cache,
+    for the last n_out of the n_seq rows (all of them, except in a prefill's last layer).
 
     cache_k, cache_v: [n_head, n_ctx, d_head], this layer's slice of the KVCache (written in place).
     """
-    n_seq = x.shape[0]
-    n_kv = n_past + n_seq
-    qkv = linear(x, **attn["c_attn"])                           # [n_seq, 3*n_embd]
-    q, k, v = split_heads(qkv, n_head)                          # 3 x [n_head, n_seq, d_head]
+    n_kv = n_past + len(x)
+    q, k, v = qkv_heads(x, attn["c_attn"], n_head, n_out)       # [n_head, n_out | n_seq, d_head]
     cache_k[:, n_past:n_kv] = k                                 # write, never concatenate
     cache_v[:, n_past:n_kv] = v
-    mask = causal_mask(n_seq, n_kv) if n_seq > 1 else None      # one query may see every key
-    out = attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv], mask)  # [n_head, n_seq, d_head]
-    return linear(merge_heads(out), **attn["c_proj"])           # [n_seq, n_embd]
+    return causal_attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv])  # [n_head, n_out, d_head]
 
 
-def ffn(x, mlp):  # [n_seq, n_embd] -> [n_seq, n_embd]
-    return linear(gelu(linear(x, **mlp["c_fc"])), **mlp["c_proj"])  # via [n_seq, 4*n_embd]
+def ffn(x, mlp, residual=None):  # [n_seq, n_embd] -> [n_seq, n_embd]: mlp(x), plus residual if given
+    h = linear(x, **mlp["c_fc"], activation=gelu)                # [n_seq, 4*n_embd]
+    return linear(h, **mlp["c_proj"], residual=residual)
 
 
-def transformer_block(x, block, cache, layer, n_head):  # [n_seq, n_embd] -> [n_seq, n_embd]
-    """Pre-LN residual block: x + attention(ln_1(x)), then x + mlp(ln_2(x))."""
-    n_past = len(cache)
-    x = x + mha(layer_norm(x, **block["ln_1"]), block["attn"], cache.k[layer], cache.v[layer], n_past, n_head)
-    return x + ffn(layer_norm(x, **block["ln_2"]), block["mlp"])
+def transformer_block(x, block, cache, layer, n_head, n_out=None):  # [n_seq, n_embd] -> [n_out, n_embd]
+    """Pre-LN residual block: x + attention(ln_1(x)), then x + mlp(ln_2(x)), for the last n_out
+    rows (default: all n_seq); the keys and values of all n_seq go to the cache."""
+    n_out = len(x) if n_out is None else n_out
+    heads = mha(layer_norm(x, **block["ln_1"]), block["attn"], cache.k[layer], cache.v[layer],
+                len(cache), n_head, n_out)                      # [n_head, n_out, d_head]
+    x = linear(merge_heads(heads), **block["attn"]["c_proj"], residual=x[len(x) - n_out:])  # [n_out, n_embd]
+    return ffn(layer_norm(x, **block["ln_2"]), block["mlp"], residual=x)
 
 
 def gpt2_forward(ids, params, n_head, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
@@ -143,10 +188,11 @@ def gpt2_forward(ids, params, n_head, cache, n_logits=1):  # [n_seq] -> [n_logit
     ids = np.asarray(ids)
     n_past, n_seq = len(cache), len(ids)
     x = params["wte"][ids] + params["wpe"][n_past:n_past + n_seq]  # [n_seq, n_embd]
-    for layer, block in enumerate(params["blocks"]):
-        x = transformer_block(x, block, cache, layer, n_head)     # [n_seq, n_embd]
+    n_layer = len(params["blocks"])
+    for layer, block in enumerate(params["blocks"]):              # the last layer: only n_logits rows out
+        x = transformer_block(x, block, cache, layer, n_head, n_seq if layer < n_layer - 1 else n_logits)
     cache.length = n_past + n_seq
-    x = layer_norm(x[n_seq - n_logits:], **params["ln_f"])        # [n_logits, n_embd]
+    x = layer_norm(x, **params["ln_f"])                           # [n_logits, n_embd]
     return matmul(x, params["wte"].T)                             # tied head: [n_logits, n_vocab]
 
 

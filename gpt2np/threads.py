@@ -1,0 +1,154 @@
+"""The second core: helper threads that take turns at shared work, and BLAS's own thread count.
+
+NumPy releases the GIL inside its loops over large arrays (matmul with an output of more than ~500
+elements, ufuncs and reductions over more than ~500), so Python threads calling NumPy on separate
+pieces of an array run at once. matmul.py uses that for few-row products, attention.py and
+rows.py for the long prompts of prefill and the long KV cache of decoding.
+
+    share(work, tasks, n_threads)   runs work(task) for every task, on the caller and n_threads - 1
+                                    helpers, each taking the next task when it is free
+"""
+import contextlib
+import functools
+import os
+import queue
+import threading
+
+import numpy as np
+
+
+def _openblas():
+    """threadpoolctl's handle on NumPy's OpenBLAS, or None (other BLAS, or no threadpoolctl)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    blas = [c for c in ThreadpoolController().select(user_api="blas").lib_controllers
+            if c.internal_api == "openblas"]
+    return blas[0] if blas else None
+
+
+BLAS = _openblas()
+CPUS = os.cpu_count() or 1
+
+
+class Helper:
+    """A thread that runs fn(*args) when handed it, for as long as the process lives.
+
+    A 355M verification pass hands work over ~100 times, so this is as thin as it can be: two
+    C-level queues, no futures (concurrent.futures.ThreadPoolExecutor took 6 us longer per hand-off
+    here). What remains, 20-30 us in the caller to wake the sleeping thread, is the system call
+    that wakes the other virtual CPU (PERFORMANCE.md)."""
+
+    def __init__(self):
+        self._jobs = queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True, name="gpt2np-helper").start()
+
+    def _serve(self):
+        while True:
+            fn, args, reply = self._jobs.get()
+            try:
+                reply.put((fn(*args), None))
+            except BaseException as e:  # handed back to whoever waits for the result
+                reply.put((None, e))
+
+    def submit(self, fn, *args):  # -> Reply; fn(*args) runs on this helper's thread
+        reply = Reply()
+        self._jobs.put((fn, args, reply))
+        return reply
+
+
+class Reply(queue.SimpleQueue):
+    def result(self):
+        """Wait for the helper to finish; its return value, or its exception raised here."""
+        value, error = self.get()
+        if error is not None:
+            raise error
+        return value
+
+
+HELPERS = []  # started on first use: a process that never shares work starts none
+os.register_at_fork(after_in_child=HELPERS.clear)  # a forked child has none of its parent's threads
+
+
+def helpers(n):  # -> the first n helper threads, starting those not running yet
+    while len(HELPERS) < n:
+        HELPERS.append(Helper())
+    return HELPERS[:n]
+
+
+def threads_allowed():
+    """How many threads shared work may use: BLAS's thread setting (main.py's --threads, threadpoolctl
+    limits), at most the CPUs; 1 without OpenBLAS, whose setting is what tells us."""
+    return min(BLAS.get_num_threads(), CPUS) if BLAS is not None else 1
+
+
+def share(work, tasks, n_threads):
+    """work(task) for every task, on the caller and n_threads - 1 helpers; returns when all are done.
+
+    The tasks are one shared iterator: each thread takes the next when it is free (next() on a
+    tuple or list iterator is atomic under the GIL), so a helper that starts late does fewer. The
+    first exception, the caller's or a helper's, is raised here after every thread has stopped."""
+    todo = iter(tasks)
+
+    def run():
+        for task in todo:
+            work(task)
+
+    replies = [h.submit(run) for h in helpers(n_threads - 1)]
+    try:
+        run()
+    finally:
+        for r in replies:
+            r.result()
+
+
+@contextlib.contextmanager
+def blas_single_threaded():
+    """OpenBLAS at one thread inside: shared tasks that call BLAS run side by side on their own
+    threads instead of each waking OpenBLAS's. Costs ~1 us; restores the caller's setting."""
+    if BLAS is None:
+        yield
+        return
+    before = BLAS.get_num_threads()
+    BLAS.set_num_threads(1)
+    try:
+        yield
+    finally:
+        BLAS.set_num_threads(before)
+
+
+ROWS_MIN_BYTES = 1 << 20    # row-wise work on arrays from this size on is shared between the cores:
+                            # below it, waking the helper (~50 us) costs more than it saves
+ROW_BLOCK_BYTES = 1 << 18   # rows per task: a few hundred KB, so every pass over a block hits L2
+
+
+def row_blocks(x):  # -> [(r0, r1), ...] covering x's rows, each about ROW_BLOCK_BYTES
+    rows = max(1, ROW_BLOCK_BYTES // max(1, x[:1].nbytes))
+    return [(r0, min(len(x), r0 + rows)) for r0 in range(0, len(x), rows)]
+
+
+def rowwise(fn):
+    """fn(x, ..., out=None) -> an array of x's shape, computed row by row: on a large x, blocks of
+    rows go to every core allowed, each block's passes staying in its core's cache. fn must treat
+    each row on its own (layer norm): then the blocks' results are fn(x)'s, exactly."""
+    @functools.wraps(fn)
+    def by_blocks(x, *args, **kwargs):
+        n_threads = threads_allowed()
+        if n_threads < 2 or x.ndim != 2 or x.nbytes < ROWS_MIN_BYTES:
+            return fn(x, *args, **kwargs)
+        out = np.empty_like(x)
+        share(lambda rows: fn(x[rows[0]:rows[1]], *args, **kwargs, out=out[rows[0]:rows[1]]),
+              row_blocks(x), n_threads)
+        return out
+    return by_blocks
+
+
+def in_row_blocks(work, y):
+    """work(r0, r1) for blocks of y's rows that cover it once: on a large y, blocks of about
+    ROW_BLOCK_BYTES shared between every core allowed; otherwise one call, work(0, len(y))."""
+    n_threads = threads_allowed()
+    if n_threads < 2 or y.nbytes < ROWS_MIN_BYTES:
+        work(0, len(y))
+    else:
+        share(lambda rows: work(*rows), row_blocks(y), n_threads)

@@ -30,7 +30,7 @@ import functools
 
 import numpy as np
 
-from .threads import BLAS, helpers, threads_allowed
+from .threads import BLAS, helpers, share, threads_allowed  # noqa: F401  (helpers: bench's and the tests' name)
 
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
@@ -71,16 +71,16 @@ def _cut(m, k, n, small_mnk, small_mn, gil_free_output, calls, max_rows):
     return tuple((j0, min(n, j0 + per_call), width) for j0 in range(0, n, per_call))
 
 
-def _run(x, w_t, out, todo):  # x [m, k], w_t = w.T [n, k] C-contiguous, out [m, n]; todo shared by every thread
+def _call(x, w_t, out, call):  # x [m, k], w_t = w.T [n, k] C-contiguous, out [m, n]; call: (j0, j1, width)
     m, k = x.shape
-    for j0, j1, width in todo:  # next() on a tuple iterator is atomic under the GIL
-        j = j1 - (j1 - j0) % width  # [j0, j): whole small products, [j, j1): a narrower rest
-        if j > j0:  # b products in one call: [m, k] @ [b, k, width] -> [b, m, width], written into out
-            b = (j - j0) // width
-            np.matmul(x, w_t[j0:j].reshape(b, width, k).transpose(0, 2, 1),
-                      out=out[:, j0:j].reshape(m, b, width).transpose(1, 0, 2))
-        if j < j1:
-            np.matmul(x, w_t[j:j1].T, out=out[:, j:j1])
+    j0, j1, width = call
+    j = j1 - (j1 - j0) % width  # [j0, j): whole small products, [j, j1): a narrower rest
+    if j > j0:  # b products in one call: [m, k] @ [b, k, width] -> [b, m, width], written into out
+        b = (j - j0) // width
+        np.matmul(x, w_t[j0:j].reshape(b, width, k).transpose(0, 2, 1),
+                  out=out[:, j0:j].reshape(m, b, width).transpose(1, 0, 2))
+    if j < j1:
+        np.matmul(x, w_t[j:j1].T, out=out[:, j:j1])
 
 
 def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
@@ -92,10 +92,6 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
         return x @ w
     x = np.ascontiguousarray(x)
     out = np.empty((m, n), dtype=np.result_type(x, w))
-    n_helpers = threads_allowed() - 1 if stored_column_major(w.shape) else 0  # small w: not worth a wake-up
-    todo = iter(todo)  # shared: each thread takes the next call when free, so a late helper does fewer
-    replies = [h.submit(_run, x, w.T, out, todo) for h in helpers(n_helpers)]
-    _run(x, w.T, out, todo)
-    for r in replies:
-        r.result()
+    n_threads = threads_allowed() if stored_column_major(w.shape) else 1  # small w: not worth a wake-up
+    share(lambda call: _call(x, w.T, out, call), todo, n_threads)  # each thread takes the next call when free
     return out

@@ -2,8 +2,8 @@
 
 NumPy releases the GIL inside its loops over large arrays (matmul with an output of more than ~500
 elements, ufuncs and reductions over more than ~500), so Python threads calling NumPy on separate
-pieces of an array run at once. matmul.py uses that for few-row products, attention.py and
-rows.py for the long prompts of prefill and the long KV cache of decoding.
+pieces of an array run at once. matmul.py uses that for few-row products; attention.py and the
+row-block passes below (model.linear's bias, GELU and residual, layer norm) for long prompts.
 
     share(work, tasks, n_threads)   runs work(task) for every task, on the caller and n_threads - 1
                                     helpers, each taking the next task when it is free
@@ -134,11 +134,8 @@ def rowwise(fn):
     each row on its own (layer norm): then the blocks' results are fn(x)'s, exactly."""
     @functools.wraps(fn)
     def by_blocks(x, *args, **kwargs):
-        if x.nbytes < ROWS_MIN_BYTES or x.ndim != 2 or (n_threads := threads_allowed()) < 2:
-            return fn(x, *args, **kwargs)  # sizes first: a decoding step asks 150 times, ~1 us a threads_allowed()
         out = np.empty_like(x)
-        share(lambda rows: fn(x[rows[0]:rows[1]], *args, **kwargs, out=out[rows[0]:rows[1]]),
-              row_blocks(x), n_threads)
+        in_row_blocks(lambda r0, r1: fn(x[r0:r1], *args, **kwargs, out=out[r0:r1]), x)
         return out
     return by_blocks
 
@@ -146,7 +143,7 @@ def rowwise(fn):
 def in_row_blocks(work, y):
     """work(r0, r1) for blocks of y's rows that cover it once: on a large y, blocks of about
     ROW_BLOCK_BYTES shared between every core allowed; otherwise one call, work(0, len(y))."""
-    if y.nbytes < ROWS_MIN_BYTES or (n_threads := threads_allowed()) < 2:
-        work(0, len(y))
+    if y.nbytes < ROWS_MIN_BYTES or (n_threads := threads_allowed()) < 2:  # sizes first: a decoding
+        work(0, len(y))                                                    # step asks ~150 times
     else:
         share(lambda rows: work(*rows), row_blocks(y), n_threads)

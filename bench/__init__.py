@@ -11,16 +11,20 @@ model as main.py does (a folder in either layout, hf:owner/name), which is loade
 One file per section:
   bandwidth.py    memory bandwidth (best of a streaming sum, gemv, a one-row product), GEMM
                   GFLOP/s, and the product-level small-M curve; roofline = weight bytes / bandwidth
-  decode.py       prefill (128 tokens), decode s/token at contexts 128 and 896, and the
-                  verification curve t(M) / t(1) for M = 1..9 new tokens at context 128
+  decode.py       prefill at 128, 512 and 1000 tokens, decode s/token at contexts 128, 512 and 896,
+                  and the verification curve t(M) / t(1) for M = 1..9 new tokens at contexts 128 and 896
   spec.py         speculative decoding with draft = target and with a forced-acceptance drafter
-                  (forced_draft.py) at 124M -> 355M shapes, measured vs Thm 3.8 and its refinement
+                  (forced_draft.py) at 124M -> 355M shapes, measured vs Thm 3.8 and its refinement;
+                  the forced runs again after an 896-token prompt (issue 14: do the speedups hold?)
   policies.py     K policies (every fixed K vs heuristic vs auto) at forced alpha with the 124M draft
                   and with a drafter of prompt lookup's cost; the real n-gram drafter on the bundled pair
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
-  hf.py           optional: Hugging Face transformers on PyTorch CPU, paired (if both import)
+  hf.py           optional: Hugging Face transformers on PyTorch CPU, paired (if both import): decode
+                  and M = 5 in this process, and prefill at every prefill length through
+  prefill_pair.py   two worker processes (prefill_worker.py: gpt2np, HF) that take turns, order
+                    swapped every round, each limited to --threads BLAS threads
   compare.py      headline numbers of two JSON files side by side (python -m bench.compare A B)
   cache_check.py  alone: the .npy cache's CRC32C check, cached loads with and without it
                   (python -m bench.cache_check [--size 355M])
@@ -31,10 +35,17 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
   bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"] (x @ w),
               small_m.pieces.ratio["1".."9"] (gpt2np.matmul, column-major weights)
   sizes[size] weight_bytes_per_token, bandwidth_gbps, roofline_s_per_token,
-              prefill.seconds, decode["128"|"896"].{s_per_token, roofline_s, vs_roofline},
-              verify.ratio["1".."9"], hf (or hf.skipped),
-              speculative.self and speculative.forced.runs[]: {alpha_nominal, alpha_hat, c, v,
-              speedup, speedup_end_to_end, predicted_thm38, predicted_refined, refined_error, ...},
+              prefill["128"|"512"|"1000"].{n_tokens, seconds, seconds_min, tokens_per_s, gflops},
+              decode["128"|"512"|"896"].{s_per_token, roofline_s, vs_roofline, vs_roofline_paired},
+              verify["128"|"896"].{context, seconds["1".."9"], ratio["1".."9"]},
+              hf (or hf.skipped): {context, numpy_decode_s, hf_decode_s, numpy_over_hf, *_verify5_ratio,
+                prefill["128"|"512"|"1000"].{n_tokens, numpy_s, hf_s, numpy_s_min, hf_s_min,
+                numpy_over_hf, rounds}, prefill_workers.{numpy, hf} (what each ran: hf_call =
+                logits_to_keep | num_logits_to_keep | plain, threads, versions) or prefill_workers.skipped},
+              speculative.self, speculative.forced.runs[] and speculative.forced_long.runs[] (the
+              forced runs after spec_long_prompt = 896 tokens; or forced_long.skipped): {prompt_len,
+              alpha_nominal, alpha_hat, c, v, speedup, speedup_end_to_end, predicted_thm38,
+              predicted_refined, refined_error, ...},
               policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto), speedup,
               predicted_refined, refined_error, alpha_hat, c, K_counts, exact}
   bundled_lookup  rows[] of the same shape: prompt lookup vs the bundled draft model, real alpha
@@ -42,8 +53,12 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
   overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],
               products_per_forward[size], estimated_fraction_of_decode[size]}, bundled (or bundled.skipped)
   memory      weight_bytes, kv_cache_bytes, {first_load, cached_load}.{load_seconds, peak_rss, peak_over_weights}
-  targets     [{target, measured, goal, met}]: issue 5's targets wherever this run measured them
+  targets     [{target, measured, goal, met}]: issues 5, 10 and 14's targets wherever this run measured them
+              (issue 14: prefill@512 numpy / HF at 124M and 355M, decode@896 / roofline and
+              forward M=5 / M=1 at context 896 at 355M)
 Median of `--repeats` timed runs after a warm-up everywhere; ratios are paired run by run.
+Before issue 14, prefill was one dict (128 tokens) and verify one curve (context 128):
+compare.py reads both shapes.
 """
 import gpt2np  # noqa: F401,E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 

@@ -43,6 +43,8 @@ def parse_args(argv):
     ap.add_argument("--spec-tokens", type=int, default=None,
                     help="tokens per speculative/baseline run; default 6 (K+1), so that alpha = 1 runs end on a "
                          "full round (a clamped last round would bias tokens per round low)")
+    ap.add_argument("--spec-long-prompt", type=int, default=896,
+                    help="prompt length of the forced-acceptance runs' second, long-prompt set (0: leave them out)")
     ap.add_argument("--reference-tokens", type=int, default=8,
                     help="steps the slow reference really runs (of 64; the rest is extrapolated)")
     # output
@@ -77,7 +79,7 @@ def make_plan(args):
         raise SystemExit(f"--pair must be DRAFT,TARGET, got {args.pair!r}")
     named = tuple(s for s in dict.fromkeys(sizes + list(pair)) if s not in PRESETS)
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
-                     policy_repeats=args.policy_repeats,
+                     policy_repeats=args.policy_repeats, spec_long_prompt=args.spec_long_prompt,
                      reference_tokens=args.reference_tokens, pair=pair, named=named,
                      configs={**PRESETS, **{name: named_config(name) for name in named}})
     return plan

@@ -24,11 +24,15 @@ class Plan:
     """Every knob of one benchmark run; `full_plan` and `tiny_plan` build the two presets."""
     sizes: tuple                    # model sizes measured one by one (keys of PRESETS or TINY_CONFIGS)
     repeats: int = 5                # timed runs per measurement, after one warm-up run
-    prompt_len: int = 128           # prefill length, and the prompt of the reference comparison
-    contexts: tuple = (128, 896)    # decode s/token is measured with this many tokens cached
-    verify_context: int = 128       # tokens cached before each M-token verification pass
+    prompt_len: int = 128           # the prompt of the reference comparison (baseline.py)
+    prefill_lens: tuple = (128, 512, 1000)  # prefill is measured at each of these prompt lengths
+    prefill_target_len: int = 512   # issue 14's prefill target (numpy / HF) is stated at this length
+    contexts: tuple = (128, 512, 896)  # decode s/token is measured with this many tokens cached
+    verify_contexts: tuple = (128, 896)  # the verification curve is measured after each of these contexts
+    verify_context: int = 128       # the context of everything else that needs one (hf decode, targets)
     verify_max_m: int = 9           # M = 1..verify_max_m new tokens in one forward pass
     spec_prompt_len: int = 8        # short, so prefill is about one verification pass (see spec.py)
+    spec_long_prompt: int = 896     # the forced-acceptance runs again after a prompt this long (0: not)
     spec_tokens: int = 30           # tokens per speculative / baseline run: a multiple of K + 1 (see spec.py)
     spec_repeats: int = 3           # speculative runs are long: fewer repeats than the rest
     K: int = 4                      # draft tokens per round
@@ -52,6 +56,8 @@ class Plan:
     def __post_init__(self):
         if self.spec_prompt_len < 3:  # spec.py tells prefill calls apart by their length
             raise ValueError(f"spec_prompt_len must be >= 3, got {self.spec_prompt_len}")
+        if 0 < self.spec_long_prompt < 3:
+            raise ValueError(f"spec_long_prompt must be 0 or >= 3, got {self.spec_long_prompt}")
 
     def config(self, size) -> GPT2Config:
         return self.configs[size]
@@ -80,8 +86,10 @@ def full_plan(sizes, repeats, **overrides):
 
 def tiny_plan(repeats=2, **overrides):
     """Seconds-long run on two tiny configs: for the test suite, never for numbers."""
-    kw = dict(sizes=("tiny", "tiny2"), repeats=repeats, prompt_len=8, contexts=(8, 20), verify_context=8,
-              verify_max_m=9, spec_prompt_len=4, spec_tokens=12, spec_repeats=repeats, K=3, alphas=(0.5, 1.0),
+    # n_ctx is 32 in both tiny configs: contexts + 1, verify contexts + 9, spec prompts + 12 all fit
+    kw = dict(sizes=("tiny", "tiny2"), repeats=repeats, prompt_len=8, prefill_lens=(8, 16, 28), prefill_target_len=16,
+              contexts=(8, 16, 22), verify_contexts=(8, 22), verify_context=8, verify_max_m=9, spec_prompt_len=4,
+              spec_long_prompt=16, spec_tokens=12, spec_repeats=repeats, K=3, alphas=(0.5, 1.0),
               pair=("tiny", "tiny2"), policy_alphas=(0.5, 1.0), policy_K_max=3, policy_tokens=12,
               policy_repeats=1, reference_size="tiny2", reference_new=12, reference_tokens=4,
               memory_sizes=("tiny", "tiny2"), bandwidth_mib=8, small_m_shape=(64, 256),

@@ -3,6 +3,8 @@
     python -m bench.compare bench/results/before.json bench/results/after.json
 
 Only numbers present in both files are compared, so a run of one section compares with a full run.
+Files written before issue 14 (prefill a single dict, verify a single curve) are read as results
+at their one length / context, so their numbers line up with the same ones of a newer run.
 Absolute times drift on a shared host; prefer ratios (x roofline, M=5/M=1, speedups), or run the
 before and after back to back.
 """
@@ -10,6 +12,8 @@ import json
 import sys
 
 from .common import print_table
+from .decode import hf_prefill, prefill_by_length, verify_by_context
+from .spec import all_runs
 
 LOWER_IS_BETTER = ("s_per_token", "seconds", "x_roofline", "verify_M", "overhead", "peak_over", "numpy_over_hf")
 
@@ -23,19 +27,23 @@ def headline(r):
         h["product verify_M5 ratio"] = r["bandwidth"]["small_m"]["ratio"].get("5")
         h["product verify_M5 ratio, gpt2np matmul"] = r["bandwidth"]["small_m"].get("pieces", {}).get("ratio", {}).get("5")
     for size, s in r.get("sizes", {}).items():
-        if "prefill" in s:
-            h[f"{size} prefill seconds"] = s["prefill"]["seconds"]
+        for n, p in prefill_by_length(s).items():
+            h[f"{size} prefill@{n} seconds"] = p["seconds"]
+        for n, p in hf_prefill(s).items():
+            h[f"{size} prefill@{n} numpy_over_hf"] = p.get("numpy_over_hf")
         for ctx, d in s.get("decode", {}).items():
             h[f"{size} decode@{ctx} s_per_token"] = d["s_per_token"]
             h[f"{size} decode@{ctx} x_roofline"] = d["vs_roofline"]
             h[f"{size} decode@{ctx} x_roofline_paired"] = d.get("vs_roofline_paired")
-        for m in ("2", "5", "9"):
-            if m in s.get("verify", {}).get("ratio", {}):
-                h[f"{size} verify_M{m} ratio"] = s["verify"]["ratio"][m]
+        for ctx, curve in verify_by_context(s).items():
+            for m in ("2", "5", "9"):
+                if m in curve.get("ratio", {}):
+                    h[f"{size} verify_M{m}@{ctx} ratio"] = curve["ratio"][m]
         spec = s.get("speculative", {})
-        runs = ([spec["self"]] if "self" in spec else []) + spec.get("forced", {}).get("runs", [])
-        for run in runs:
-            name = f"{size} spec {run['draft']} a={run['alpha_nominal']}"
+        short = spec.get("self", {}).get("prompt_len")
+        for run in all_runs(spec):
+            prompt = f" prompt {run['prompt_len']}" if short is not None and run["prompt_len"] != short else ""
+            name = f"{size} spec {run['draft']} a={run['alpha_nominal']}{prompt}"
             h[f"{name} speedup"] = run["speedup"]
             h[f"{name} refined prediction"] = run["predicted_refined"]
         if isinstance(s.get("hf"), dict) and "numpy_over_hf" in s["hf"]:

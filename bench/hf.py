@@ -7,8 +7,15 @@ both see the same machine state:
   decode   one token with verify_context tokens cached (HF: past_key_values, cropped back after
            each call when it is a DynamicCache, reused as is when it is a legacy tuple)
   verify5  a forward over 5 new tokens at the same context, relative to one token
-numpy_over_hf < 1 means gpt2np is faster (issue target at 355M: <= 1).
+  prefill  at every length in plan.prefill_lens, in two worker processes taking turns
+           (prefill_pair.py): hf["prefill"][str(n)] = {n_tokens, numpy_s, hf_s, numpy_over_hf, ...},
+           hf["prefill_workers"] = what each worker ran (hf_call: logits_to_keep,
+           num_logits_to_keep or plain; threads; versions), or {"skipped": why} if a worker failed.
+           Random weights of the size's shape in both workers, also for a named model.
+numpy_over_hf < 1 means gpt2np is faster (issue 5's target at 355M: decode <= 1; issue 14's:
+prefill of 512 tokens <= 1 at 124M and 355M).
 """
+from . import prefill_pair
 from .common import log, median, ms, print_table, random_ids, seconds
 
 
@@ -87,4 +94,11 @@ def print_report(sizes):
 
 def run(model, size, plan, threads):
     log(f"{size}: Hugging Face comparison")
-    return run_size(model, size, plan, threads)
+    out = run_size(model, size, plan, threads)
+    try:
+        out["prefill"], out["prefill_workers"] = prefill_pair.run(size, model.config, plan.prefill_lens,
+                                                                  plan.repeats, threads)
+    except prefill_pair.WorkerError as e:  # the rest of the run is still worth its JSON
+        log(f"{size}: prefill against Hugging Face failed: {e}")
+        out["prefill"], out["prefill_workers"] = {}, {"skipped": str(e)}
+    return out

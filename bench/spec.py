@@ -17,6 +17,13 @@ the same run (the baseline's prefill by one one-token call; the target's first c
 (K+1)-token call; the draft's first call by one one-token draft call). `speedup_end_to_end` is the
 plain wall-time ratio, prefill included, with a short prompt (spec_prompt_len tokens).
 
+Long prompts (issue 14). The forced-acceptance runs are repeated after a prompt of
+spec_long_prompt tokens (896 by default), with their own baseline: every call then attends to
+~900 cached tokens, so t1, c and v are those of a long context, and `speedup` (prefill calls
+replaced by steady-state ones, as above) says whether the short prompt's speedups hold there.
+`speedup_end_to_end` of these rows includes both ~900-token prefills. JSON: speculative.forced_long,
+the shape of speculative.forced, each run's prompt_len saying which prompt it had.
+
 Tokens per run. speculative_generate clamps the last round (k = min(K, tokens still wanted - 1)),
 so a run whose length is not a multiple of K + 1 ends with a short round even at alpha = 1, and
 tokens per round come out below (1 - a^(K+1)) / (1 - a). The default run length is 6 (K + 1).
@@ -128,52 +135,91 @@ def combine(runs):
     return out
 
 
-def run(target, size, plan, draft_model=None):
-    """Speculative results for one target: {"self": {...}, "forced": {...}} (forced only with draft_model)."""
-    prompt = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3)
+def repeated_runs(target, size, prompt, plan, drafts, label=""):
+    """A warm-up baseline, then spec_repeats x (a baseline + one run per draft), back to back.
+
+    drafts = {name: make_draft(sequence)}, sequence = prompt + the target's greedy tokens (what a
+    forced drafter must know); returns {name: [one run_speculative dict per repeat]}."""
     N, K = plan.spec_tokens, plan.K
-    log(f"{size}: speculative decoding, warm-up baseline ({N} tokens)")
+    log(f"{size}: speculative decoding{label}, warm-up baseline ({N} tokens)")
     warm = run_baseline(target, prompt, N)
     sequence = prompt + warm["tokens"]
-    configs = {"self": lambda: target}
-    if draft_model is not None:
-        for a in plan.alphas:
-            configs[f"forced {a}"] = lambda a=a: ForcedAcceptanceDraft(draft_model, sequence, a, seed=0)
-    runs = {name: [] for name in configs}
+    runs = {name: [] for name in drafts}
     for r in range(plan.spec_repeats):
-        log(f"{size}: speculative repeat {r + 1}/{plan.spec_repeats}: baseline + {', '.join(configs)}")
+        log(f"{size}: speculative repeat {r + 1}/{plan.spec_repeats}{label}: baseline + {', '.join(drafts)}")
         baseline = run_baseline(target, prompt, N)
-        for name, make_draft in configs.items():
-            runs[name].append(run_speculative(target, make_draft(), prompt, N, K, baseline))
-    common = {"K": K, "n_tokens": N, "prompt_len": len(prompt), "target": size}
-    out = {"self": {**common, "draft": size, "alpha_nominal": 1.0, **combine(runs["self"])}}
-    if draft_model is not None:
-        out["forced"] = {
-            "draft": plan.pair[0],
+        for name, make_draft in drafts.items():
+            runs[name].append(run_speculative(target, make_draft(sequence), prompt, N, K, baseline))
+    return runs
+
+
+def forced_drafts(draft_model, plan):
+    return {f"forced {a}": lambda sequence, a=a: ForcedAcceptanceDraft(draft_model, sequence, a, seed=0)
+            for a in plan.alphas}
+
+
+def forced_result(runs, plan, common):
+    return {"draft": plan.pair[0],
             "runs": [{**common, "draft": f"{plan.pair[0]} forced", "alpha_nominal": a,
                       **combine(runs[f"forced {a}"])} for a in plan.alphas]}
+
+
+def run_long_prompt(target, size, plan, draft_model, common):
+    """The forced-acceptance runs after a spec_long_prompt-token prompt (module docstring)."""
+    P, N = plan.spec_long_prompt, plan.spec_tokens
+    n_ctx = min(target.n_ctx, draft_model.n_ctx)
+    if P + N > n_ctx:
+        return {"skipped": f"a {P}-token prompt + {N} tokens exceeds the context of {n_ctx} tokens"}
+    prompt = random_ids(P, target.n_vocab, seed=4)
+    runs = repeated_runs(target, size, prompt, plan, forced_drafts(draft_model, plan),
+                         label=f" after a {P}-token prompt")
+    return forced_result(runs, plan, {**common, "prompt_len": P})
+
+
+def run(target, size, plan, draft_model=None):
+    """Speculative results for one target: {"self": {...}}, plus "forced" and "forced_long" with draft_model."""
+    prompt = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3)
+    drafts = {"self": lambda sequence: target}
+    if draft_model is not None:
+        drafts.update(forced_drafts(draft_model, plan))
+    runs = repeated_runs(target, size, prompt, plan, drafts)
+    common = {"K": plan.K, "n_tokens": plan.spec_tokens, "prompt_len": len(prompt), "target": size}
+    out = {"self": {**common, "draft": size, "alpha_nominal": 1.0, **combine(runs["self"])}}
+    if draft_model is not None:
+        out["forced"] = forced_result(runs, plan, common)
+        if plan.spec_long_prompt:
+            out["forced_long"] = run_long_prompt(target, size, plan, draft_model, common)
     return out
 
 
+def all_runs(spec):
+    """Every run of a speculative result: self, forced, then forced_long (missing ones left out)."""
+    return (([spec["self"]] if "self" in spec else []) + spec.get("forced", {}).get("runs", [])
+            + spec.get("forced_long", {}).get("runs", []))
+
+
 def print_report(sizes):
-    runs = [(f"{r['draft']}->{size}", r) for size, e in sizes.items() if e.get("speculative")
-            for r in [e["speculative"]["self"]] + e["speculative"].get("forced", {}).get("runs", [])]
+    short = {size: e["speculative"]["self"]["prompt_len"] for size, e in sizes.items() if e.get("speculative")}
+    runs = [(f"{r['draft']}->{size}" + (", long prompt" if r["prompt_len"] > short[size] else ""), r)
+            for size, e in sizes.items() if e.get("speculative") for r in all_runs(e["speculative"])]
     if not runs:
         return
-    rows = [[name, r["K"], r["alpha_nominal"], r["alpha_hat"], r["tokens_per_round"], r["c"], r["v"], r["speedup"],
-             r["speedup_end_to_end"], r["predicted_thm38"], r["predicted_refined"],
+    rows = [[name, r["prompt_len"], r["K"], r["alpha_nominal"], r["alpha_hat"], r["tokens_per_round"], r["c"], r["v"],
+             r["speedup"], r["speedup_end_to_end"], r["predicted_thm38"], r["predicted_refined"],
              r["predicted_refined_at_measured_tokens"], r["tokens_match_baseline"]] for name, r in runs]
     print_table("Speculative decoding, greedy: measured vs predicted speedup (medians over repeats)",
-                ["draft->target", "K", "alpha", "a_hat", "tok/round", "c", "v", "speedup", "end2end",
+                ["draft->target", "prompt", "K", "alpha", "a_hat", "tok/round", "c", "v", "speedup", "end2end",
                  "Thm3.8", "refined", "ref@tok", "exact"], rows,
                 note="speedup: prefill calls replaced by steady-state calls (see bench/spec.py); end2end: wall "
                      "time with prefill; Thm3.8 assumes v = 1;\nrefined = (1-a^(K+1))/((1-a)(Kc+v)) at a = a_hat; "
-                     "ref@tok = measured tok/round / (Kc+v); exact: output == target-only greedy output")
-    rows = [[name, r["alpha_nominal"], r["round_cost_t1"], r["predicted_round_cost_t1"], r["draft_catchup_calls"],
-             r["draft_catchup_t1"], ms(r["loop_overhead_s_per_token"]), ms(r["baseline_s_per_token"]),
-             ms(r["spec_s_per_token"])] for name, r in runs]
+                     "ref@tok = measured tok/round / (Kc+v); exact: output == target-only greedy output;\n"
+                     "long prompt: the forced runs again after `prompt` tokens, with their own baseline "
+                     "(c, v, speedup at that context)")
+    rows = [[name, r["prompt_len"], r["alpha_nominal"], r["round_cost_t1"], r["predicted_round_cost_t1"],
+             r["draft_catchup_calls"], r["draft_catchup_t1"], ms(r["loop_overhead_s_per_token"]),
+             ms(r["baseline_s_per_token"]), ms(r["spec_s_per_token"])] for name, r in runs]
     print_table("Speculative decoding: where a round's time goes (units of t1 = one one-token target call)",
-                ["draft->target", "alpha", "round cost", "Kc+v", "catch-up calls", "catch-up cost",
+                ["draft->target", "prompt", "alpha", "round cost", "Kc+v", "catch-up calls", "catch-up cost",
                  "loop ms/tok", "plain ms/tok", "spec ms/tok"], rows,
                 note="catch-up: draft calls fed 2 tokens (after a fully accepted round the draft lacks x_K and "
                      "the bonus token), which Kc+v counts as one-token calls; loop: time outside forward calls")

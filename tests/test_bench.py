@@ -2,8 +2,10 @@
 
 No timing assertions: on a shared machine any speed can happen. We check that every section
 ran, that the JSON has the keys issue 5 asks for (per size: bandwidth, roofline, decode s/token,
-the M = 1..9 ratios, measured vs predicted speculative speedups), and that the numbers are
-finite and positive where they must be.
+the M = 1..9 ratios, measured vs predicted speculative speedups) and issue 14's (prefill per prompt
+length, a verification curve per context, forced-acceptance runs after a long prompt), and that the
+numbers are finite and positive where they must be. The prefill pair's worker processes are tested
+in test_bench_prefill_pair.py.
 """
 import json
 import math
@@ -67,14 +69,20 @@ def test_per_size_keys(results):
     for size, s in results["sizes"].items():
         assert positive(s["bandwidth_gbps"]) and positive(s["roofline_s_per_token"])
         assert s["weight_bytes_per_token"] == weight_bytes_per_token(plan.config(size))
-        assert positive(s["prefill"]["seconds"])
+        assert list(s["prefill"]) == [str(n) for n in plan.prefill_lens]  # issue 14: one per prompt length
+        for n, p in s["prefill"].items():
+            assert p["n_tokens"] == int(n) and positive(p["seconds"]) and positive(p["gflops"])
+            assert positive(p["tokens_per_s"]) and p["seconds_min"] <= p["seconds"]
         assert list(s["decode"]) == [str(c) for c in plan.contexts]
         for d in s["decode"].values():
             assert positive(d["s_per_token"]) and positive(d["roofline_s"]) and positive(d["vs_roofline"])
             assert positive(d["vs_roofline_paired"])
-        assert list(s["verify"]["ratio"]) == [str(m) for m in range(1, 10)]
-        assert s["verify"]["ratio"]["1"] == 1.0
-        assert all(positive(r) for r in s["verify"]["ratio"].values())
+        assert list(s["verify"]) == [str(c) for c in plan.verify_contexts]  # issue 14: one curve per context
+        for ctx, curve in s["verify"].items():
+            assert curve["context"] == int(ctx)
+            assert list(curve["ratio"]) == [str(m) for m in range(1, 10)]
+            assert curve["ratio"]["1"] == 1.0
+            assert all(positive(r) for r in curve["ratio"].values())
 
 
 def check_speculative_run(run, K):
@@ -97,6 +105,13 @@ def test_speculative(results):
     for run in forced["runs"]:
         check_speculative_run(run, plan.K)
     assert forced["runs"][-1]["alpha_hat"] == 1.0  # alpha = 1: the drafter always proposes the target's token
+    long = results["sizes"][plan.pair[1]]["speculative"]["forced_long"]  # issue 14: the same after a long prompt
+    assert [r["alpha_nominal"] for r in long["runs"]] == results["meta"]["plan"]["alphas"]
+    for run in long["runs"]:
+        check_speculative_run(run, plan.K)
+        assert run["prompt_len"] == plan.spec_long_prompt > plan.spec_prompt_len
+    assert long["runs"][-1]["alpha_hat"] == 1.0
+    assert all(r["prompt_len"] == plan.spec_prompt_len for r in forced["runs"])
 
 
 def test_policy_sweep_and_bundled_prompt_lookup(results):
@@ -133,10 +148,37 @@ def test_reference_overhead_memory(results):
 
 
 def test_targets_and_headline(results):
+    plan = tiny_plan()
     assert all(set(t) == {"target", "measured", "goal", "met"} for t in results["targets"])
+    names = [t["target"] for t in results["targets"]]
+    long_ctx, long_verify = max(plan.contexts), max(plan.verify_contexts)
+    assert f"tiny2 decode@{plan.verify_context} / roofline" in names and f"tiny2 decode@{long_ctx} / roofline" in names
+    assert "tiny2 forward M=5 / M=1" in names and f"tiny2 forward M=5 / M=1 at context {long_verify}" in names
+    assert any(f"prompt {plan.spec_long_prompt}: speedup / refined" in n for n in names)
     h = headline(results)
-    assert "tiny2 verify_M5 ratio" in h and "reference fast speedup" in h
+    assert f"tiny2 verify_M5@{plan.verify_context} ratio" in h and f"tiny2 verify_M5@{long_verify} ratio" in h
+    assert all(f"tiny2 prefill@{n} seconds" in h for n in plan.prefill_lens) and "reference fast speedup" in h
+    assert f"tiny2 spec tiny forced a=1.0 prompt {plan.spec_long_prompt} speedup" in h
     assert all(positive(v) or v == 0 or isinstance(v, float) for v in h.values())
+
+
+def test_compare_reads_json_from_before_issue_14(results, capsys):
+    """Old files had prefill as one dict and verify as one curve: read as their one length / context."""
+    from bench.compare import print_comparison
+    from bench.decode import print_report
+    old = json.loads(json.dumps(results))
+    for s in old["sizes"].values():
+        s["prefill"] = s["prefill"][str(tiny_plan().prefill_lens[0])]
+        s["verify"] = s["verify"][str(tiny_plan().verify_context)]
+        s["speculative"].pop("forced_long", None)  # only the pair's target has it
+    h_old, h_new = headline(old), headline(results)
+    assert set(h_old) < set(h_new)
+    assert h_old["tiny2 verify_M5@8 ratio"] == h_new["tiny2 verify_M5@8 ratio"]
+    assert h_old["tiny2 prefill@8 seconds"] == h_new["tiny2 prefill@8 seconds"]
+    print_comparison(old, results)
+    print_report(old["sizes"])
+    out = capsys.readouterr().out
+    assert "tiny2 prefill@8 seconds" in out and "## Verification curve" in out
 
 
 def test_weight_bytes_per_token_matches_perf_notes():
@@ -178,6 +220,9 @@ def test_hf_section_when_available(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     for s in json.loads(path.read_text())["sizes"].values():
         assert positive(s["hf"]["numpy_over_hf"]) and np.isfinite(s["hf"]["hf_verify5_ratio"])
+        assert list(s["hf"]["prefill"]) == [str(n) for n in tiny_plan().prefill_lens]  # worker processes
+        assert all(positive(p["numpy_over_hf"]) and positive(p["hf_s"]) for p in s["hf"]["prefill"].values())
+        assert s["hf"]["prefill_workers"]["hf"]["hf_call"] in ("logits_to_keep", "num_logits_to_keep", "plain")
 
 
 def test_bundled_pair_measurement_on_random_models():

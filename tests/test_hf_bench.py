@@ -36,7 +36,7 @@ def test_bench_times_hf_folders_as_sizes_and_as_the_speculative_pair(tmp_path):
     results = json.loads((tmp_path / "b.json").read_text())
     assert results["meta"]["plan"]["named"] == [target, draft]
     entry = results["sizes"][target]
-    assert entry["config"]["n_vocab"] == 267 and entry["prefill"]["seconds"] > 0
+    assert entry["config"]["n_vocab"] == 267 and entry["prefill"]["128"]["seconds"] > 0
     assert entry["speculative"]["self"]["alpha_hat"] == 1.0  # draft = target: every draft accepted
     assert f"loading {target}" in out.stderr and f"loading {draft}" in out.stderr
 

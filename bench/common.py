@@ -40,7 +40,8 @@ class Plan:
     pair: tuple = ("124M", "355M")  # (draft, target) shapes for the forced-acceptance runs
     policy_alphas: tuple = (0.3, 0.6, 0.8, 1.0)  # forced alphas of the K-policy sweep (policies.py)
     policy_K_max: int = 8           # fixed K = 1..policy_K_max, and the bound of heuristic / auto
-    policy_tokens: int = 40         # tokens per run of the sweep: long enough for auto to settle
+    policy_tokens: int = 100        # tokens per run of the sweep: at 40 (~15 rounds) auto's first, learning
+                                    # rounds are a large share of every run (PERFORMANCE.md, K policies)
     policy_repeats: int = 1         # the sweep is 20 runs per alpha (~10 min at 355M): one repeat
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt

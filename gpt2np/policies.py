@@ -26,8 +26,10 @@ import numpy as np
 from .theory import expected_tokens_per_round
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
-ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 4   # auto: alpha_hat starts as if 4 positions had beta 0.6
-V_SLOPE_PRIOR = 0.125      # auto: v(M) = 1 + 0.125 (M - 1) until measured (355M here: v(5) ~ 1.5)
+ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 2   # auto: alpha_hat starts as if 2 positions had beta 0.6
+OPTIMISM = 1.0             # auto: plans with alpha_hat + 1 standard error (sure of alpha only once seen)
+V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
+FIRST_K_MAX, K_STEP_MAX = 3, 2  # auto: the first drafting round at most 3 drafts, then at most +2 a round
 EXPLORE_AFTER = 16         # auto: after this many plain rounds in a row, draft once (then 32, 64 ...)
 
 
@@ -76,20 +78,43 @@ class HeuristicK:
         self.K = min(self.K_max, self.K + 2) if all_accepted else max(1, self.K - 1)
 
 
+def prior_v_curve(M_max):
+    """v(M) before any call is timed: 1 for one token, then 1 + V_PRIOR_JUMP + V_PRIOR_SLOPE (M - 2).
+
+    The jump is real: a one-row product is a matrix-vector product that streams the weights at
+    the machine's bandwidth, and two or more rows take the small-M product path, ~1.3-1.4 times
+    slower here at every size measured (bench: "small-M curve"; 355M: v(2) = 1.41, v(5) = 1.52).
+    """
+    return {M: 1.0 if M == 1 else 1 + V_PRIOR_JUMP + V_PRIOR_SLOPE * (M - 2) for M in range(1, M_max + 1)}
+
+
 def v_curve(target_durations, M_max):
     """v(M) = seconds of an M-token target call / a one-token call, for M = 1..M_max.
 
-    Modelled as a line, t(M) = t1 (1 + s (M - 1)): with calls of two or more sizes measured, a
-    least-squares fit through their medians; with one size, the prior slope s through it; with
-    none, the prior alone. Returns {M: v(M)}; v(1) = 1 by definition.
+    A size that was timed gets its own median over t1; t1 is the median one-token call, or, before
+    one is timed, the smallest timed size through the prior. A size never timed gets a line
+    through the timed sizes of 2 or more tokens (least squares over their medians if there are two
+    or more, else the prior slope through the one), or the prior (prior_v_curve) if none was
+    timed. The line leaves out M = 1 on purpose: the jump from 1 to 2 tokens is not on it.
+    Returns {M: v(M)}; v(1) = 1, and v >= 1 throughout.
     """
-    sizes = sorted(m for m, d in target_durations.items() if d and m <= M_max)
-    medians = [float(np.median(target_durations[m])) for m in sizes]
-    s = V_SLOPE_PRIOR
-    if len(sizes) >= 2:
-        b, a = np.polyfit(sizes, medians, 1)          # t(M) = a + b M
-        s = float(np.clip(b / (a + b), 0.0, 1.0)) if a + b > 0 else V_SLOPE_PRIOR
-    return {M: 1 + s * (M - 1) for M in range(1, M_max + 1)}
+    prior = prior_v_curve(M_max)
+    medians = {m: float(np.median(d)) for m, d in target_durations.items() if d and m <= M_max}
+    if not medians:
+        return prior
+    t1 = medians[1] if 1 in medians else medians[min(medians)] / prior[min(medians)]
+    measured = {m: t / t1 for m, t in medians.items()}
+    multi = sorted(m for m in measured if m >= 2)
+    if len(multi) >= 2:
+        vs = [measured[m] for m in multi]
+        slope = max(float(np.polyfit(multi, vs, 1)[0]), 0.0)  # a call never gets cheaper with more tokens
+        line = lambda M: float(np.mean(vs)) + slope * (M - float(np.mean(multi)))  # noqa: E731
+    elif multi:
+        line = lambda M: measured[multi[0]] + V_PRIOR_SLOPE * (M - multi[0])  # noqa: E731
+    else:
+        line = lambda M: prior[M]  # noqa: E731
+    return {M: 1.0 if M == 1 else max(1.0, float(measured[M] if M in measured else line(M)))
+            for M in range(1, M_max + 1)}
 
 
 def t1_estimate(target_durations, v):
@@ -109,12 +134,16 @@ class AutoK:
         K* = argmax_K  (1 - a^(K+1)) / ((1 - a) (K c + v(K+1))),      K* = 0 means plain decoding
 
     a = alpha_hat over every examined position so far, with a prior of ALPHA_PRIOR worth
-    ALPHA_PRIOR_WEIGHT positions (so the first rounds draft, and one unlucky round does not stop
-    it); c = the drafter's wall seconds per drafted token (its forward calls, sampling and Python:
-    on tiny models the last two are not negligible) / target seconds per one-token call (the
-    drafter's c_prior until it has drafted); v from the target calls measured so far (v_curve). Plain rounds tell
-    nothing about alpha, so after EXPLORE_AFTER of them in a row it drafts one round of K = 1 and
-    doubles the wait each time that does not pay.
+    ALPHA_PRIOR_WEIGHT positions, plus OPTIMISM standard errors sqrt(a (1 - a) / n) (n = positions
+    + prior weight): optimism while little is known, so the first rounds draft and one unlucky
+    round does not stop it, fading as positions are examined. c = the drafter's wall seconds per
+    drafted token (its forward calls, sampling and Python: on tiny models the last two are not
+    negligible) / target seconds per one-token call (the drafter's c_prior until it has drafted).
+    v = the target calls measured so far, each size its own median (v_curve; the prior for sizes
+    never timed). Two guards bound what an early guess can cost: the first drafting round asks
+    for at most FIRST_K_MAX drafts and each later one at most K_STEP_MAX more than the last
+    (an HF-style ramp), and plain rounds, which tell nothing about alpha, are interrupted after
+    EXPLORE_AFTER of them in a row by one round of K = 1, the wait doubling each time.
     """
 
     def __init__(self, K_max=8):
@@ -122,12 +151,14 @@ class AutoK:
         self.reset()
 
     def reset(self):
-        self.plain_streak, self.explore_after = 0, EXPLORE_AFTER
+        self.plain_streak, self.explore_after, self.last_drafted_K = 0, EXPLORE_AFTER, FIRST_K_MAX - K_STEP_MAX
 
     def estimates(self, past):
-        """(alpha_hat, c, v) as the policy sees them now."""
+        """(alpha, c, v) as the policy plans with them now (alpha with its optimism added)."""
         overlaps = past.overlaps
-        a = (ALPHA_PRIOR * ALPHA_PRIOR_WEIGHT + sum(overlaps)) / (ALPHA_PRIOR_WEIGHT + len(overlaps))
+        n = ALPHA_PRIOR_WEIGHT + len(overlaps)
+        a = (ALPHA_PRIOR * ALPHA_PRIOR_WEIGHT + sum(overlaps)) / n
+        a = min(1.0, a + OPTIMISM * np.sqrt(max(a * (1 - a), 0.01) / n))
         v = v_curve(past.target_durations, self.K_max + 1)
         t1 = t1_estimate(past.target_durations, v)
         c = past.c_prior if past.draft_cost is None or not t1 else past.draft_cost / t1
@@ -139,6 +170,8 @@ class AutoK:
         if K == 0 and self.plain_streak >= self.explore_after:
             K, self.plain_streak, self.explore_after = 1, 0, 2 * self.explore_after
         self.plain_streak = self.plain_streak + 1 if K == 0 else 0
+        if K > 0:
+            K = self.last_drafted_K = min(K, self.last_drafted_K + K_STEP_MAX)
         return K
 
     def update(self, record):

@@ -49,7 +49,7 @@ import numpy as np
 
 # %%
 from gpt2np.drafters import NgramDrafter
-from gpt2np.policies import V_SLOPE_PRIOR, predicted_speedups
+from gpt2np.policies import predicted_speedups, prior_v_curve
 from gpt2np.report import colour_by_provenance
 
 target, draft = explain.load_bundled_pair()
@@ -110,13 +110,17 @@ for drafter in [NgramDrafter(n_max=3), CountingNgramDrafter(n_max=3, eps=0.1)]:
 # ## What theory says *K* should be
 #
 # The refined prediction for each *K* (0 = plain decoding, exactly 1×), at the cost curve *auto*
-# assumes before it has measured anything, v(M) = 1 + 0.125 (M − 1) (355M on this CPU measures
-# v(5) ≈ 1.5). With a free drafter (c = 0) long rounds pay even at modest α; with a 124M draft
-# for 355M (c ≈ 0.35) nothing pays below α ≈ 0.4, and `auto` then chooses *K* = 0.
+# assumes before it has measured anything, v(1) = 1 and v(M) = 1.3 + 0.08 (M − 2) from two tokens
+# on: a one-token call is a matrix-vector product, two or more tokens take the slower small-M
+# product path (355M on this CPU measures v(2) ≈ 1.4, v(5) ≈ 1.5). With a free drafter (c = 0)
+# drafting pays from α ≈ 0.3; with a 124M draft for 355M (c ≈ 0.35) nothing pays below α ≈ 0.65,
+# because the first draft already costs the jump to v(2) plus c. Below that `auto` chooses *K* = 0.
+# (While it has seen few positions, `auto` plans with α̂ plus one standard error, so it still
+# drafts in the first rounds and finds out.)
 
 # %%
 K_max = 8
-v = {M: 1 + V_SLOPE_PRIOR * (M - 1) for M in range(1, K_max + 2)}
+v = prior_v_curve(K_max + 1)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
 for ax, c in zip(axes, [0.0, 0.35]):
     for a in [0.3, 0.6, 0.8, 0.95]:

@@ -61,6 +61,19 @@ def test_options_reach_the_samplers(capsys):
     assert "verdict: consistent with the target distribution" in section(out, 1)
 
 
+def test_prompt_lookup_drafter_with_auto_K_passes_and_its_negative_controls_fail(capsys):
+    """The classroom command the README gives for prompt lookup: the real sampler passes, the broken
+    one shown and every variant that applies to a drafter without a model are rejected."""
+    status, out = run_main(capsys, *FAST, "--drafter", "ngram", "--K", "auto")
+    assert status == 0
+    assert "drafter: prompt lookup (ngram)" in out
+    assert "verdict: consistent with the target distribution" in section(out, 1)
+    assert "softmax_residual" in section(out, 2) and "verdict: REJECTED" in section(out, 2)
+    summary = section(out, 3).splitlines()[1:]
+    assert len(summary) == len(NEGATIVE_CONTROLS) - 1 and not any("greedy_draft" in line for line in summary), summary
+    assert all(line.rstrip().endswith("REJECTED") for line in summary), summary
+
+
 def test_same_seed_same_output(capsys):
     assert run_main(capsys, *FAST) == run_main(capsys, *FAST)
 

@@ -21,8 +21,8 @@ from gpt2np.autoregressive import generate
 from gpt2np.broken_kernels import PeekingDrafter
 from gpt2np.drafters import CountingNgramDrafter, ModelDrafter, NgramDrafter, ngram_lookup_reference
 from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
-from gpt2np.policies import (EXPLORE_AFTER, AutoK, HeuristicK, Measurements, make_policy,
-                             predicted_speedups, v_curve)
+from gpt2np.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, AutoK, HeuristicK, Measurements, make_policy,
+                             predicted_speedups, prior_v_curve, v_curve)
 from gpt2np.speculative import RoundRecord, speculative_generate, speculative_stream
 from gpt2np.theory import best_K
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
@@ -243,25 +243,50 @@ def test_heuristic_follows_hugging_faces_schedule():
     assert seen == [5, 7, 8, 8, 7, 6, 5, 4, 3, 2]
 
 
-def test_auto_picks_the_argmax_of_the_refined_prediction():
-    durations = {1: [10.0] * 3, 3: [12.5] * 3, 5: [15.0] * 3}  # v(M) = 1 + 0.125 (M - 1) exactly
+def test_auto_picks_the_argmax_of_the_refined_prediction_after_its_ramp():
+    durations = {1: [10.0] * 3, 3: [12.5] * 3, 5: [15.0] * 3}  # v(M) = 1 + 0.125 (M - 1) at M >= 2
     for a, cost in [(0.9, 0.0), (0.6, 0.0), (0.8, 3.7), (0.3, 3.7)]:
         past = Measurements(overlaps=[a] * 10_000, target_durations=durations, draft_cost=cost)
         policy = AutoK(K_max=8)
-        c, v = cost / 10.0, v_curve(durations, 9)
-        expected = int(np.argmax(predicted_speedups(a, c, v, 8)))
-        assert policy.choose(past) == expected
+        a_planned, c, v = policy.estimates(past)
+        assert abs(a_planned - a) < 0.01 and c == cost / 10.0, (a_planned, c)  # 10,000 positions: little optimism
+        expected = int(np.argmax(predicted_speedups(a_planned, c, v, 8)))
+        Ks = [policy.choose(past) for _ in range(5)]
+        # the ramp: at most FIRST_K_MAX drafts in the first drafting round, then at most +K_STEP_MAX
+        assert Ks == [min(expected, FIRST_K_MAX + K_STEP_MAX * i) if expected else 0 for i in range(5)], (Ks, expected)
         if expected > 0:  # theory's best_K, which searches K >= 1 at v = 1 + 0.125 K... agrees
-            assert expected == max(range(1, 9), key=lambda K: predicted_speedups(a, c, v, 8)[K])
+            assert expected == max(range(1, 9), key=lambda K: predicted_speedups(a_planned, c, v, 8)[K])
     assert AutoK(8).choose(Measurements([0.3] * 1000, durations, 3.7)) == 0   # drafting cannot pay
-    assert AutoK(8).choose(Measurements([0.9] * 1000, durations, 0.0)) >= 4   # free drafts pay long
+    assert AutoK(8).choose(Measurements([0.9] * 1000, durations, 0.0)) == FIRST_K_MAX  # free drafts: ramp up
     assert best_K(0.9, 0.0, 1.0, K_max=8) == 8
 
 
-def test_v_curve_is_a_line_through_the_measured_calls_or_the_prior():
-    assert v_curve({}, 5) == {1: 1.0, 2: 1.125, 3: 1.25, 4: 1.375, 5: 1.5}
-    curve = v_curve({1: [2.0], 5: [4.0]}, 5)  # slope: +0.5 per token, t1 = 2
-    np.testing.assert_allclose([curve[m] for m in range(1, 6)], [1.0, 1.25, 1.5, 1.75, 2.0])
+def test_auto_is_optimistic_while_it_knows_little_and_stops_drafting_once_it_knows():
+    durations = {1: [10.0] * 3, 2: [14.0] * 3}
+    past = Measurements(overlaps=[], target_durations=durations, draft_cost=3.5)  # c = 0.35, as 124M -> 355M
+    policy = AutoK(K_max=8)
+    assert policy.choose(past) > 0  # nothing seen: the prior plus one standard error says drafting may pay
+    past.overlaps += [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]  # alpha ~ 0.25 over 8 positions
+    a, _, _ = policy.estimates(past)
+    assert a < 0.5 and policy.choose(past) == 0, a
+
+
+def test_v_curve_keeps_each_timed_size_and_fits_the_rest():
+    assert v_curve({}, 5) == prior_v_curve(5)
+    np.testing.assert_allclose([prior_v_curve(5)[m] for m in range(1, 6)], [1.0, 1.3, 1.38, 1.46, 1.54])
+    # one size of 2+ tokens: the prior slope through it; t1 measured
+    curve = v_curve({1: [2.0], 5: [4.0]}, 6)
+    np.testing.assert_allclose([curve[m] for m in range(1, 7)], [1.0, 1.76, 1.84, 1.92, 2.0, 2.08])
+    # two or more: each keeps its own median, the others lie on the least-squares line through them
+    curve = v_curve({1: [2.0, 2.0, 9.0], 2: [2.8], 4: [2.8], 6: [4.0]}, 7)
+    assert curve[1] == 1.0 and curve[2] == 1.4 and curve[4] == 1.4 and curve[6] == 2.0  # medians / t1 = 2
+    np.testing.assert_allclose([curve[3], curve[5], curve[7]], [1.45, 1.75, 2.05])  # line: mean 1.6 at M = 4, slope 0.15
+    # no one-token call timed yet: t1 comes from the smallest size through the prior
+    curve = v_curve({3: [2.76]}, 4)
+    np.testing.assert_allclose([curve[1], curve[3], curve[4]], [1.0, 1.38, 1.46])
+    # a fit that falls with M is held flat: a call never gets cheaper with more tokens
+    curve = v_curve({1: [1.0], 2: [1.5], 3: [1.2]}, 5)
+    np.testing.assert_allclose([curve[4], curve[5]], [1.35, 1.35])
 
 
 def test_auto_explores_after_a_run_of_plain_rounds_and_waits_longer_each_time():

@@ -55,7 +55,10 @@ def test_greedy_completion_equals_generate(client, local):
     assert completion.usage.prompt_tokens == len(target.tokenizer.encode(PROMPT))
     assert completion.usage.completion_tokens == 60
     extra = completion.model_extra["gpt2np"]
-    assert len(extra["tokens"]) == 60 and {t["provenance"] for t in extra["tokens"]} <= {"draft", "resample", "bonus"}
+    kinds = [t["provenance"] for t in extra["tokens"]]
+    assert len(kinds) == 60 and set(kinds) <= {"draft", "resample", "bonus", "target"}, set(kinds)
+    # with a fixed K only a last round clamped to one wanted token has no drafts ("target")
+    assert "target" not in kinds[:-1], kinds
     assert extra["stats"]["rounds"] == len(extra["rounds"]) and 0 <= extra["stats"]["alpha_hat"] <= 1
 
 
@@ -105,6 +108,19 @@ def test_stop_string_cuts_the_text(client, stream):
     text = "".join(c.choices[0].text for c in chunks)
     assert text == greedy[:greedy.index(stop)], f"stop {stop!r}: got {text!r}"
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("stop_at", range(6))
+def test_stop_text_ignores_what_follows_a_stop_inside_one_round(stop_at):
+    """A round emits several tokens; once a stop string appears, the round's later tokens add nothing
+    (found when a retrained pair put the stop mid-round: the server sent 'I will not e th')."""
+    from gpt2np.serve.completions import StopText
+    pieces = list("I will not make")  # one character a token, as with the bundled pair
+    full = "".join(pieces)
+    stop = full[6 + stop_at:9 + stop_at]
+    text = StopText([stop, "@@"])
+    sent = "".join(text.add(p) for p in pieces) + text.flush()
+    assert text.stopped and sent == full[:full.index(stop)], (stop, sent)
 
 
 def test_token_id_prompt_equals_text_prompt(client, local):

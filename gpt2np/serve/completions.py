@@ -50,7 +50,10 @@ class StopText:
         self.text, self.sent, self.stopped = "", 0, False
 
     def add(self, piece):
-        """Append piece; return the text newly safe to send."""
+        """Append piece; return the text newly safe to send (nothing once a stop string was seen, even
+        from later tokens of the same round)."""
+        if self.stopped:
+            return ""
         self.text += piece
         hits = [i for i in (self.text.find(s) for s in self.stops) if i >= 0]
         if hits:

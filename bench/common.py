@@ -8,6 +8,7 @@ because this shared 2-core host drifts by 30-50 % within minutes (../shared/docs
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -199,6 +200,19 @@ def print_table(title, headers, rows, note=None):
     if note:
         print(note)
     sys.stdout.flush()
+
+
+def blas_limits(threads):
+    """threadpoolctl's limit of BLAS to `threads` threads, in force from this call (and a context
+    manager that restores the old setting); nullcontext() for no limit; None if threadpoolctl is
+    missing while a limit was asked for."""
+    if not threads:
+        return nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=threads, user_api="blas")
 
 
 def random_ids(n, n_vocab, seed=1):

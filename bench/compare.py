@@ -13,7 +13,7 @@ import sys
 
 from .common import print_table
 from .decode import hf_prefill, prefill_by_length, verify_by_context
-from .spec import all_runs
+from .spec import all_runs, long_prompt
 
 LOWER_IS_BETTER = ("s_per_token", "seconds", "x_roofline", "verify_M", "overhead", "peak_over", "numpy_over_hf")
 
@@ -40,9 +40,8 @@ def headline(r):
                 if m in curve.get("ratio", {}):
                     h[f"{size} verify_M{m}@{ctx} ratio"] = curve["ratio"][m]
         spec = s.get("speculative", {})
-        short = spec.get("self", {}).get("prompt_len")
         for run in all_runs(spec):
-            prompt = f" prompt {run['prompt_len']}" if short is not None and run["prompt_len"] != short else ""
+            prompt = f" prompt {run['prompt_len']}" if long_prompt(spec, run) else ""
             name = f"{size} spec {run['draft']} a={run['alpha_nominal']}{prompt}"
             h[f"{name} speedup"] = run["speedup"]
             h[f"{name} refined prediction"] = run["predicted_refined"]

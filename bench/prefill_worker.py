@@ -30,7 +30,7 @@ import time
 
 from gpt2np.config import GPT2Config
 
-from .common import random_ids
+from .common import blas_limits, random_ids
 
 
 class NumpyPrefill:
@@ -77,17 +77,6 @@ class HFPrefill:
 KINDS = {"numpy": NumpyPrefill, "hf": HFPrefill}
 
 
-def blas_limits(threads):
-    """threadpoolctl's BLAS limit for the worker's lifetime (None: BLAS's own thread count)."""
-    if not threads:
-        return None
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return None
-    return threadpool_limits(limits=threads, user_api="blas")
-
-
 def blas_threads():
     try:
         from threadpoolctl import threadpool_info
@@ -130,7 +119,8 @@ def main(argv=None):
     out = protocol_stdout()
     config = GPT2Config(**json.loads(args.config))
     prefill = KINDS[args.kind](config, args.threads)
-    limits = blas_limits(args.threads)  # noqa: F841  after the imports, so it covers every BLAS loaded
+    limits = blas_limits(args.threads)  # noqa: F841  kept for the worker's lifetime; after the imports,
+                                       # so it covers every BLAS loaded
     info = {**prefill.info, "pid": os.getpid(), "threads_requested": args.threads, "blas_threads": blas_threads()}
     out.write(f"ready {json.dumps(info)}\n")
     serve(prefill, config.n_vocab, sys.stdin, out)

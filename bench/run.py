@@ -18,7 +18,7 @@ import numpy as np
 import gpt2np
 
 from . import bandwidth, baseline, decode, hf, memory, overhead, policies, spec
-from .common import log, print_table, weight_bytes, weight_bytes_per_token
+from .common import blas_limits, log, print_table, weight_bytes, weight_bytes_per_token
 
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 TARGETS_SIZE = "355M"  # the targets are stated at 355M (decode, verification) and 124M (reference)
@@ -125,13 +125,10 @@ def run(plan, sections, threads=None, argv=None):
     start = time.perf_counter()
     results = {"meta": meta(plan, sections, threads, argv or []), "sizes": {}}
     section_seconds = results["meta"]["section_seconds"] = {}
-    try:
-        from threadpoolctl import threadpool_limits
-        limits = threadpool_limits(limits=threads, user_api="blas") if threads else nullcontext()
-    except ImportError:
+    limits = blas_limits(threads)
+    if limits is None:
         limits = nullcontext()
-        if threads:
-            results["meta"]["notes"].append("--threads ignored: threadpoolctl is not installed")
+        results["meta"]["notes"].append("--threads ignored: threadpoolctl is not installed")
     pool = ModelPool(plan)
     load = os.getloadavg()[0]
     if load > 0.5 * (os.cpu_count() or 1):
@@ -198,9 +195,8 @@ def targets(r, plan):
         out.append([f"{size} decode numpy / HF torch", s["hf"]["numpy_over_hf"], "<= 1.0"])
     for sz, e in r["sizes"].items():
         sp = e.get("speculative", {})
-        short = sp.get("self", {}).get("prompt_len", plan.spec_prompt_len)
         for run_ in spec.all_runs(sp):
-            prompt = f", prompt {run_['prompt_len']}" if run_["prompt_len"] != short else ""
+            prompt = f", prompt {run_['prompt_len']}" if spec.long_prompt(sp, run_) else ""
             out.append([f"{run_['draft']}->{sz} a={run_['alpha_nominal']}{prompt}: speedup / refined - 1",
                         run_["refined_error"], "|x| <= 0.15"])
     out += policy_targets(r["sizes"].get(plan.pair[1], {}).get("policies"), plan.pair)

@@ -198,9 +198,14 @@ def all_runs(spec):
             + spec.get("forced_long", {}).get("runs", []))
 
 
+def long_prompt(spec, run):
+    """Whether run is one of the long-prompt set: its prompt is not the self run's short one."""
+    short = spec.get("self", {}).get("prompt_len")
+    return short is not None and run["prompt_len"] != short
+
+
 def print_report(sizes):
-    short = {size: e["speculative"]["self"]["prompt_len"] for size, e in sizes.items() if e.get("speculative")}
-    runs = [(f"{r['draft']}->{size}" + (", long prompt" if r["prompt_len"] > short[size] else ""), r)
+    runs = [(f"{r['draft']}->{size}" + (", long prompt" if long_prompt(e["speculative"], r) else ""), r)
             for size, e in sizes.items() if e.get("speculative") for r in all_runs(e["speculative"])]
     if not runs:
         return

@@ -19,11 +19,11 @@ past after all, and the same tests show it stays exact.
 `past` is a Measurements: only what earlier rounds produced. Timing-driven policies ("auto") are
 exact for the same reason, and the tests enumerate them with scripted clocks.
 """
+import math
 from dataclasses import dataclass, field
+from statistics import median
 
 import numpy as np
-
-from .theory import expected_tokens_per_round
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 2   # auto: alpha_hat starts as if 2 positions had beta 0.6
@@ -31,6 +31,9 @@ OPTIMISM = 1.0             # auto: plans with alpha_hat + 1 standard error (sure
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
 FIRST_K_MAX, K_STEP_MAX = 3, 2  # auto: the first drafting round at most 3 drafts, then at most +2 a round
 EXPLORE_AFTER = 16         # auto: after this many plain rounds in a row, draft once (then 32, 64 ...)
+WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
+                           # plan follows a machine that speeds up or slows down, and choosing costs the
+                           # same microseconds at token 10 or 1,000 (on the bundled pair a round is ~1 ms)
 
 
 @dataclass
@@ -41,6 +44,22 @@ class Measurements:
     draft_cost: float | None = None                # drafter wall seconds per drafted token (median)
     draft_costs: list = field(default_factory=list)  # the same, one per round that drafted
     c_prior: float = 0.5                           # the drafter's c before anything is measured
+
+    def add_target_call(self, n_seq, seconds):
+        """One timed target call of n_seq tokens (only the latest WINDOW of each size are kept)."""
+        keep(self.target_durations.setdefault(n_seq, []), seconds)
+
+    def add_draft_cost(self, seconds_per_token):
+        """One drafting round's wall seconds per drafted token; draft_cost becomes their median."""
+        keep(self.draft_costs, seconds_per_token)
+        self.draft_cost = median(self.draft_costs)
+
+
+def keep(window, value):
+    """Append value to a list that holds the latest WINDOW values."""
+    window.append(value)
+    if len(window) > WINDOW:
+        del window[0]
 
 
 class FixedK:
@@ -99,7 +118,7 @@ def v_curve(target_durations, M_max):
     Returns {M: v(M)}; v(1) = 1, and v >= 1 throughout.
     """
     prior = prior_v_curve(M_max)
-    medians = {m: float(np.median(d)) for m, d in target_durations.items() if d and m <= M_max}
+    medians = {m: median(d) for m, d in target_durations.items() if d and m <= M_max}
     if not medians:
         return prior
     t1 = medians[1] if 1 in medians else medians[min(medians)] / prior[min(medians)]
@@ -107,8 +126,8 @@ def v_curve(target_durations, M_max):
     multi = sorted(m for m in measured if m >= 2)
     if len(multi) >= 2:
         vs = [measured[m] for m in multi]
-        slope = max(float(np.polyfit(multi, vs, 1)[0]), 0.0)  # a call never gets cheaper with more tokens
-        line = lambda M: float(np.mean(vs)) + slope * (M - float(np.mean(multi)))  # noqa: E731
+        slope = max(least_squares_slope(multi, vs), 0.0)  # a call never gets cheaper with more tokens
+        line = lambda M: sum(vs) / len(vs) + slope * (M - sum(multi) / len(multi))  # noqa: E731
     elif multi:
         line = lambda M: measured[multi[0]] + V_PRIOR_SLOPE * (M - multi[0])  # noqa: E731
     else:
@@ -117,15 +136,27 @@ def v_curve(target_durations, M_max):
             for M in range(1, M_max + 1)}
 
 
+def least_squares_slope(xs, ys):
+    """The slope of the least-squares line through the points (xs[i], ys[i]) (two or more xs)."""
+    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
+    return (sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys))
+            / sum((x - x_mean) ** 2 for x in xs))
+
+
 def t1_estimate(target_durations, v):
     """Seconds of a one-token target call, from every measured call size through the v curve."""
-    estimates = [float(np.median(d)) / v[m] for m, d in target_durations.items() if d and m in v]
-    return float(np.median(estimates)) if estimates else None
+    estimates = [median(d) / v[m] for m, d in target_durations.items() if d and m in v]
+    return median(estimates) if estimates else None
 
 
 def predicted_speedups(alpha_hat, c, v, K_max):
-    """The refined prediction E(alpha, K) / (K c + v(K+1)) for K = 0..K_max (K = 0: exactly 1)."""
-    return [expected_tokens_per_round(alpha_hat, K) / (K * c + v[K + 1]) for K in range(K_max + 1)]
+    """The refined prediction E(alpha, K) / (K c + v(K+1)) for K = 0..K_max (K = 0: exactly 1),
+    E(alpha, K) = 1 + alpha + ... + alpha^K (theory.expected_tokens_per_round), summed as K grows."""
+    tokens, speedups = 0.0, []
+    for K in range(K_max + 1):
+        tokens += alpha_hat ** K
+        speedups.append(tokens / (K * c + v[K + 1]))
+    return speedups
 
 
 class AutoK:
@@ -158,7 +189,7 @@ class AutoK:
         overlaps = past.overlaps
         n = ALPHA_PRIOR_WEIGHT + len(overlaps)
         a = (ALPHA_PRIOR * ALPHA_PRIOR_WEIGHT + sum(overlaps)) / n
-        a = min(1.0, a + OPTIMISM * np.sqrt(max(a * (1 - a), 0.01) / n))
+        a = min(1.0, a + OPTIMISM * math.sqrt(max(a * (1 - a), 0.01) / n))
         v = v_curve(past.target_durations, self.K_max + 1)
         t1 = t1_estimate(past.target_durations, v)
         c = past.c_prior if past.draft_cost is None or not t1 else past.draft_cost / t1
@@ -166,7 +197,8 @@ class AutoK:
 
     def choose(self, past):
         a, c, v = self.estimates(past)
-        K = int(np.argmax(predicted_speedups(a, c, v, self.K_max)))  # the first maximum: fewest drafts
+        speedups = predicted_speedups(a, c, v, self.K_max)
+        K = max(range(self.K_max + 1), key=speedups.__getitem__)  # the first maximum: fewest drafts
         if K == 0 and self.plain_streak >= self.explore_after:
             K, self.plain_streak, self.explore_after = 1, 0, 2 * self.explore_after
         self.plain_streak = self.plain_streak + 1 if K == 0 else 0

@@ -143,10 +143,9 @@ def observe(past, record, target, first_round):
     if first_round:
         return
     n_seq = 1 + len(record.drafts)
-    past.target_durations.setdefault(n_seq, []).append(target.durations[n_seq][-1])
+    past.add_target_call(n_seq, target.durations[n_seq][-1])
     if record.drafts:
-        past.draft_costs.append(record.propose_seconds / len(record.drafts))
-        past.draft_cost = float(np.median(past.draft_costs))
+        past.add_draft_cost(record.propose_seconds / len(record.drafts))
 
 
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace):

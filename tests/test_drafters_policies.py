@@ -21,10 +21,11 @@ from gpt2np.autoregressive import generate
 from gpt2np.broken_kernels import PeekingDrafter
 from gpt2np.drafters import CountingNgramDrafter, ModelDrafter, NgramDrafter, ngram_lookup_reference
 from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
-from gpt2np.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, AutoK, HeuristicK, Measurements, make_policy,
+from gpt2np.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, WINDOW, AutoK, HeuristicK, Measurements,
+                             least_squares_slope, make_policy, t1_estimate,
                              predicted_speedups, prior_v_curve, v_curve)
 from gpt2np.speculative import RoundRecord, speculative_generate, speculative_stream
-from gpt2np.theory import best_K
+from gpt2np.theory import best_K, predicted_speedup
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
                                     toy_pair)
 
@@ -287,6 +288,36 @@ def test_v_curve_keeps_each_timed_size_and_fits_the_rest():
     # a fit that falls with M is held flat: a call never gets cheaper with more tokens
     curve = v_curve({1: [1.0], 2: [1.5], 3: [1.2]}, 5)
     np.testing.assert_allclose([curve[4], curve[5]], [1.35, 1.35])
+
+
+def test_least_squares_slope_equals_numpys_fit():
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 9):
+        xs, ys = sorted(rng.choice(20, n, replace=False) + 1), list(rng.random(n) * 3)
+        slope, reference = least_squares_slope(xs, ys), np.polyfit(xs, ys, 1)[0]
+        assert abs(slope - reference) < 1e-12, (n, slope - reference)
+
+
+def test_predicted_speedups_are_theorys_refined_prediction():
+    v = prior_v_curve(9)
+    for a, c in [(0.0, 0.0), (0.3, 0.35), (0.8, 0.05), (1.0, 0.1)]:
+        fast = predicted_speedups(a, c, v, 8)
+        slow = [predicted_speedup(a, K, c, v[K + 1]) for K in range(9)]
+        assert max(abs(x - y) for x, y in zip(fast, slow)) < 1e-12, (a, c)
+
+
+def test_measurements_keep_the_latest_window_so_auto_follows_a_machine_that_slows_down():
+    past = Measurements()
+    for _ in range(3 * WINDOW):
+        past.add_target_call(1, 1.0)
+        past.add_draft_cost(0.1)
+    for _ in range(WINDOW // 2 + 1):  # the machine halves its speed: a majority of the window now
+        past.add_target_call(1, 2.0)
+        past.add_draft_cost(0.2)
+    assert len(past.target_durations[1]) == len(past.draft_costs) == WINDOW
+    assert past.draft_cost == 0.2 and t1_estimate(past.target_durations, v_curve(past.target_durations, 2)) == 2.0
+    _, c, _ = AutoK(4).estimates(past)
+    assert c == 0.1, c  # 0.2 s a drafted token / 2.0 s a one-token call
 
 
 def test_auto_explores_after_a_run_of_plain_rounds_and_waits_longer_each_time():

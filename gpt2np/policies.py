@@ -29,8 +29,10 @@ HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 2   # auto: alpha_hat starts as if 2 positions had beta 0.6
 OPTIMISM = 1.0             # auto: plans with alpha_hat + 1 standard error (sure of alpha only once seen)
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
-FIRST_K_MAX, K_STEP_MAX = 3, 2  # auto: the first drafting round at most 3 drafts, then at most +2 a round
-EXPLORE_AFTER = 16         # auto: after this many plain rounds in a row, draft once (then 32, 64 ...)
+FIRST_K_MAX, K_STEP_MAX = 2, 2  # auto: the first drafting round at most 2 drafts, then at most +2 a round
+EXPLORE_AFTER = 32         # auto: after this many plain rounds in a row, draft once (then 64, 128 ...): with
+                           # a model draft, exploring costs ~1.7 one-token steps at 355M (the draft catches
+                           # up on the plain stretch, drafts, then a 2-token check), ~5 % of 32 steps
 WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
                            # plan follows a machine that speeds up or slows down, and choosing costs the
                            # same microseconds at token 10 or 1,000 (on the bundled pair a round is ~1 ms)

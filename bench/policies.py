@@ -7,7 +7,10 @@ alpha in plan.policy_alphas, two drafters:
            c ~ 0), agreeing with the target's greedy token with probability alpha
 and for each, K = 1..plan.policy_K_max fixed, then heuristic and auto (K_max = plan.policy_K_max).
 One repeat = a plain-decoding baseline, then every run of one alpha, back to back; speedups are
-per-repeat ratios, medians over repeats.
+per-repeat ratios, medians over repeats. Repeat r draws its forced coins with seed r, the same
+for every K of the repeat: auto's early rounds decide how it goes on, so one coin sequence for
+all repeats would measure that sequence's luck (seed 0 at alpha 0.8 rejects the very first
+draft), not the policy.
 
 Prefill. As in spec.py, `speedup` replaces the first target call (prompt + k_1 drafts) by a
 steady call of k_1 + 1 tokens, and the draft's prompt prefill by a one-token draft call.
@@ -127,9 +130,9 @@ def run(target, plan, draft_model):
             baseline = baseline_run(target, prompt, N)
             for name in ("model", "lookup"):
                 for K in Ks:
-                    draft_proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a)) if name == "model" else None
+                    draft_proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=r)) if name == "model" else None
                     drafter = (ModelDrafter(draft_proxy, c_prior=c_prior) if draft_proxy
-                               else ForcedLookupDrafter(sequence, a, target.n_vocab))
+                               else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=r))
                     one = run_one(target, drafter, draft_proxy, prompt, N, K, K_max, baseline)
                     runs.setdefault((name, a, str(K)), []).append(one)
     rows = [{"drafter": name, "alpha_nominal": a, **combine(rs)} for (name, a, _), rs in runs.items()]

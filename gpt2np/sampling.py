@@ -99,9 +99,9 @@ def sampling_distribution(logits, temperature=1.0, top_k=None, top_p=None):  # [
     [0.0, 0.667, 0.333]
     """
     check_sampling_options(temperature, top_k, top_p)
+    if temperature == 0:  # a named branch: never divide by a tiny number (and the argmax needs no
+        return greedy_distribution(np.asarray(logits))  # float64 copy: float32 -> float64 is exact)
     z = np.asarray(logits, dtype=np.float64)  # float32 logits from GPT-2 -> exact float64 maths
-    if temperature == 0:
-        return greedy_distribution(z)  # a named branch: never divide by a tiny number
     # the largest logit to 0 first (softmax does not change): a tiny temperature then sends the
     # others to -inf, never a finite logit to +inf (inf - inf is NaN), so T -> 0 approaches greedy
     with np.errstate(over="ignore"):  # -inf for what a tiny temperature pushes below any float

@@ -131,7 +131,7 @@ def speculative_round(target, drafter, context, k, options, rng, kernel, keep_ro
     return RoundRecord(
         drafts=drafts, q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
         p_at_drafts=[float(p[i, x]) for i, x in enumerate(drafts)], decisions=decisions,
-        overlaps=[alpha(p[i], q[i]) for i in range(len(decisions))], emitted=emitted,
+        overlaps=alpha(p[:len(decisions)], q[:len(decisions)]).tolist(), emitted=emitted,
         provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None,
         propose_seconds=propose_seconds)
 

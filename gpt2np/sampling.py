@@ -55,7 +55,8 @@ def greedy_distribution(logits):  # [..., n_vocab] -> [..., n_vocab]
     [0.0, 1.0, 0.0]
     """
     one_hot = np.zeros(logits.shape, dtype=np.float64)
-    np.put_along_axis(one_hot, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
+    rows = one_hot.reshape(-1, logits.shape[-1])  # [n, n_vocab], a view (put_along_axis took 4x as long)
+    rows[np.arange(len(rows)), np.argmax(logits, axis=-1).reshape(-1)] = 1.0
     return one_hot
 
 

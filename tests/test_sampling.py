@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis.extra.numpy import arrays
 
-from gpt2np.sampling import (check_sampling_options, next_token, sample, sampling_distribution,
+from gpt2np.sampling import (check_sampling_options, greedy_distribution, next_token, sample, sampling_distribution,
                              softmax, top_p_filter)
 
 
@@ -189,3 +189,12 @@ def test_a_tiny_temperature_gives_the_greedy_distribution_not_nan(temperature):
     probs = sampling_distribution(logits, temperature=temperature, top_k=3)
     assert np.all(np.isfinite(probs))
     np.testing.assert_array_equal(probs, sampling_distribution(logits, temperature=0))
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 3, 7)])
+def test_greedy_distribution_is_one_hot_at_the_first_argmax_for_any_leading_shape(shape):
+    z = np.random.default_rng(1).integers(0, 3, shape).astype(np.float32)  # many ties: the first one wins
+    reference = (np.arange(shape[-1]) == np.argmax(z, axis=-1)[..., None]).astype(np.float64)
+    got = greedy_distribution(z)
+    assert got.shape == shape and got.dtype == np.float64
+    assert np.array_equal(got, reference), np.abs(got - reference).max()

@@ -47,7 +47,7 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               alpha_nominal, alpha_hat, c, v, speedup, speedup_end_to_end, predicted_thm38,
               predicted_refined, refined_error, ...},
               policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto), speedup,
-              predicted_refined, refined_error, alpha_hat, c, K_counts, exact}
+              predicted_refined, refined_error, alpha_hat, c, rounds and K_counts (summed over repeats), exact}
   bundled_lookup  rows[] of the same shape: prompt lookup vs the bundled draft model, real alpha
   reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated
   overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],

@@ -109,8 +109,13 @@ def baseline_run(target, prompt, n_tokens):
 
 
 def combine(runs):
+    """One row from a cell's repeats: median speedup and prediction; rounds and K_counts summed
+    over the repeats (each repeat has its own coins, so repeat 0's K usage alone can mislead)."""
     out = dict(runs[0])
     out["speedup"] = median([r["speedup"] for r in runs])
+    out["rounds"] = sum(r["rounds"] for r in runs)
+    out["K_counts"] = {K: sum(r["K_counts"].get(K, 0) for r in runs)
+                       for K in sorted({K for r in runs for K in r["K_counts"]})}
     out["predicted_refined"] = median([r["predicted_refined"] for r in runs if r["predicted_refined"]])
     out["exact"] = all(r["exact"] for r in runs)
     out["refined_error"] = None if out["predicted_refined"] is None else out["speedup"] / out["predicted_refined"] - 1
@@ -177,7 +182,7 @@ def print_report(result):
                      worst_err, all(r["exact"] for r in g.values())])
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens (medians)",
                 ["drafter", "alpha", *[f"K={K}" for K in range(1, K_max + 1)], "heur", "auto", "best fixed",
-                 "auto/best", "auto's K:rounds", "max |err|", "exact"], rows,
+                 "auto/best", "auto's K:rounds (all repeats)", "max |err|", "exact"], rows,
                 note="model: 124M-shaped draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
                      "(c ~ 0);\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
 

@@ -171,9 +171,9 @@ class AutoK:
     + prior weight): optimism while little is known, so the first rounds draft and one unlucky
     round does not stop it, fading as positions are examined. c = the drafter's wall seconds per
     drafted token (its forward calls, sampling and Python: on tiny models the last two are not
-    negligible) / target seconds per one-token call (the drafter's c_prior until it has drafted).
-    v = the target calls measured so far, each size its own median (v_curve; the prior for sizes
-    never timed). Two guards bound what an early guess can cost: the first drafting round asks
+    negligible; the median of the latest WINDOW drafting rounds) / target seconds per one-token
+    call (the drafter's c_prior until it has drafted). v = the target calls measured so far, each
+    size the median of its latest WINDOW calls (v_curve; the prior for sizes never timed). Two guards bound what an early guess can cost: the first drafting round asks
     for at most FIRST_K_MAX drafts and each later one at most K_STEP_MAX more than the last
     (an HF-style ramp), and plain rounds, which tell nothing about alpha, are interrupted after
     EXPLORE_AFTER of them in a row by one round of K = 1, the wait doubling each time.

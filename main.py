@@ -28,6 +28,8 @@ from gpt2np.report import (OneLineErrorParser, TokenTexts, coloured, format_stat
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
+WARMUP_TOKENS = 16  # a short untimed run first: the first calls of each size pay one-time costs
+                    # (helper threads, BLAS buffers, cold pages) that are not decoding
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -87,7 +89,8 @@ def parse_args(argv):
                    help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads "
                         "costs more than it saves, as measured on the bundled pair; else the BLAS default)")
     p.add_argument("--num_runs", type=int, default=1,
-                   help="with N > 1: one warm-up, then N timed runs of each decoder, reported as mean ± std")
+                   help=f"timed runs of each decoder, after an untimed warm-up ({WARMUP_TOKENS} tokens; with N > 1 a "
+                        "whole run); with N > 1 reported as mean ± std")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="colour every speculative token by where it came from "
                         "(accepted draft / target resample / target bonus)")
@@ -138,18 +141,18 @@ def check_args(args):
     gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)
 
 
-def timed_runs(make_stream, num_runs, show, untimed=lambda result: 0.0):
-    """Run a stream to its end once (or, for num_runs > 1, one warm-up then num_runs times).
+def timed_runs(make_stream, n_tokens, num_runs, show, untimed=lambda result: 0.0):
+    """One short untimed warm-up (num_runs > 1: a whole one), then num_runs timed runs of a stream.
 
-    show(stream) consumes the stream while printing its tokens as they come; it is used for the
-    last run (with num_runs > 1 the earlier runs are not printed). Returns the last stream and
-    the seconds of each run, less untimed(result): seconds of measurement, not of decoding.
+    make_stream(n_tokens) starts a stream; show(stream) consumes it while printing its tokens as
+    they come, for the last run (with num_runs > 1 the earlier runs are not printed). Returns the
+    last stream and the seconds of each run, less untimed(result): seconds of measurement, not of
+    decoding.
     """
-    if num_runs > 1:
-        make_stream().run()
+    make_stream(n_tokens if num_runs > 1 else min(n_tokens, WARMUP_TOKENS)).run()
     seconds, stream = [], None
     for i in range(num_runs):
-        stream = make_stream()
+        stream = make_stream(n_tokens)
         start = time.perf_counter()
         show(stream) if i == num_runs - 1 else stream.run()
         seconds.append(time.perf_counter() - start - untimed(stream.result))
@@ -200,28 +203,30 @@ def main(argv=None):
         threadpool_limits(limits=threads, user_api="blas")
     print(f"target: {target.name}, drafter: {drafter.name if drafter else 'none'}, prompt: {len(prompt_ids)} "
           f"tokens, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
+    print(f"BLAS: {gpt2np.blas_kernel()}")
     colour = args.verbose and sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
-    def plain():
+    def plain(n_tokens):
         rng = np.random.default_rng(args.seed)
-        return gpt2np.plain_stream(target, prompt_ids, args.n_tokens_to_generate, rng=rng, **sampling)
+        return gpt2np.plain_stream(target, prompt_ids, n_tokens, rng=rng, **sampling)
 
+    n = args.n_tokens_to_generate
     print(f"\n=== autoregressive ({target.name}) ===")
-    stream, ar_seconds = timed_runs(plain, args.num_runs, printer(target.tokenizer, args.prompt, False))
+    stream, ar_seconds = timed_runs(plain, n, args.num_runs, printer(target.tokenizer, args.prompt, False))
     print_time(len(stream.tokens), ar_seconds)
     if drafter is None:
         return
 
-    def speculative():
+    def speculative(n_tokens):
         rng = np.random.default_rng(args.seed)
-        return gpt2np.speculative_stream(target, drafter, prompt_ids, args.n_tokens_to_generate, args.K,
-                                         args.K_max, rng=rng, **sampling)
+        return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, args.K_max, rng=rng,
+                                         **sampling)
 
     K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
     print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")
     # the one-token target calls that calibrate c and v (when the run made too few) are not decoding
     show = printer(target.tokenizer, args.prompt, colour)
-    stream, sd_seconds = timed_runs(speculative, args.num_runs, show, lambda r: r.stats.calibration_seconds)
+    stream, sd_seconds = timed_runs(speculative, n, args.num_runs, show, lambda r: r.stats.calibration_seconds)
     if args.verbose:
         print(provenance_legend(stream.provenance, colour))
     print_time(len(stream.tokens), sd_seconds)

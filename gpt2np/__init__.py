@@ -34,6 +34,7 @@ from .autoregressive import generate, plain_stream  # noqa: E402  (after the lin
 from .config import PRESETS, GPT2Config
 from .drafters import ModelDrafter, NgramDrafter
 from .kv_cache import KVCache
+from .matmul import blas_kernel
 from .loading import RELEASE_SIZES, bundled_models, load_drafter, load_model, random_model
 from .model import GPT2
 from .policies import make_policy
@@ -43,7 +44,7 @@ from .stream import RoundEvent, Stream
 
 __all__ = [
     "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "PRESETS", "RELEASE_SIZES",
-    "RoundEvent", "Stream", "bundled_models", "check_sampling_options", "generate", "load_drafter",
+    "RoundEvent", "Stream", "blas_kernel", "bundled_models", "check_sampling_options", "generate", "load_drafter",
     "load_model", "make_policy", "plain_stream", "random_model", "sample", "sampling_distribution",
     "speculative_generate", "speculative_stream",
 ]

@@ -1,36 +1,41 @@
-"""x @ w for products with a few rows, cut into pieces OpenBLAS computes quickly (PERFORMANCE.md).
+"""x @ w for products with a few rows, by the method that is fastest for NumPy's BLAS kernel (PERFORMANCE.md).
 
 Decoding one token multiplies one row by every weight matrix, and BLAS's gemv streams the weights
-at memory speed. Verifying K draft tokens multiplies K+1 rows, and OpenBLAS's general sgemm first
-copies ("packs") the whole weight matrix into its own tile layout, which made a [5, 1024] @
-[1024, 4096] product cost 3.2 one-row products here. Speculative decoding only pays if it costs
-nearly one. Three measured facts give most of that back (a fourth, OpenBLAS's idle threads
-spinning on the second core, is handled in gpt2np/__init__.py):
+at memory speed. Verifying K draft tokens multiplies M = K+1 rows, and OpenBLAS's general sgemm
+first copies ("packs") the whole weight matrix into its own tile layout: plain x @ w on 355M's
+shapes costs 2-4 one-row products, whichever kernel runs. Speculative decoding only pays if it
+costs nearly one. How to get there depends on the kernel OpenBLAS chose for this CPU (threadpoolctl
+reports its name), so the method comes from a table of measurements, `METHODS`, never from a timing
+run of our own:
 
-  1. OpenBLAS sends some products to a "small matrix" kernel that reads the operands where they
-     are, without packing: measured here (OpenBLAS 0.3.31, SkylakeX, w column-major), those with
-     m * n * k <= 10^6 and m * n <= 1200, where n counts w's columns. With w stored column-major
-     (each output's weights contiguous, as weights.py keeps every weight of 2 MiB or more) that
-     kernel streams w at ~12 GB/s per core. So w's columns are cut into products that satisfy both.
-  2. The calls are shared between as many Python threads as BLAS may use, each taking the next
-     call when it is free. OpenBLAS runs a small-kernel product on the thread that calls it (that
-     path never wakes its own threads), so the two threads never compete with OpenBLAS's.
-  3. NumPy releases the GIL inside matmul only when the output has more than ~500 elements, so
-     threads running narrower products take turns instead of running at once. The MLP's
-     down-projection ([5, 4096] x [4096, 1024]) allows only 48 columns (240 outputs) per small
-     product; np.matmul over a stack of 3 of them at once (720 outputs) runs them in parallel.
-     (Cutting k into 1024-wide chunks instead, which frees the GIL too, reads w in 4 KB strides and
-     left that product at 2.0 one-row products against 1.7 now.)
+  pieces   (SkylakeX: CPUs with AVX-512.) OpenBLAS sends some products to a "small matrix" kernel
+           that reads the operands where they are, without packing: measured (OpenBLAS 0.3.31) for
+           m * n * k <= 10^6 and m * n <= 1200, n counting w's columns. With w column-major that
+           kernel streams w at ~12 GB/s per core, so w's columns are cut into such products.
+  rows     (Haswell: every x86 CPU without AVX-512; Zen uses Haswell's kernels.) There is no such
+           kernel: every sgemm packs. Matrix-vector products never pack, so w is cut into blocks
+           of ~512 KB of output weights and each block is multiplied by the M rows one at a time
+           (M gemv calls): the first reads the block from memory, the other M - 1 from the core's
+           cache, which reads several times faster. Not free: an extra row costs ~0.15-0.25 of
+           the first, so from M ~ 9 on plain sgemm catches up.
+  plain    x @ w: one row (gemv already streams), many rows (packing pays for itself), and every
+           kernel nobody has measured (ARM, Apple's Accelerate, MKL, other x86 kernels).
 
-The result equals x @ w up to float32 rounding (the sums run in a different order); tests compare
-the two. Anything this does not help (one row, a small product, many rows, a BLAS other than
-OpenBLAS, a row-major w) is plain x @ w.
+Both cut methods share their calls between as many Python threads as BLAS may use (threads.py),
+each taking the next call when it is free. Two facts make that work: OpenBLAS runs a small-kernel
+product on the thread that calls it, and `rows` sets OpenBLAS to one thread while it runs, so our
+threads never compete with OpenBLAS's; and NumPy releases the GIL inside matmul only when the
+output has more than ~500 elements, so every call writes more than that (pieces: several small
+products stacked in one np.matmul; rows: blocks of at least 500 / M + 1 outputs).
+
+Every method equals x @ w up to float32 rounding (the sums run in another order); tests compare
+each with x @ w under the kernel they run with, and once more in a process with the other kernel.
 """
 import functools
 
 import numpy as np
 
-from .threads import BLAS, helpers, share, threads_allowed  # noqa: F401  (helpers: bench's and the tests' name)
+from .threads import BLAS, blas_single_threaded, helpers, share, threads_allowed  # noqa: F401  (helpers: bench's and the tests' name)
 
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
@@ -42,15 +47,74 @@ COLUMN_MAJOR_MIN = 1 << 19  # weights with fewer entries (2 MiB) stay row-major 
 CALLS = 32             # calls per product, about, where there are more small products than that:
                        # the output head's 258 in 32 calls took 1.27 one-row products against 1.37
 MAX_ROWS = 16          # measured up to here (16 rows: 2.5-3x a one-row product, plain sgemm 3.2-3.6x)
-
+BLOCK_BYTES = 512 << 10  # rows: weights per block, read from memory once and from cache M - 1 times
+                         # (256 KB and 512 KB measured alike on 355M's shapes; 128 KB: more calls, slower)
 
 _BLAS = BLAS  # NumPy's OpenBLAS (threads.py), or None: then every product is plain x @ w
+KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for its kernel: "Haswell", ...
+
+# The method for m rows, by kernel: ((largest m, method), ...) in increasing m; beyond the last, or for a
+# kernel not in the table, plain. Separate rows for weights stored column-major (GPT-2's, 2 MiB and more)
+# and the small row-major ones (the bundled models'). Measured on an AVX-512 AMD EPYC with OpenBLAS 0.3.31,
+# each kernel in its own process (PERFORMANCE.md, "Every CPU"); Zen runs Haswell's kernel files.
+#                 column-major w                      small row-major w
+_SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "small": ()}
+_HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows")), "small": ((1, "plain"), (6, "rows"))}
+METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
+
+
+def blas_kernel():
+    """One line naming NumPy's BLAS kernel and the few-row methods METHODS gives it (plain x @ w
+    elsewhere), for headers and benchmark tables: "OpenBLAS 0.3.31 Haswell, 2 threads, few-row
+    products: rows (M 2-8); small row-major weights: rows (M 2-6)"."""
+    if BLAS is None:
+        return "not OpenBLAS (or no threadpoolctl): few-row products are plain x @ w"
+    threads = BLAS.get_num_threads()
+    name = f"OpenBLAS {BLAS.version} {KERNEL}, {threads} thread{'s' if threads > 1 else ''}"
+    table = METHODS.get(KERNEL)
+    if table is None:
+        return f"{name}: kernel not measured, few-row products are plain x @ w"
+
+    def spans(rows):  # ((largest m, method), ...) -> "rows (M 2-8)"
+        said, low = [], 1
+        for largest_m, method in rows:
+            if method != "plain":
+                said.append(f"{method} (M {low}-{largest_m})" if largest_m > low else f"{method} (M {low})")
+            low = largest_m + 1
+        return ", ".join(said) or "plain"
+    large, small = spans(table["large"]), spans(table["small"])
+    return f"{name}, few-row products: {large}" + (f"; small row-major weights: {small}" if small != large else "")
 
 
 def stored_column_major(shape):
-    """Whether weights.py keeps a Conv1D weight of this shape column-major (for matmul's pieces)."""
+    """Whether weights.py keeps a Conv1D weight of this shape column-major (for the cut methods)."""
     return shape[-2] * shape[-1] >= COLUMN_MAJOR_MIN
 
+
+def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows"
+    """The method for [m, k] @ w under this kernel (default: the one running), from METHODS."""
+    table = METHODS.get(KERNEL if kernel is None else kernel)
+    if table is None or BLAS is None:
+        return "plain"
+    large = w.T.flags.c_contiguous and stored_column_major(w.shape)
+    for largest_m, method in table["large" if large else "small"]:
+        if m <= largest_m:
+            return method
+    return "plain"
+
+
+def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
+    """x @ w, by the method METHODS gives this kernel for this many rows (see the module docstring)."""
+    if len(x) == 1:  # a decoding step asks ~150 times: one row is always gemv
+        return x @ w
+    return BY_NAME[method_for(len(x), w)](x, w)
+
+
+def plain(x, w):  # [m, k] @ [k, n] -> [m, n]
+    return x @ w
+
+
+# ---- pieces: OpenBLAS's small-matrix kernel (SkylakeX) ----
 
 def pieces(m, k, n):  # -> ((j0, j1, width), ...), or None to use x @ w
     """How to cut [m, k] @ [k, n] into calls on column ranges [j0, j1) of w; None where that would
@@ -83,11 +147,11 @@ def _call(x, w_t, out, call):  # x [m, k], w_t = w.T [n, k] C-contiguous, out [m
         np.matmul(x, w_t[j:j1].T, out=out[:, j:j1])
 
 
-def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
-    """x @ w, in pieces shared between threads when that is faster (see the module docstring)."""
+def in_pieces(x, w):  # [m, k] @ [k, n] -> [m, n]; w column-major
+    """x @ w in small-kernel products shared between threads, or x @ w where pieces() says no."""
     m, k = x.shape
     n = w.shape[1]
-    todo = pieces(m, k, n) if _BLAS is not None and w.T.flags.c_contiguous else None
+    todo = pieces(m, k, n) if w.T.flags.c_contiguous else None
     if todo is None:
         return x @ w
     x = np.ascontiguousarray(x)
@@ -95,3 +159,55 @@ def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     n_threads = threads_allowed() if stored_column_major(w.shape) else 1  # small w: not worth a wake-up
     share(lambda call: _call(x, w.T, out, call), todo, n_threads)  # each thread takes the next call when free
     return out
+
+
+# ---- rows: one matrix-vector product per row, a cache-sized block of w at a time (Haswell) ----
+
+def row_blocks(m, k, n):  # -> (width, ((b0, b1), ...)): blocks of w's columns, and calls
+    """Cut w's n columns into blocks of `width` columns, about BLOCK_BYTES of weights each, and group
+    whole blocks into calls of blocks [b0, b1): enough blocks per call that its m x (b1 - b0) x width
+    outputs free the GIL. Columns past the last whole block are left to the caller."""
+    return _blocks(m, k, n, BLOCK_BYTES, GIL_FREE_OUTPUT)
+
+
+@functools.lru_cache(maxsize=None)  # a model has a handful of shapes
+def _blocks(m, k, n, block_bytes, gil_free_output):
+    width = max(8, block_bytes // (4 * k))
+    n_blocks = n // width
+    per_call = gil_free_output // (m * width) + 1
+    return width, tuple((b0, min(n_blocks, b0 + per_call)) for b0 in range(0, n_blocks, per_call))
+
+
+def by_rows(x, w):  # [m, k] @ [k, n] -> [m, n]
+    """x @ w as m matrix-vector products per block of w's columns (see the module docstring).
+
+    Column-major w (each output's weights contiguous): calls of a few blocks each, shared between
+    threads, OpenBLAS held at one thread meanwhile; inside a call NumPy runs the m products of one
+    block, then the next block's (the output is laid out [block, row, column] for that, then put in
+    [row, column] order: a copy of m x n floats). A small row-major w: m products in one call."""
+    if not (w.T.flags.c_contiguous and stored_column_major(w.shape)):
+        return np.matmul(x[:, None, :], w)[:, 0]              # [m, 1, k] @ [k, n] -> [m, 1, n] -> [m, n]
+    m, k = x.shape
+    n = w.shape[1]
+    width, calls = row_blocks(m, k, n)
+    n_cut = width * calls[-1][1] if calls else 0              # columns in whole blocks
+    w_t = w.T                                                 # [n, k] C-contiguous
+    blocks = w_t[:n_cut].reshape(-1, 1, width, k).transpose(0, 1, 3, 2)  # [n_blocks, 1, k, width] views
+    xs = x[None, :, None, :]                                  # [1, m, 1, k]: m row vectors
+    by_block = np.empty((len(blocks), m, 1, width), dtype=np.result_type(x, w))  # [n_blocks, m, 1, width]
+
+    def call(b):                                              # blocks [b0, b1): m gemv calls each
+        b0, b1 = b
+        np.matmul(xs, blocks[b0:b1], out=by_block[b0:b1])     # [1, m, 1, k] @ [b, 1, k, width] -> [b, m, 1, width]
+
+    n_threads = threads_allowed()                             # read before OpenBLAS is set to one thread
+    with blas_single_threaded():
+        share(call, calls, n_threads)
+    out = np.empty((m, n), dtype=by_block.dtype)
+    out[:, :n_cut] = by_block.reshape(-1, m, width).transpose(1, 0, 2).reshape(m, n_cut)  # [m, n_blocks * width]
+    if n_cut < n:
+        out[:, n_cut:] = x @ w[:, n_cut:]                     # the columns past the last whole block
+    return out
+
+
+BY_NAME = {"plain": plain, "pieces": in_pieces, "rows": by_rows}

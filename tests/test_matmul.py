@@ -1,9 +1,13 @@
-"""matmul.py's few-row products: the same numbers as x @ w, and pieces OpenBLAS takes its fast path for.
+"""matmul.py's few-row products: every method gives the numbers of x @ w, under this process's BLAS
+kernel and (one test) in a process running another kernel; the pieces fit OpenBLAS's fast paths.
 
 Timing is measured by `python -m bench`, never here; these tests check what can be wrong silently:
-a piece missed or done twice, a piece too big for the small-matrix kernel, BLAS threads not restored.
+a piece or block missed or done twice, a piece too big for the small-matrix kernel, a call too small
+to free the GIL, BLAS threads not restored, a kernel given a method nobody measured for it.
 """
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -41,25 +45,73 @@ def test_pieces_cover_the_product_once_fit_the_small_kernel_and_free_the_gil(m, 
     assert (covered == 1).all(), f"{(covered != 1).sum()} of {n} columns covered other than once"
 
 
-@pytest.mark.parametrize("m, k, n", [(2, 1024, 4096), (5, 1024, 3072), (5, 4096, 1024), (9, 768, 2304),
-                                     (16, 1024, 1024), (5, 768, 50257), (3, 1500, 700)])
-def test_matmul_equals_numpy(m, k, n):
+@given(m=st.integers(1, 20), k=st.integers(1, 100_000), n=st.integers(1, 60_000))
+@settings(max_examples=200, deadline=None)
+def test_row_blocks_cover_whole_blocks_once_and_free_the_gil(m, k, n):
+    width, calls = mm.row_blocks(m, k, n)
+    assert width >= 8 and (width == 8 or 4 * k * width <= mm.BLOCK_BYTES)  # a block stays cache-sized
+    covered = np.zeros(n // width, np.int8)
+    for i, (b0, b1) in enumerate(calls):
+        covered[b0:b1] += 1
+        if i < len(calls) - 1:  # every call but the last writes enough output for NumPy to drop the GIL
+            assert m * (b1 - b0) * width > mm.GIL_FREE_OUTPUT
+    assert (covered == 1).all(), f"{(covered != 1).sum()} of {len(covered)} blocks covered other than once"
+
+
+SHAPES = [(2, 1024, 4096), (5, 1024, 3072), (5, 4096, 1024), (9, 768, 2304), (16, 1024, 1024), (5, 768, 50257),
+          (3, 1500, 700), (8, 1600, 6400), (2, 6400, 1600)]
+
+
+@pytest.mark.parametrize("method", sorted(mm.BY_NAME))
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_every_method_equals_numpy(method, m, k, n):
+    """Each method, whatever this kernel's table picks, against x @ w in float64."""
     rng = np.random.default_rng(m * k + n)
     x, w = rng.standard_normal((m, k), dtype=np.float32), column_major(rng, k, n)
-    assert mm.pieces(m, k, n) is not None  # these shapes take the pieces path
-    got, want = mm.matmul(x, w), x @ w
+    if method == "pieces":
+        assert mm.pieces(m, k, n) is not None  # these shapes are really cut
+    got = mm.BY_NAME[method](x, w)
+    want = x.astype(np.float64) @ w.astype(np.float64)
     err = max_relative_error(got, want)
     assert got.shape == (m, n) and got.dtype == np.float32
-    # float32 sums of up to 4096 terms in another order: measured <= 3e-7 of the largest entry
-    assert err <= 2e-6, f"max |matmul - x @ w| = {err:.2e} of max |x @ w|"
+    # float32 sums of up to 6400 terms in another order: measured <= 6e-7 of the largest entry
+    assert err <= 2e-6, f"{method} under {mm.KERNEL}: max |product - x @ w| = {err:.2e} of max |x @ w|"
 
 
-def test_row_major_weights_and_one_row_are_plain_products():
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 16])
+def test_matmul_equals_numpy_with_the_method_this_kernel_gets(m):
+    rng = np.random.default_rng(m)
+    for k, n in ((1024, 4096), (4096, 1024), (160, 640)):  # GPT-2's column-major weights, a bundled row-major one
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        w = column_major(rng, k, n) if k * n >= mm.COLUMN_MAJOR_MIN else rng.standard_normal((k, n), dtype=np.float32)
+        err = max_relative_error(mm.matmul(x, w), x.astype(np.float64) @ w.astype(np.float64))
+        assert err <= 2e-6, f"{mm.method_for(m, w)} under {mm.KERNEL}, [{m}, {k}] @ [{k}, {n}]: {err:.2e}"
+
+
+def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((5, 1024), dtype=np.float32), rng.standard_normal((1024, 2048), dtype=np.float32)
-    np.testing.assert_array_equal(mm.matmul(x, w), x @ w)          # C-order w: not cut
+    large, small = column_major(rng, 1024, 1024), rng.standard_normal((160, 640), dtype=np.float32)
+    if mm.BLAS is None:
+        assert all(mm.method_for(m, large, kernel) == "plain" for m in range(1, 17) for kernel in mm.METHODS)
+        return
+    assert [mm.method_for(m, large, "SkylakeX") for m in (1, 2, 16, 17)] == ["plain", "pieces", "pieces", "plain"]
+    assert [mm.method_for(m, large, "Haswell") for m in (1, 2, 7, 8, 9, 12, 13)] == ["plain", "rows", "rows", "plain", "rows", "rows", "plain"]
+    assert mm.method_for(5, large, "Zen") == "rows"                 # Zen runs Haswell's kernel files
+    assert [mm.method_for(m, small, "Haswell") for m in (1, 6, 7)] == ["plain", "rows", "plain"]
+    assert mm.method_for(5, small, "SkylakeX") == "plain"
+    for kernel in ("Sandybridge", "neoversen1", "armv8", "Prescott"):  # nobody measured these: plain
+        assert all(mm.method_for(m, w, kernel) == "plain" for m in range(1, 17) for w in (large, small))
+    assert mm.KERNEL in mm.blas_kernel()
+
+
+def test_one_row_and_unmeasured_cases_are_plain_products():
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((9, 1024), dtype=np.float32), rng.standard_normal((1024, 2048), dtype=np.float32)
     wf = np.asfortranarray(w)
     np.testing.assert_array_equal(mm.matmul(x[:1], wf), x[:1] @ wf)  # one row: gemv already streams
+    for m, weights in ((9, w), (17, wf)):  # beyond every kernel's table: plain, the same numbers exactly
+        assert mm.method_for(m, weights) == "plain"
+        np.testing.assert_array_equal(mm.matmul(x[:1].repeat(m, 0), weights), x[:1].repeat(m, 0) @ weights)
 
 
 @pytest.mark.skipif(mm._BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")
@@ -76,22 +128,28 @@ def test_blas_threads_restored_and_any_thread_count_agrees(threads, k, n):
     assert max_relative_error(got, x @ w) <= 2e-6
 
 
-def test_model_through_many_pieces_equals_reference(monkeypatch):
-    """Shrink the thresholds so a small model's every product goes through pieces: several products
-    in one call, one, and a narrower rest."""
+@pytest.mark.parametrize("method", ["pieces", "rows"])
+def test_model_through_many_pieces_or_blocks_equals_reference(monkeypatch, method):
+    """Shrink the thresholds so a small model's every product goes through the method: for pieces,
+    several products in one call, one, and a narrower rest; for rows, several blocks and a rest."""
     config = GPT2Config(n_vocab=50, n_ctx=16, n_embd=24, n_head=3, n_layer=2)
     monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 1)  # column-major weights, shared between threads
     model = GPT2(config, random_params(config, seed=3))
     assert model.params["blocks"][0]["mlp"]["c_proj"]["w"].T.flags.c_contiguous
     ids = np.random.default_rng(4).integers(0, 50, 12)
     plain = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)
-    monkeypatch.setattr(mm, "SMALL_MNK", 8 * 96 * 5)
-    monkeypatch.setattr(mm, "SMALL_MN", 40)
+    monkeypatch.setattr(mm, "method_for", lambda m, w, kernel=None: method)
     monkeypatch.setattr(mm, "GIL_FREE_OUTPUT", 100)
-    assert mm.pieces(8, 4 * 24, 24) == ((0, 15, 5), (15, 24, 5))  # MLP down-projection: 3 products, 1, a rest
+    if method == "pieces":
+        monkeypatch.setattr(mm, "SMALL_MNK", 8 * 96 * 5)
+        monkeypatch.setattr(mm, "SMALL_MN", 40)
+        assert mm.pieces(8, 4 * 24, 24) == ((0, 15, 5), (15, 24, 5))  # MLP down-projection: 3 products, 1, a rest
+    else:
+        monkeypatch.setattr(mm, "BLOCK_BYTES", 4 * 96 * 8)
+        assert mm.row_blocks(8, 4 * 24, 50) == (8, ((0, 2), (2, 4), (4, 6)))  # head: 6 blocks of 8, a rest of 2
     cut = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)  # [8, n_vocab]
     slow = gpt2_reference(ids, model.params, config)[4:]
-    print(f"max |pieces - plain| = {np.abs(cut - plain).max():.2e}, vs reference {np.abs(cut - slow).max():.2e}")
+    print(f"{method}: max |cut - plain| = {np.abs(cut - plain).max():.2e}, vs reference {np.abs(cut - slow).max():.2e}")
     np.testing.assert_allclose(cut, plain, rtol=0, atol=1e-5)
     np.testing.assert_allclose(cut, slow, rtol=0, atol=1e-5)
 
@@ -132,3 +190,41 @@ def test_a_helpers_exception_reaches_the_caller_and_the_helper_lives_on():
     with pytest.raises(ZeroDivisionError, match="in the helper"):
         mm.helpers(1)[0].submit(fail).result()
     assert mm.helpers(1)[0].submit(sum, [1, 2, 3]).result() == 6
+
+
+def other_kernel():
+    """(environment, kernel name) for a child process whose OpenBLAS runs another kernel than this one's,
+    or None. OpenBLAS reads OPENBLAS_CORETYPE once, when NumPy loads: only a new process can change it."""
+    if mm.BLAS is None or not os.path.exists("/proc/cpuinfo"):
+        return None
+    flags = open("/proc/cpuinfo").read()
+    own = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    candidates = [own]  # the CPU's own kernel, when this process runs a forced one
+    for kernel, flag in (("Haswell", " avx2"), ("Sandybridge", " avx ")):
+        if flag in flags:
+            candidates.append({**own, "OPENBLAS_CORETYPE": kernel})
+    for env in candidates:
+        name = subprocess.run([sys.executable, "-c", "import gpt2np.matmul as m; print(m.KERNEL)"], env=env,
+                              capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        if name and name != mm.KERNEL:
+            return env, name
+    return None
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(os.environ.get("GPT2NP_OTHER_KERNEL") == "1", reason="already the other kernel's run")
+def test_the_products_agree_under_another_blas_kernel():
+    """This file's tests again in a process running another OpenBLAS kernel: the CPU's own where this
+    process runs a forced one (OPENBLAS_CORETYPE set, as on CI), else Haswell's (or Sandybridge's)."""
+    found = other_kernel()
+    if found is None:
+        pytest.skip(f"no other OpenBLAS kernel runs on this CPU (this one: {mm.KERNEL})")
+    env, name = found
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                         env={**env, "GPT2NP_OTHER_KERNEL": "1"}, capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    tail = "\n".join(run.stdout.splitlines()[-15:])
+    assert run.returncode == 0, f"tests/test_matmul.py under {name} (this process: {mm.KERNEL}) failed:\n{tail}"
+    print(f"{name}: {tail.splitlines()[-1]}")

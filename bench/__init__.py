@@ -21,6 +21,10 @@ One file per section:
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
+  kernels.py      per OpenBLAS kernel this CPU runs (its own, Haswell where it has AVX2, the one
+                  OPENBLAS_CORETYPE sets), each in a worker process (kernel_worker.py) at
+                  --kernel-sizes (355M): the verification curve for M = 1..16 at context 128 with
+                  gpt2np's methods and with plain x @ w, decode vs its roofline; ~40 s a kernel
   hf.py           optional: Hugging Face transformers on PyTorch CPU, paired (if both import): decode
                   and M = 5 in this process, and prefill at every prefill length through
   prefill_pair.py   two worker processes (prefill_worker.py: gpt2np, HF) that take turns, order
@@ -53,6 +57,11 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
   overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],
               products_per_forward[size], estimated_fraction_of_decode[size]}, bundled (or bundled.skipped)
   memory      weight_bytes, kv_cache_bytes, {first_load, cached_load}.{load_seconds, peak_rss, peak_over_weights}
+  kernels     context, max_m, rounds, kernels[]: {name (threadpoolctl's), source (this run's | CPU's own |
+              forced: Haswell), env (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), blas_kernel (gpt2np.blas_kernel()),
+              measured (in gpt2np.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
+              ratio["1".."16"] (gpt2np), ratio_plain["1".."16"], one_token_s, decode_s, roofline_s,
+              vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv), runs[] (each worker's own JSON)}
   targets     [{target, measured, goal, met}]: issues 5, 10 and 14's targets wherever this run measured them
               (issue 14: prefill@512 numpy / HF at 124M and 355M, decode@896 / roofline and
               forward M=5 / M=1 at context 896 at 355M)
@@ -62,4 +71,5 @@ compare.py reads both shapes.
 """
 import gpt2np  # noqa: F401,E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 
-SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "reference", "overhead", "memory", "hf")
+SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "reference", "overhead", "memory", "kernels",
+            "hf")

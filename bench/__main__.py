@@ -30,6 +30,12 @@ def parse_args(argv):
     ap.add_argument("--sections", default="all",
                     help=f"comma-separated subset of: {', '.join(SECTIONS)}; 'decode' adds 'bandwidth' "
                          "(the roofline needs it)")
+    ap.add_argument("--kernel-sizes", default="355M",
+                    help="comma-separated sizes (or model names: their shape, random weights) of the kernels "
+                         "section, which measures every OpenBLAS kernel this CPU runs, each in its own process")
+    ap.add_argument("--kernel-rounds", type=int, default=1,
+                    help="the kernels section's worker per kernel, kernel after kernel, this many times over "
+                         "(~40 s a worker at 355M); medians over the rounds")
     ap.add_argument("--tiny", action="store_true", help="tiny configs, a few seconds: checks the suite runs, "
                                                           "its numbers mean nothing")
     # how
@@ -66,6 +72,8 @@ def selected_sections(text):
 def make_plan(args):
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
+    if args.kernel_rounds < 1:
+        raise SystemExit(f"--kernel-rounds must be >= 1, got {args.kernel_rounds}")
     if args.policy_repeats < 1:
         raise SystemExit(f"--policy-repeats must be >= 1, got {args.policy_repeats}")
     alphas = tuple(float(a) for a in args.alphas.split(","))
@@ -77,10 +85,12 @@ def make_plan(args):
     pair = tuple(s.strip() for s in args.pair.split(","))
     if len(pair) != 2:
         raise SystemExit(f"--pair must be DRAFT,TARGET, got {args.pair!r}")
-    named = tuple(s for s in dict.fromkeys(sizes + list(pair)) if s not in PRESETS)
+    kernel_sizes = tuple(s.strip() for s in args.kernel_sizes.split(",") if s.strip())
+    named = tuple(s for s in dict.fromkeys(sizes + list(pair) + list(kernel_sizes)) if s not in PRESETS)
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
                      policy_repeats=args.policy_repeats, spec_long_prompt=args.spec_long_prompt,
-                     reference_tokens=args.reference_tokens, pair=pair, named=named,
+                     reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
+                     kernel_rounds=args.kernel_rounds,
                      configs={**PRESETS, **{name: named_config(name) for name in named}})
     return plan
 

@@ -48,6 +48,9 @@ class Plan:
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)
     memory_sizes: tuple = ("124M", "355M")  # loaded together in a subprocess for peak RSS
+    kernel_sizes: tuple = ("355M",)  # shapes of the kernels section: a worker process per OpenBLAS kernel each
+    kernel_max_m: int = 16          # its verification curve: M = 1..kernel_max_m at verify_context
+    kernel_rounds: int = 1          # its workers run kernel after kernel this many times over (~40 s each at 355M)
     bandwidth_mib: int = 1024       # streaming buffer; the host reports a 480 MiB L3, so stay well above
     small_m_shape: tuple = (1024, 4096)  # [in, out] of the product-level small-M curve (355M's c_fc)
     overhead_layers: tuple = (2, 12, 24)  # n_layer of the near-zero-FLOP models timed for Python overhead
@@ -70,7 +73,8 @@ class Plan:
         return d
 
     def used_sizes(self):
-        return set(self.sizes) | set(self.pair) | {self.reference_size} | set(self.memory_sizes)
+        return (set(self.sizes) | set(self.pair) | {self.reference_size} | set(self.memory_sizes)
+                | set(self.kernel_sizes))
 
 
 TINY_CONFIGS = {
@@ -88,13 +92,15 @@ def full_plan(sizes, repeats, **overrides):
 
 def tiny_plan(repeats=2, **overrides):
     """Seconds-long run on two tiny configs: for the test suite, never for numbers."""
-    # n_ctx is 32 in both tiny configs: contexts + 1, verify contexts + 9, spec prompts + 12 all fit
+    # n_ctx is 32 in both tiny configs: contexts + 1, verify contexts + 9, verify_context + kernel_max_m,
+    # spec prompts + 12 all fit
     kw = dict(sizes=("tiny", "tiny2"), repeats=repeats, prompt_len=8, prefill_lens=(8, 16, 28), prefill_target_len=16,
               contexts=(8, 16, 22), verify_contexts=(8, 22), verify_context=8, verify_max_m=9, spec_prompt_len=4,
               spec_long_prompt=16, spec_tokens=12, spec_repeats=repeats, K=3, alphas=(0.5, 1.0),
               pair=("tiny", "tiny2"), policy_alphas=(0.5, 1.0), policy_K_max=3, policy_tokens=12,
               policy_repeats=1, reference_size="tiny2", reference_new=12, reference_tokens=4,
-              memory_sizes=("tiny", "tiny2"), bandwidth_mib=8, small_m_shape=(64, 256),
+              memory_sizes=("tiny", "tiny2"), kernel_sizes=("tiny2",), kernel_max_m=16, kernel_rounds=2,
+              bandwidth_mib=8, small_m_shape=(64, 256),
               overhead_layers=(1, 3), tiny=True, configs=dict(TINY_CONFIGS))
     kw.update(overrides)
     return Plan(**kw)

@@ -51,6 +51,11 @@ def headline(r):
         h["reference fast speedup"] = r["reference"]["speedup_vs_reference"]
     for size, v in r.get("overhead", {}).get("per_call", {}).get("estimated_s_per_call", {}).items():
         h[f"{size} python overhead s/call"] = v
+    for size, entries in r.get("kernels", {}).get("sizes", {}).items():
+        for e in entries:
+            for m in ("2", "5", "9"):
+                h[f"{size} {e['name']} verify_M{m}@{r['kernels']['context']} ratio"] = e["ratio"].get(m)
+            h[f"{size} {e['name']} decode@{r['kernels']['context']} x_roofline"] = e["vs_roofline"]
     for load in ("first_load", "cached_load"):
         if load in r.get("memory", {}):
             h[f"memory {load} peak_over_weights"] = r["memory"][load]["peak_over_weights"]

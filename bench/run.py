@@ -3,7 +3,7 @@
 Order: bandwidth first (the roofline needs it), then every size in turn (prefill, verify, decode,
 hf, speculative: one random model in memory at a time, plus the pair's draft while its target is
 measured; hf's prefill pair runs two more processes, each with its own copy of the size's shape),
-then the reference comparison, the overhead fit, and memory last (subprocesses, with
+then the reference comparison, the overhead fit, and memory and kernels last (subprocesses, with
 this process's models already freed).
 """
 import datetime
@@ -17,7 +17,7 @@ import numpy as np
 
 import gpt2np
 
-from . import bandwidth, baseline, decode, hf, memory, overhead, policies, spec
+from . import bandwidth, baseline, decode, hf, kernels, memory, overhead, policies, spec
 from .common import blas_limits, log, print_table, weight_bytes, weight_bytes_per_token
 
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -163,6 +163,10 @@ def run(plan, sections, threads=None, argv=None):
             t = time.perf_counter()
             results["memory"] = memory.run(plan)
             section_seconds["memory"] = time.perf_counter() - t
+        if "kernels" in sections:
+            t = time.perf_counter()
+            results["kernels"] = kernels.run(plan, threads)
+            section_seconds["kernels"] = time.perf_counter() - t
     results["targets"] = targets(results, plan)
     print_targets(results["targets"])
     for note in results["meta"]["notes"]:

@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 import gpt2np
+from gpt2np.blas_curves import cpu_flags
 from gpt2np.config import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package
 
-from bench import SECTIONS  # noqa: E402
+from bench import SECTIONS, kernels  # noqa: E402
 from bench.__main__ import selected_sections  # noqa: E402
 from bench.common import tiny_plan, weight_bytes_per_token  # noqa: E402
 from bench.compare import headline  # noqa: E402
@@ -37,18 +38,23 @@ def positive(x):
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """`python -m bench --tiny` in a subprocess, exactly as a user runs it; the parsed JSON."""
+def bench_run(tmp_path_factory):
+    """`python -m bench --tiny` in a subprocess, exactly as a user runs it; (the parsed JSON, its stdout)."""
     path = tmp_path_factory.mktemp("bench") / "bench.json"
     done = subprocess.run([sys.executable, "-m", "bench", "--tiny", "--sections", NO_HF, "--json", str(path)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "## Verification curve" in done.stdout and "## Speculative decoding" in done.stdout
-    return json.loads(path.read_text())
+    return json.loads(path.read_text()), done.stdout
+
+
+@pytest.fixture(scope="module")
+def results(bench_run):
+    return bench_run[0]
 
 
 def test_top_level_sections(results):
-    assert set(results) >= {"meta", "bandwidth", "sizes", "reference", "overhead", "memory", "targets"}
+    assert set(results) >= {"meta", "bandwidth", "sizes", "reference", "overhead", "memory", "kernels", "targets"}
     meta = results["meta"]
     assert meta["plan"]["tiny"] is True and set(meta["sections"]) == set(NO_HF.split(","))
     assert isinstance(meta["blas"], list) and positive(meta["wall_seconds"])
@@ -179,6 +185,49 @@ def test_compare_reads_json_from_before_issue_14(results, capsys):
     print_report(old["sizes"])
     out = capsys.readouterr().out
     assert "tiny2 prefill@8 seconds" in out and "## Verification curve" in out
+
+
+def test_kernels(bench_run):
+    """One worker process per OpenBLAS kernel: this run's kernel, and Haswell's where the CPU has AVX2."""
+    (results, stdout), plan = bench_run, tiny_plan()
+    r = results["kernels"]
+    names = [k["name"] for k in r["kernels"]]
+    assert all(names) and len(set(names)) == len(names)
+    if gpt2np.matmul.KERNEL is not None:  # OpenBLAS: this process's kernel, and Haswell's where it can run
+        assert gpt2np.matmul.KERNEL in names and ("Haswell" in names or "avx2" not in cpu_flags())
+    assert list(r["sizes"]) == list(plan.kernel_sizes) and r["rounds"] == plan.kernel_rounds
+    m_keys = [str(m) for m in range(1, plan.kernel_max_m + 1)]
+    for size, entries in r["sizes"].items():
+        assert [e["name"] for e in entries] == names, size
+        for e in entries:
+            for curve in ("ratio", "ratio_plain"):
+                assert list(e[curve]) == m_keys and e[curve]["1"] == 1.0, (size, e["name"], curve)
+                assert all(positive(v) for v in e[curve].values()), (size, e["name"], curve)
+            assert list(e["methods"]) == m_keys and set(e["methods"].values()) <= set(gpt2np.matmul.BY_NAME)
+            assert all(positive(e[k]) for k in ("one_token_s", "decode_s", "roofline_s", "vs_roofline"))
+            assert len(e["runs"]) == plan.kernel_rounds and all(run["kernel"] == e["name"] for run in e["runs"])
+    assert "## Verification curve per OpenBLAS kernel" in stdout
+    for k in r["kernels"]:
+        assert f"{k['name']} v gpt2np" in stdout and k["blas_kernel"] in stdout
+        assert k["measured"] == (k["name"] in gpt2np.matmul.METHODS)
+
+
+def test_kernels_report_names_an_unmeasured_kernel(results, capsys):
+    r = json.loads(json.dumps(results["kernels"]))
+    r["kernels"][0].update(name="Nehalem", measured=False)
+    kernels.print_report(r)
+    assert "kernel Nehalem: not measured, few-row products are plain x @ w" in capsys.readouterr().out
+
+
+def test_kernel_environments_are_labelled_by_where_they_come_from(monkeypatch):
+    """The notes say which environment ran a kernel: this run's, the CPU's own (variables removed), forced."""
+    haswell = {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512"}
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.delenv("OPENBLAS_L2_SIZE", raising=False)
+    assert [kernels.source(env) for env in ({"PATH": "/bin"}, haswell)] == ["this run's", "forced"]
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")  # as on CI
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "512")
+    assert [kernels.source(env) for env in (haswell, {"PATH": "/bin"})] == ["this run's", "CPU's own"]
 
 
 def test_weight_bytes_per_token_matches_perf_notes():

@@ -97,7 +97,7 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert [mm.method_for(m, large, "SkylakeX") for m in (1, 2, 16, 17)] == ["plain", "pieces", "pieces", "plain"]
     assert [mm.method_for(m, large, "Haswell") for m in (1, 2, 7, 8, 9, 12, 13)] == ["plain", "rows", "rows", "plain", "rows", "rows", "plain"]
     assert mm.method_for(5, large, "Zen") == "rows"                 # Zen runs Haswell's kernel files
-    assert [mm.method_for(m, small, "Haswell") for m in (1, 6, 7)] == ["plain", "rows", "plain"]
+    assert [mm.method_for(m, small, "Haswell") for m in (1, 7, 8)] == ["plain", "rows", "plain"]
     assert mm.method_for(5, small, "SkylakeX") == "plain"
     for kernel in ("Sandybridge", "neoversen1", "armv8", "Prescott"):  # nobody measured these: plain
         assert all(mm.method_for(m, w, kernel) == "plain" for m in range(1, 17) for w in (large, small))
@@ -193,22 +193,12 @@ def test_a_helpers_exception_reaches_the_caller_and_the_helper_lives_on():
 
 
 def other_kernel():
-    """(environment, kernel name) for a child process whose OpenBLAS runs another kernel than this one's,
-    or None. OpenBLAS reads OPENBLAS_CORETYPE once, when NumPy loads: only a new process can change it."""
-    if mm.BLAS is None or not os.path.exists("/proc/cpuinfo"):
+    """(environment, kernel name) for a child process whose OpenBLAS runs another kernel than this one's
+    (blas_curves.blas_kernel_envs: the CPU's own, or Haswell's), or None where the CPU runs no other."""
+    if mm.BLAS is None:
         return None
-    flags = open("/proc/cpuinfo").read()
-    own = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    candidates = [own]  # the CPU's own kernel, when this process runs a forced one
-    for kernel, flag in (("Haswell", " avx2"), ("Sandybridge", " avx ")):
-        if flag in flags:
-            candidates.append({**own, "OPENBLAS_CORETYPE": kernel})
-    for env in candidates:
-        name = subprocess.run([sys.executable, "-c", "import gpt2np.matmul as m; print(m.KERNEL)"], env=env,
-                              capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        if name and name != mm.KERNEL:
-            return env, name
-    return None
+    from gpt2np.blas_curves import blas_kernel_envs
+    return next(((env, name) for name, env in blas_kernel_envs().items() if name != mm.KERNEL), None)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -37,7 +37,7 @@ run.py runs the sections and writes the JSON; common.py holds the Plan, timing a
 The JSON (default bench/results/bench.json, git-ignored), seconds and bytes throughout:
   meta        plan, sections, BLAS (threadpoolctl), threads, OPENBLAS_* env, load averages, notes
   bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"] (x @ w),
-              small_m.pieces.ratio["1".."9"] (gpt2np.matmul, column-major weights)
+              small_m.pieces.ratio["1".."9"] (gpt2np.model.fast.matmul, column-major weights)
   sizes[size] weight_bytes_per_token, bandwidth_gbps, roofline_s_per_token,
               prefill["128"|"512"|"1000"].{n_tokens, seconds, seconds_min, tokens_per_s, gflops},
               decode["128"|"512"|"896"].{s_per_token, roofline_s, vs_roofline, vs_roofline_paired},
@@ -59,7 +59,7 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
   memory      weight_bytes, kv_cache_bytes, {first_load, cached_load}.{load_seconds, peak_rss, peak_over_weights}
   kernels     context, max_m, rounds, kernels[]: {name (threadpoolctl's), source (this run's | CPU's own |
               forced: Haswell), env (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), blas_kernel (gpt2np.blas_kernel()),
-              measured (in gpt2np.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
+              measured (in gpt2np.model.fast.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
               ratio["1".."16"] (gpt2np), ratio_plain["1".."16"], one_token_s, decode_s, roofline_s,
               vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv), runs[] (each worker's own JSON)}
   targets     [{target, measured, goal, met}]: issues 5, 10 and 14's targets wherever this run measured them

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2np.config import PRESETS
-from gpt2np.download import DownloadError
-from gpt2np.loading import read_config, resolve_model_dir
+from gpt2np.model.config import PRESETS
+from gpt2np.checkpoints.download import DownloadError
+from gpt2np.checkpoints.loading import read_config, resolve_model_dir
 
 from . import SECTIONS
 from .common import full_plan, log, tiny_plan

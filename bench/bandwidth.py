@@ -14,7 +14,7 @@ Two more numbers explain where decode and verification time goes:
   small_m      [M, in] x [in, out] for M = 1..9, cycling through enough weight matrices to fill the
                buffer, so every product reads its weights from DRAM as a decode step does; the
                ratio t(M) / t(1) is the product-level version of the verification curve. Measured
-               twice: plain `x @ w` on row-major weights, and gpt2np.matmul.matmul on the same
+               twice: plain `x @ w` on row-major weights, and gpt2np.model.fast.matmul.matmul on the same
                buffer viewed column-major, as the model keeps its weights (small_m.pieces).
 """
 import os
@@ -86,7 +86,7 @@ def measure_small_m(buf, n_in, n_out, max_m, repeats, column_major=False):
     taken within each repeat (the M passes run back to back), then the median. column_major: views
     of the same buffer with each output's weights contiguous, multiplied by gpt2np's matmul.
     """
-    from gpt2np.matmul import matmul
+    from gpt2np.model.fast.matmul import matmul
     n_mats = max(1, buf.size // (n_in * n_out))
     flat = buf[:n_mats * n_in * n_out]
     if column_major:
@@ -156,4 +156,4 @@ def print_report(r):
     print_table(f"Product-level small-M curve: [M, {sm['shape'][0]}] x {sm['shape']}, weights from DRAM",
                 ["M", "x @ w ms", "t(M)/t(1)", "GFLOP/s", "gpt2np matmul ms", "t(M)/t(1)"], rows,
                 note="x @ w: NumPy on row-major weights (OpenBLAS packs them); gpt2np matmul: column-major "
-                     "weights in small-kernel pieces on all BLAS threads (gpt2np/matmul.py)")
+                     "weights in small-kernel pieces on all BLAS threads (gpt2np/model/fast/matmul.py)")

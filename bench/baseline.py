@@ -1,4 +1,4 @@
-"""The slow reference path (gpt2np.reference: no cache, one head at a time) against the fast path.
+"""The slow reference path (gpt2np.model.reference: no cache, one head at a time) against the fast path.
 
 The task: greedy decoding of reference_new tokens after a prompt_len-token prompt, which is what a
 picoGPT-style implementation does (every step recomputes the whole sequence, and the output
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from gpt2np.autoregressive import generate
-from gpt2np.reference import gpt2_reference
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.model.reference import gpt2_reference
 
 from .common import log, print_table, random_ids, seconds
 

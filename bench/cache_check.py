@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpt2np import weights
-from gpt2np.config import PRESETS
+from gpt2np.checkpoints import weights
+from gpt2np.model.config import PRESETS
 
 from .common import log, median
 from .memory import write_random_checkpoint

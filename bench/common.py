@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpt2np.config import PRESETS, GPT2Config
+from gpt2np.model.config import PRESETS, GPT2Config
 
 BYTES_PER_FLOAT = 4  # fp32 everywhere
 

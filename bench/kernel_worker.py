@@ -10,9 +10,9 @@ gpt2np.random_model(config, seed=0), fills its cache to --context random tokens,
   decode     bench.decode.measure_decode at the context: s/token, over the roofline (weight bytes
              per token + KV bytes at the context) / that bandwidth, and paired with a gemv pass
   verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, twice: with
-             gpt2np's few-row methods ("gpt2np"), then with gpt2np.matmul.METHODS emptied so that
+             gpt2np's few-row methods ("gpt2np"), then with gpt2np.model.fast.matmul.METHODS emptied so that
              every product is plain x @ w on the weights as stored ("plain")
-  methods    per M, the method gpt2np.matmul.method_for picks for a column-major [n_embd, 4 n_embd]
+  methods    per M, the method gpt2np.model.fast.matmul.method_for picks for a column-major [n_embd, 4 n_embd]
              weight (c_fc's shape), which names what the "gpt2np" curve ran
 It prints one JSON object on stdout (with the kernel's threadpoolctl name and gpt2np.blas_kernel()
 line); progress and everything else goes to stderr. --threads limits BLAS through threadpoolctl.
@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
-import gpt2np.matmul
-from gpt2np.config import GPT2Config
+import gpt2np.model.fast.matmul
+from gpt2np.model.config import GPT2Config
 
 from .bandwidth import Probe, best_rate
 from .common import blas_limits, log, random_ids
@@ -37,9 +37,9 @@ ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # what chose the kernel, a
 
 
 def methods_by_m(config, max_m):
-    """{str(m): method} gpt2np.matmul picks for m rows times a column-major c_fc-shaped weight."""
+    """{str(m): method} gpt2np.model.fast.matmul picks for m rows times a column-major c_fc-shaped weight."""
     w = np.asfortranarray(np.empty((config.n_embd, 4 * config.n_embd), np.float32))
-    return {str(m): gpt2np.matmul.method_for(m, w) for m in range(1, max_m + 1)}
+    return {str(m): gpt2np.model.fast.matmul.method_for(m, w) for m in range(1, max_m + 1)}
 
 
 def gemv_bandwidth(n_bytes, repeats):
@@ -50,7 +50,7 @@ def gemv_bandwidth(n_bytes, repeats):
 
 
 def measure(config, context, max_m, repeats, bandwidth_bytes):
-    kernel = gpt2np.matmul.KERNEL
+    kernel = gpt2np.model.fast.matmul.KERNEL
     log(f"{kernel}: building a random model ({config.n_layer} layers, n_embd {config.n_embd})")
     model = gpt2np.random_model(config, seed=0)
     cache = model.new_cache()
@@ -60,12 +60,12 @@ def measure(config, context, max_m, repeats, bandwidth_bytes):
     gbps, probe = gemv_bandwidth(bandwidth_bytes, max(repeats, 5))
     decode = measure_decode(model, cache, context, extra[0], repeats, gbps, probe)
     del probe  # the verification curves need no buffer beside the model
-    out = {"kernel": kernel, "blas_kernel": gpt2np.blas_kernel(), "measured": kernel in gpt2np.matmul.METHODS,
+    out = {"kernel": kernel, "blas_kernel": gpt2np.blas_kernel(), "measured": kernel in gpt2np.model.fast.matmul.METHODS,
            "methods": methods_by_m(config, max_m), "bandwidth_gbps": gbps, "decode": decode, "verify": {}}
     log(f"{kernel}: verification curve M = 1..{max_m}, gpt2np's methods")
     out["verify"]["gpt2np"] = measure_verify(model, cache, context, extra, max_m, repeats)
     log(f"{kernel}: verification curve M = 1..{max_m}, plain x @ w")
-    gpt2np.matmul.METHODS = {}  # method_for now answers "plain" for every product (this process ends next)
+    gpt2np.model.fast.matmul.METHODS = {}  # method_for now answers "plain" for every product (this process ends next)
     out["verify"]["plain"] = measure_verify(model, cache, context, extra, max_m, repeats)
     return out
 

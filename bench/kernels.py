@@ -1,8 +1,8 @@
 """The verification curve and the decode step once per OpenBLAS kernel this CPU runs, side by side.
 
-OpenBLAS picks a kernel per CPU when NumPy loads it, and gpt2np.matmul picks its few-row method by
+OpenBLAS picks a kernel per CPU when NumPy loads it, and gpt2np.model.fast.matmul picks its few-row method by
 that kernel (its table METHODS), so one process measures one kernel. The kernels are those
-gpt2np.blas_curves.blas_kernel_envs finds (a child process asked under each candidate environment):
+gpt2np.teach.blas_curves.blas_kernel_envs finds (a child process asked under each candidate environment):
   this run's  this process's own environment (CI may set OPENBLAS_CORETYPE=Haswell)
   CPU's own   the same without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
   forced      OPENBLAS_CORETYPE=Haswell, OPENBLAS_L2_SIZE=512: the kernels every x86 CPU without
@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from gpt2np.blas_curves import blas_kernel_envs
+from gpt2np.teach.blas_curves import blas_kernel_envs
 
 from .common import log, median, ms, print_table
 from .kernel_worker import ENV_VARS
@@ -42,7 +42,7 @@ def source(env):
 
 
 def distinct_kernels():
-    """[{name, source, env}]: one environment per kernel (gpt2np.blas_curves.blas_kernel_envs)."""
+    """[{name, source, env}]: one environment per kernel (gpt2np.teach.blas_curves.blas_kernel_envs)."""
     return [{"name": name, "source": source(env), "env": env} for name, env in blas_kernel_envs().items()]
 
 
@@ -118,7 +118,7 @@ def print_report(r):
                     f"t(forward over M) / t(forward over 1), median of {r['rounds']} round(s)",
                     ["M"] + [f"{e['name']} {h}" for e in entries for h in ("method", "v gpt2np", "v plain")], rows,
                     note="method: gpt2np's for a column-major [n_embd, 4 n_embd] weight (c_fc); v plain: every "
-                         "product x @ w (gpt2np.matmul.METHODS emptied)")
+                         "product x @ w (gpt2np.model.fast.matmul.METHODS emptied)")
         rows = [[e["name"], ms(e["one_token_s"]), ms(e["decode_s"]), ms(e["roofline_s"]), e["vs_roofline"],
                  e["vs_roofline_paired"], e["bandwidth_gbps"]] for e in entries]
         print_table(f"Decode per OpenBLAS kernel: {size}, context {r['context']} (median of {r['rounds']} round(s))",

@@ -3,7 +3,7 @@
 A random model lives only in the memory of the process that drew it, so this section first writes
 each size's random weights as an OpenAI-format checkpoint (checkpoint_writer.write_checkpoint of
 weights.params_to_tf, plus hparams.json) into a temporary folder, then starts a new interpreter
-(`python -m bench.memory --worker DIR...`) that loads them all with gpt2np.weights.load_params,
+(`python -m bench.memory --worker DIR...`) that loads them all with gpt2np.checkpoints.weights.load_params,
 builds the models and runs one forward pass with each through its own KV cache, both caches kept
 alive as speculative decoding keeps them (touching every weight), and reports:
   load_seconds      per model, for load_params alone
@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def write_random_checkpoint(folder, config, seed):
     """A random model of this config in the release layout (hparams.json + model.ckpt.*)."""
-    from gpt2np.checkpoint_writer import write_checkpoint
-    from gpt2np.weights import init_params, params_to_tf
+    from gpt2np.checkpoints.tf_writer import write_checkpoint
+    from gpt2np.checkpoints.weights import init_params, params_to_tf
     folder.mkdir(parents=True)
     (folder / "hparams.json").write_text(json.dumps(
         {k: getattr(config, k) for k in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")}))
@@ -48,9 +48,9 @@ def write_random_checkpoint(folder, config, seed):
 def worker(folders):
     """Runs in the subprocess: load every folder, one forward each, print a JSON line."""
     rss_import_before = rss_bytes()
-    from gpt2np.config import GPT2Config
-    from gpt2np.model import GPT2
-    from gpt2np.weights import load_params
+    from gpt2np.model.config import GPT2Config
+    from gpt2np.model.forward import GPT2
+    from gpt2np.checkpoints.weights import load_params
     out = {"rss_start": rss_import_before, "rss_after_import": rss_bytes(), "load_seconds": {}}
     np.ones((256, 256), np.float32) @ np.ones((256, 256), np.float32)  # BLAS allocates its buffers on first use
     out["rss_after_blas_init"] = rss_bytes()

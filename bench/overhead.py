@@ -10,7 +10,7 @@
    per forward call beyond the FLOP time, and, for plain and speculative decoding, ms per
    token of work outside the forward calls (sampling, the verification kernel, bookkeeping).
    Skipped with a note when the package has no bundled pair yet.
-3. Thread hand-off. gpt2np.matmul shares a few-row product between this thread and helper
+3. Thread hand-off. gpt2np.model.fast.matmul shares a few-row product between this thread and helper
    threads, which sleep between products: the median time from handing a helper a no-op until it
    runs, after idle gaps like those between two products of a forward pass. Times the number of
    shared products in a forward pass (4 per layer and the head), it estimates what hand-offs add
@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 import gpt2np
-from gpt2np.config import GPT2Config
-from gpt2np.speculative import speculative_generate
+from gpt2np.model.config import GPT2Config
+from gpt2np.decoding.speculative import speculative_generate
 
 from .common import fmt, forward_flops, log, median, ms, print_table, random_ids, seconds
 from .spec import TimedProxy
@@ -64,7 +64,7 @@ def per_call_overhead(plan, gemm_gflops, calls):
 
 def handoff_latency(repeats):
     """{idle gap in s: median s from submit to the helper running}, for gaps of 0, 0.2 and 2 ms."""
-    from gpt2np.matmul import helpers
+    from gpt2np.model.fast.matmul import helpers
     out = {}
     for gap in (0.0, 2e-4, 2e-3):
         latencies = []
@@ -165,7 +165,7 @@ def print_report(r):
     frac = h.get("estimated_fraction_of_decode", {})
     rows = [[size, n, 1e3 * n * h["latency_s"]["0.0002"], frac.get(size)] for size, n in h["products_per_forward"].items()]
     lat = ", ".join(f"{1e3 * float(gap):g} ms idle: {1e6 * s:.0f} us" for gap, s in h["latency_s"].items())
-    print_table("Thread hand-off in few-row forward passes (gpt2np/matmul.py helper threads)",
+    print_table("Thread hand-off in few-row forward passes (gpt2np/model/fast/matmul.py helper threads)",
                 ["size", "shared products", "est. ms per pass", "x one-token pass"], rows,
                 note=f"median wake-up latency of a helper thread after {lat}; "
                      "estimate = shared products x latency at 0.2 ms idle")

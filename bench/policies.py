@@ -27,11 +27,11 @@ repeats earlier text (real alpha), against the bundled draft model (bundled_look
 import time
 
 import gpt2np
-from gpt2np.autoregressive import generate
-from gpt2np.drafters import ModelDrafter, NgramDrafter, one_hot_rows
-from gpt2np.policies import v_curve
-from gpt2np.speculative import speculative_stream
-from gpt2np.theory import expected_tokens_per_round
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter, one_hot_rows
+from gpt2np.decoding.policies import v_curve
+from gpt2np.decoding.speculative import speculative_stream
+from gpt2np.decoding.theory import expected_tokens_per_round
 
 from .common import log, median, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft, ForcedChoices

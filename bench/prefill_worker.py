@@ -28,7 +28,7 @@ import os
 import sys
 import time
 
-from gpt2np.config import GPT2Config
+from gpt2np.model.config import GPT2Config
 
 from .common import blas_limits, random_ids
 

@@ -40,9 +40,9 @@ model misses something (two-token draft catch-up calls, Python work between call
 """
 import time
 
-from gpt2np.autoregressive import generate
-from gpt2np.speculative import speculative_generate
-from gpt2np.theory import expected_tokens_per_round, predicted_speedup
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.decoding.theory import expected_tokens_per_round, predicted_speedup
 
 from .common import log, median, ms, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft

@@ -19,28 +19,29 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
     for event in stream:                               # one RoundEvent per round, as it happens
         print(event.tokens, event.provenance)
     stream.result.stats
+
+The package is layered; each folder is a chapter, and imports only go downwards (import-linter
+checks it: pyproject.toml):
+
+    console/  serve/  classroom.py    the outer ring: commands that only call the layers below
+    teach/                            classroom experiments, exact enumeration, chi-square, notebooks' helpers
+    report.py                         coloured tokens and statistics tables
+    decoding/   checkpoints/          sampling, plain and speculative decoding | files -> a ready model
+    model/      tokenizer/            the forward pass (model/fast/: its speed code) | text <-> token ids
 """
-import os
+from .model import fast  # noqa: F401,I001  first: sets OpenBLAS's thread timeout before NumPy loads (model/fast)
 
-# OpenBLAS's idle threads spin for 2^28 cycles (~0.1 s) after every threaded product, holding the
-# core that matmul.py's second thread then needs: a 355M verification pass right after one-token
-# calls cost 2.45 one-token passes instead of ~1.7. 2^20 cycles (~0.4 ms) still spans the gaps
-# inside a decode step. OpenBLAS reads this once, when NumPy loads it, so it only applies if
-# gpt2np is imported before NumPy (main.py and bench do that); otherwise everything works the
-# same, verification just runs slower.
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
-
-from .autoregressive import generate, plain_stream  # noqa: E402  (after the line above)
-from .config import PRESETS, GPT2Config
-from .drafters import ModelDrafter, NgramDrafter
-from .kv_cache import KVCache
-from .matmul import blas_kernel
-from .loading import RELEASE_SIZES, bundled_models, load_drafter, load_model, random_model
-from .model import GPT2
-from .policies import make_policy
-from .sampling import check_sampling_options, sample, sampling_distribution
-from .speculative import speculative_generate, speculative_stream
-from .stream import RoundEvent, Stream
+from .checkpoints.loading import RELEASE_SIZES, bundled_models, load_model, random_model
+from .decoding.autoregressive import generate, plain_stream
+from .decoding.drafters import ModelDrafter, NgramDrafter
+from .decoding.policies import make_policy
+from .decoding.sampling import check_sampling_options, sample, sampling_distribution
+from .decoding.speculative import speculative_generate, speculative_stream
+from .decoding.stream import RoundEvent, Stream
+from .model.config import PRESETS, GPT2Config
+from .model.fast.matmul import blas_kernel
+from .model.forward import GPT2
+from .model.kv_cache import KVCache
 
 __all__ = [
     "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "PRESETS", "RELEASE_SIZES",
@@ -48,3 +49,13 @@ __all__ = [
     "load_model", "make_policy", "plain_stream", "random_model", "sample", "sampling_distribution",
     "speculative_generate", "speculative_stream",
 ]
+
+
+def load_drafter(name_or_dir, models_dir="weights", base_url=None, n_max=3, hf_endpoint=None):
+    """"ngram" -> prompt lookup (NgramDrafter(n_max)); any model name -> ModelDrafter(load_model(...)).
+
+    Here, at the top, because it joins two layers that know nothing of each other: decoding (the
+    drafters) and checkpoints (loading a model by name)."""
+    if str(name_or_dir) == "ngram":
+        return NgramDrafter(n_max=n_max)
+    return ModelDrafter(load_model(name_or_dir, models_dir, base_url, hf_endpoint=hf_endpoint))

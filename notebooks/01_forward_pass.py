@@ -23,7 +23,7 @@
 # at the end that the steps add up to the model's own `forward`. Then it shows the KV cache,
 # which changes nothing about the result and a lot about the speed.
 #
-# The code being run is `gpt2np/model.py` (the layout of openai/gpt-2's `model.py` and picoGPT);
+# The code being run is `gpt2np/model/forward.py` (the layout of openai/gpt-2's `model.py` and picoGPT);
 # `explain.forward_trace` calls those same functions in the same order and keeps every
 # intermediate. Dimension names, as in `model.py`: `n_seq` tokens in this call, `n_embd` width of
 # the residual stream, `n_head` heads with `d_head = n_embd // n_head` dimensions each, `n_vocab`
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import explain
+from gpt2np.teach import explain
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: these models' matrices are tiny (160 columns), so a second thread saves little,
@@ -107,7 +107,7 @@ print(f"x0 = wte[ids] + wpe[:n_seq]             {trace.x0.shape}")
 # speculative decoding does when the target checks drafted tokens (notebook 04).
 
 # %%
-from gpt2np.model import causal_mask, gelu
+from gpt2np.model.forward import causal_mask, gelu
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
 for ax, (n_seq, n_kv) in zip(axes, [(6, 6), (3, 6)]):

@@ -28,7 +28,7 @@
 #    (the lowest *rank* in `vocab.bpe`), until no pair can be merged; each final symbol string is a
 #    key of `encoder.json`, whose value is the token id.
 #
-# `gpt2np/tokenizer.py` implements this from scratch (after openai/gpt-2's `encoder.py`);
+# `gpt2np/tokenizer/bpe.py` implements this from scratch (after openai/gpt-2's `encoder.py`);
 # `Tokenizer.encode_with_steps` returns every intermediate. At the end we check it against
 # OpenAI's `tiktoken`, built from the same two files.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import explain
+from gpt2np.teach import explain
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: these models' matrices are tiny (160 columns), so a second thread saves little,
@@ -66,7 +66,7 @@ import numpy as np
 import tempfile
 
 import tiktoken
-from gpt2np.tokenizer import PRE_TOKENIZER, Tokenizer, bytes_to_unicode, load_tokenizer, write_byte_level_vocab
+from gpt2np.tokenizer.bpe import PRE_TOKENIZER, Tokenizer, bytes_to_unicode, load_tokenizer, write_byte_level_vocab
 
 byte_dir = write_byte_level_vocab(Path(tempfile.mkdtemp()) / "bytes")  # the bundled models' vocabulary
 byte_level = load_tokenizer(byte_dir, fast=False)
@@ -169,7 +169,7 @@ print("decode(ids) == sentence:", tok.decode(steps["ids"]) == sentence)
 # hard cases and on seeded random text. One trap is the regex's Unicode tables: `regex` knows the
 # letters of Unicode 17 and 18 (e.g. CJK Extension J, U+323B0 on), tiktoken's Rust engine only
 # Unicode 16.0, where they are "other", like punctuation. Our pre-tokenizer takes tiktoken's side
-# (`gpt2np/unicode_classes.py` lists the 17,480 code points), so the ids agree there too.
+# (`gpt2np/tokenizer/unicode_classes.py` lists the 17,480 code points), so the ids agree there too.
 
 # %%
 fast = load_tokenizer(openai_dir or byte_dir, fast=True)  # a tiktoken.Encoding inside

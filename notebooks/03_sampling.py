@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import explain
+from gpt2np.teach import explain
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: these models' matrices are tiny (160 columns), so a second thread saves little,

@@ -30,8 +30,8 @@
 #
 # So every round emits between 1 and *K* + 1 tokens for one target call. Notation as in
 # Leviathan et al.: *p* = target, *q* = draft, *K* = their γ. (Chen et al. swap the letters:
-# their *q* is the target.) Code: `gpt2np/speculative.py` (the loop) and
-# `gpt2np/speculative_kernel.py` (steps 3–4); formulas: `gpt2np/theory.py`.
+# their *q* is the target.) Code: `gpt2np/decoding/speculative.py` (the loop) and
+# `gpt2np/decoding/speculative_kernel.py` (steps 3–4); formulas: `gpt2np/decoding/theory.py`.
 
 # %%
 import sys
@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import explain
+from gpt2np.teach import explain
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: these models' matrices are tiny (160 columns), so a second thread saves little,
@@ -56,8 +56,8 @@ import numpy as np
 
 # %%
 from gpt2np.report import colour_by_provenance
-from gpt2np.speculative_kernel import residual_distribution
-from gpt2np.theory import expected_tokens_per_round, predicted_speedup
+from gpt2np.decoding.speculative_kernel import residual_distribution
+from gpt2np.decoding.theory import expected_tokens_per_round, predicted_speedup
 
 target, draft = explain.load_bundled_pair()
 tokenizer = target.tokenizer

@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import explain
+from gpt2np.teach import explain
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: these models' matrices are tiny (160 columns), so a second thread saves little,
@@ -51,12 +51,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 # %%
-from gpt2np.broken_kernels import BROKEN_VARIANTS
-from gpt2np.exact import max_abs_difference, total_variation
-from gpt2np.speculative_kernel import output_distribution
-from gpt2np.stats import chi_square_test
-from gpt2np.theory import alpha
-from gpt2np.toy_models import random_toy_model
+from gpt2np.teach.broken_kernels import BROKEN_VARIANTS
+from gpt2np.teach.exact import max_abs_difference, total_variation
+from gpt2np.decoding.speculative_kernel import output_distribution
+from gpt2np.teach.chi_square import chi_square_test
+from gpt2np.decoding.theory import alpha
+from gpt2np.teach.toy_models import random_toy_model
 
 # %% [markdown]
 # ## 1 · The proof, at one position
@@ -101,7 +101,7 @@ plt.xticks(x, [f"token {i}" for i in x]); plt.legend(fontsize=8, ncol=2); plt.yl
 # One position is not the whole algorithm: there are *K* drafts per round, stopping at the
 # first rejection, caches rolled back, bonus tokens, rounds clamped at the end. To check the real
 # code end to end we use tiny *n*-gram models over 3 tokens (`toy_models`; same interface as
-# GPT-2) and `gpt2np.exact`: gpt2np draws randomness only through `sampling.sample`, so a scripted
+# GPT-2) and `gpt2np.teach.exact`: gpt2np draws randomness only through `sampling.sample`, so a scripted
 # generator can walk **every** sequence of random outcomes, running the real
 # `speculative_generate` once per path and adding up the probabilities. The result is the exact
 # distribution of the output (up to float rounding), no sampling involved.
@@ -124,7 +124,7 @@ for K in [1, 2, 3]:
 
 # %% [markdown]
 # Differences of order 10⁻¹⁶: float rounding, i.e. equal. The same check on the three broken
-# variants of `gpt2np.broken_kernels`:
+# variants of `gpt2np.teach.broken_kernels`:
 #
 # * `softmax_residual`: after a rejection, max(0, *p − q*) is normalised with a *softmax*
 #   (as if it were logits) instead of dividing by its sum, so tokens with *p ≤ q* get mass;
@@ -159,7 +159,7 @@ plt.tight_layout()
 #
 # Exact enumeration only works for tiny vocabularies. On real models we can only *sample*, and
 # then we need a statistical test: draw *n* sequences, count each outcome, and compare the counts
-# with *n* × the exact target probabilities by Pearson's chi-square test (`gpt2np.stats`). A
+# with *n* × the exact target probabilities by Pearson's chi-square test (`gpt2np.teach.chi_square`). A
 # p-value below 0.001 means "these samples were not drawn from the target's distribution"; a
 # correct sampler gets one that small only once in a thousand runs, by bad luck.
 

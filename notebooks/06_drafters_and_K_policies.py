@@ -21,11 +21,11 @@
 # fixed *K* that is right for one acceptance rate and wrong for the next. This notebook looks at
 # the two levers of issue 10:
 #
-# 1. **Prompt lookup** (`NgramDrafter`, `gpt2np/drafters.py`): no model at all. It proposes the
+# 1. **Prompt lookup** (`NgramDrafter`, `gpt2np/decoding/drafters.py`): no model at all. It proposes the
 #    tokens that followed the most recent earlier occurrence of the context's last *n* tokens.
 #    Its *q* is one-hot, so the kernel accepts a proposal *x* with probability *p(x)*, and
 #    after a rejection samples *p* without *x*: exactly the target's distribution, at *c* ≈ 0.
-# 2. **K policies** (`gpt2np/policies.py`): `heuristic` (Hugging Face's +2 / −1 schedule) and
+# 2. **K policies** (`gpt2np/decoding/policies.py`): `heuristic` (Hugging Face's +2 / −1 schedule) and
 #    `auto`, which before every round picks the *K* in 0..*K*max that maximises the refined
 #    prediction (1 − α^{K+1}) / ((1 − α)(Kc + v(K+1))) from what the run has measured so far.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import explain
+from gpt2np.teach import explain
 from threadpoolctl import threadpool_limits
 
 threadpool_limits(1)  # the bundled models are tiny: one BLAS thread is faster (see notebook 04)
@@ -48,8 +48,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 # %%
-from gpt2np.drafters import NgramDrafter
-from gpt2np.policies import predicted_speedups, prior_v_curve
+from gpt2np.decoding.drafters import NgramDrafter
+from gpt2np.decoding.policies import predicted_speedups, prior_v_curve
 from gpt2np.report import colour_by_provenance
 
 target, draft = explain.load_bundled_pair()
@@ -99,7 +99,7 @@ for name, drafter in [("prompt lookup", NgramDrafter(n_max=3)), ("draft model", 
 # Σ min(p, q) rather than p(x): a soft q hedges when the context was continued in several ways.
 
 # %%
-from gpt2np.drafters import CountingNgramDrafter
+from gpt2np.decoding.drafters import CountingNgramDrafter
 
 for drafter in [NgramDrafter(n_max=3), CountingNgramDrafter(n_max=3, eps=0.1)]:
     s = gpt2np.speculative_generate(target, drafter, prompt_ids, 60, K=4, temperature=1.0,
@@ -195,8 +195,8 @@ plt.tight_layout()
 # at temperature 1 on a 3-token toy vocabulary.
 
 # %%
-from gpt2np.classroom import toy_pair
-from gpt2np.exact import max_abs_difference
+from gpt2np.teach.classroom import toy_pair
+from gpt2np.teach.exact import max_abs_difference
 
 toy_target, _ = toy_pair(n_vocab=3, order=2, model_seed=16)
 toy_prompt = [0, 1, 0]

@@ -22,7 +22,7 @@
 #
 # $$\text{speedup} = \frac{1 - \alpha^{K+1}}{(1 - \alpha)\,(K c + v(K+1))}$$
 #
-# (`gpt2np/theory.py`), with α the acceptance rate and *c* the draft's cost per token relative to
+# (`gpt2np/decoding/theory.py`), with α the acceptance rate and *c* the draft's cost per token relative to
 # the target. On a GPU *v* ≈ 1. On a CPU it depends on how the BLAS library multiplies a few rows
 # by a weight matrix, and the code BLAS runs for that depends on the CPU. Most of a pass's time is
 # products `x @ w`, so this notebook measures one of them, [*M*, 1024] × [1024, 4096] in float32 (the
@@ -36,7 +36,7 @@
 # Everything runs on **one core** (one BLAS thread). The machine that made these outputs has 2 cores
 # and shares them with other work, so its timings are noisy: they move by 10–30 % from run to run.
 # The **ratios**, each taken inside one process and one repeat, are what count. The measuring code is
-# in `gpt2np/blas_curves.py`; gpt2np's products are in `gpt2np/matmul.py`.
+# in `gpt2np/teach/blas_curves.py`; gpt2np's products are in `gpt2np/model/fast/matmul.py`.
 
 # %%
 import os
@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np import blas_curves
+from gpt2np.teach import blas_curves
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: on a 2-core machine shared with another job, 2-thread OpenBLAS products slow down
@@ -83,9 +83,9 @@ print(f"CPU: AVX2 {'yes' if 'avx2' in flags else 'no'}, AVX-512 {'yes' if 'avx51
 # pass does. Two products:
 #
 # * **plain**: `x @ w` with `w` row-major (NumPy's default layout);
-# * **gpt2np**: `gpt2np.matmul.matmul(x, w)` with `w` column-major (each output's weights
+# * **gpt2np**: `gpt2np.model.fast.matmul.matmul(x, w)` with `w` column-major (each output's weights
 #   contiguous, as gpt2np stores GPT-2's). It picks a method for each OpenBLAS kernel from the table
-#   `METHODS` in `gpt2np/matmul.py`.
+#   `METHODS` in `gpt2np/model/fast/matmul.py`.
 #
 # Each curve is t(*M*) / t(1) against its own one-row product. Within each repeat the two products
 # alternate at every *M*, and the ratio is taken inside the repeat; we report the median over 7 repeats.

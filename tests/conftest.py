@@ -12,7 +12,7 @@ SHARED = REPO.parent / "shared"                 # present on developers' machine
 
 def gpt2_bpe_dir():
     """A folder with OpenAI's exact encoder.json + vocab.bpe (third-party: never committed), or None."""
-    from gpt2np.tokenizer import OPENAI_SHA256
+    from gpt2np.tokenizer.bpe import OPENAI_SHA256
     for folder in [SHARED / "data" / "gpt2-bpe", *sorted((REPO / "weights").glob("*"))]:
         files = [folder / name for name in OPENAI_SHA256]
         if all(f.is_file() and hashlib.sha256(f.read_bytes()).hexdigest() == OPENAI_SHA256[f.name]
@@ -46,7 +46,7 @@ def tiny_fixture_dir(tmp_path_factory):
 def random_params(config, seed, std=0.3):
     """Random GPT-2 weights with every bias and layer-norm term non-trivial, and a large init
     scale so that next-token distributions are peaked rather than uniform."""
-    from gpt2np.weights import init_params
+    from gpt2np.checkpoints.weights import init_params
     rng = np.random.default_rng(seed)
     params = init_params(config, rng, std=std)
 

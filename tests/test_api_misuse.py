@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.config import GPT2Config, PRESETS
-from gpt2np.kv_cache import KVCache
-from gpt2np.toy_models import random_toy_model
+from gpt2np.model.config import GPT2Config, PRESETS
+from gpt2np.model.kv_cache import KVCache
+from gpt2np.teach.toy_models import random_toy_model
 
 BAD_IDS = [
     pytest.param([1.0, 2.0], "float64 values", id="float"),

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import random_params
-from gpt2np import attention as attn
-from gpt2np import model as model_module
-from gpt2np import threads
-from gpt2np.config import GPT2Config
-from gpt2np.model import GPT2, attention, causal_mask, layer_norm
-from gpt2np.reference import gpt2_reference
+from gpt2np.model.fast import blocked_attention as attn
+from gpt2np.model import forward as model_module
+from gpt2np.model.fast import threads
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2, attention, causal_mask, layer_norm
+from gpt2np.model.reference import gpt2_reference
 
 CONFIG = GPT2Config(n_vocab=61, n_ctx=96, n_embd=32, n_head=4, n_layer=3)
 

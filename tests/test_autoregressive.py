@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.autoregressive import generate
-from gpt2np.exact import exact_distribution
-from gpt2np.toy_models import ToyModel, random_toy_model
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.teach.exact import exact_distribution
+from gpt2np.teach.toy_models import ToyModel, random_toy_model
 
 
 class NoRandomness:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.blas_curves import cpu_flags
-from gpt2np.config import PRESETS
+from gpt2np.teach.blas_curves import cpu_flags
+from gpt2np.model.config import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package
@@ -193,8 +193,8 @@ def test_kernels(bench_run):
     r = results["kernels"]
     names = [k["name"] for k in r["kernels"]]
     assert all(names) and len(set(names)) == len(names)
-    if gpt2np.matmul.KERNEL is not None:  # OpenBLAS: this process's kernel, and Haswell's where it can run
-        assert gpt2np.matmul.KERNEL in names and ("Haswell" in names or "avx2" not in cpu_flags())
+    if gpt2np.model.fast.matmul.KERNEL is not None:  # OpenBLAS: this process's kernel, and Haswell's where it can run
+        assert gpt2np.model.fast.matmul.KERNEL in names and ("Haswell" in names or "avx2" not in cpu_flags())
     assert list(r["sizes"]) == list(plan.kernel_sizes) and r["rounds"] == plan.kernel_rounds
     m_keys = [str(m) for m in range(1, plan.kernel_max_m + 1)]
     for size, entries in r["sizes"].items():
@@ -203,13 +203,13 @@ def test_kernels(bench_run):
             for curve in ("ratio", "ratio_plain"):
                 assert list(e[curve]) == m_keys and e[curve]["1"] == 1.0, (size, e["name"], curve)
                 assert all(positive(v) for v in e[curve].values()), (size, e["name"], curve)
-            assert list(e["methods"]) == m_keys and set(e["methods"].values()) <= set(gpt2np.matmul.BY_NAME)
+            assert list(e["methods"]) == m_keys and set(e["methods"].values()) <= set(gpt2np.model.fast.matmul.BY_NAME)
             assert all(positive(e[k]) for k in ("one_token_s", "decode_s", "roofline_s", "vs_roofline"))
             assert len(e["runs"]) == plan.kernel_rounds and all(run["kernel"] == e["name"] for run in e["runs"])
     assert "## Verification curve per OpenBLAS kernel" in stdout
     for k in r["kernels"]:
         assert f"{k['name']} v gpt2np" in stdout and k["blas_kernel"] in stdout
-        assert k["measured"] == (k["name"] in gpt2np.matmul.METHODS)
+        assert k["measured"] == (k["name"] in gpt2np.model.fast.matmul.METHODS)
 
 
 def test_kernels_report_names_an_unmeasured_kernel(results, capsys):
@@ -277,7 +277,7 @@ def test_hf_section_when_available(tmp_path):
 def test_bundled_pair_measurement_on_random_models():
     """The bundled-pair part of the overhead section, on two random models (the pair may not exist yet)."""
     from bench import overhead
-    from gpt2np.config import GPT2Config
+    from gpt2np.model.config import GPT2Config
     target = gpt2np.random_model(GPT2Config(n_vocab=64, n_ctx=64, n_embd=32, n_head=2, n_layer=2), seed=0)
     draft = gpt2np.random_model(PRESETS["tiny"], seed=1)
     r = overhead.measure_bundled(target, draft, tiny_plan(), gemm_gflops=50.0)

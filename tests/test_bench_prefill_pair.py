@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt2np.config import PRESETS
+from gpt2np.model.config import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package

@@ -1,4 +1,4 @@
-"""gpt2np.blas_curves: the product-level curve t(M) / t(1) behind notebook 07, measured in this process
+"""gpt2np.teach.blas_curves: the product-level curve t(M) / t(1) behind notebook 07, measured in this process
 and in a child process running another OpenBLAS kernel.
 
 Times are never asserted (a shared machine makes them anything): only the curve's shape, its ratio at
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from gpt2np import blas_curves
-from gpt2np.matmul import KERNEL
-from gpt2np.theory import predicted_speedup
+from gpt2np.teach import blas_curves
+from gpt2np.model.fast.matmul import KERNEL
+from gpt2np.decoding.theory import predicted_speedup
 
 # Two 2 MiB weights: the smallest that gpt2np keeps column-major (matmul.COLUMN_MAJOR_MIN), so gpt2np's
 # product takes the path the notebook measures, in milliseconds.

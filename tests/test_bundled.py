@@ -52,8 +52,8 @@ def load_trainer():
 
 def test_logits_match_torch_rebuilt_from_shipped_weights(name):
     torch = pytest.importorskip("torch", reason="torch not installed (pip install -r tools/requirements-train.txt)")
-    from gpt2np.config import GPT2Config
-    from gpt2np.weights import load_params
+    from gpt2np.model.config import GPT2Config
+    from gpt2np.checkpoints.weights import load_params
 
     config = GPT2Config.from_hparams_json(BUNDLED / name / "hparams.json")
     torch_model = load_trainer().from_params(load_params(BUNDLED / name, config), config.n_head)

@@ -1,4 +1,4 @@
-"""Tests for gpt2np.checkpoint (the TF bundle reader) and gpt2np.checkpoint_writer.
+"""Tests for gpt2np.checkpoints.tf_reader (the TF bundle reader) and gpt2np.checkpoints.tf_writer.
 
 The fixtures were written by real TensorFlow (TF1 Saver), so reading them checks the reader
 against TF, and re-writing them byte for byte checks the writer against TF.
@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from gpt2np import checkpoint, checkpoint_writer
-from gpt2np.checkpoint import (CheckpointError, crc32c, crc32c_reference, decode_varint,
+from gpt2np.checkpoints import tf_reader as checkpoint
+
+from gpt2np.checkpoints import tf_writer as checkpoint_writer
+from gpt2np.checkpoints.tf_reader import (CheckpointError, crc32c, crc32c_reference, decode_varint,
                                index_block_handles, read_checkpoint, read_index)
-from gpt2np.checkpoint_writer import (encode_entry, encode_header, encode_table, encode_varint,
+from gpt2np.checkpoints.tf_writer import (encode_entry, encode_header, encode_table, encode_varint,
                                       short_successor, shortest_separator, write_checkpoint)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

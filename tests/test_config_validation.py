@@ -1,6 +1,6 @@
 """Hostile hparams.json (issue 16, item 3): refused in one line, exit status 2, before any allocation.
 
-hparams.json comes from whoever serves the files; before gpt2np.config.LIMITS, "n_layer":
+hparams.json comes from whoever serves the files; before gpt2np.model.config.LIMITS, "n_layer":
 99999999999 grew the checkpoint name table to 16 GB, and null or "12" died with a traceback.
 """
 import json
@@ -14,7 +14,7 @@ import pytest
 
 import gpt2np
 from conftest import FIXTURES, REPO
-from gpt2np.config import LIMITS, PRESETS, GPT2Config
+from gpt2np.model.config import LIMITS, PRESETS, GPT2Config
 
 GOOD = {"n_vocab": 50257, "n_ctx": 64, "n_embd": 32, "n_head": 2, "n_layer": 2}  # tests/fixtures/gpt2-tiny-a
 HOSTILE = [  # (hparams.json text, part of the one-line error)

@@ -19,8 +19,8 @@ import pytest
 
 import gpt2np
 from conftest import REPO
-from gpt2np.console import main
-from gpt2np.console_commands import CommandError, Settings, help_text, parse_command
+from gpt2np.console.repl import main
+from gpt2np.console.commands import CommandError, Settings, help_text, parse_command
 
 PROMPT = "ROMEO:"
 
@@ -303,7 +303,7 @@ def test_parse_command_refuses_what_cannot_run(line, settings, message):
 
 
 def test_help_names_every_command_and_action():
-    from gpt2np.console_commands import ACTIONS, COMMANDS
+    from gpt2np.console.commands import ACTIONS, COMMANDS
     text = help_text(Settings())
     for name in [*COMMANDS, *ACTIONS]:
         assert re.search(rf"^  :{name}\b", text, flags=re.M), name

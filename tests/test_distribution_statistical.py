@@ -3,7 +3,7 @@ target's exact distribution, and the SAME test rejects every broken sampler (iss
 
 How to read these tests. One test = run the real speculative_generate n times with a seeded rng,
 count the outcomes (the first N tokens), and compare the counts with n times the target's EXACT
-probabilities by Pearson's chi-square test (gpt2np/stats.py: outcomes with expected count < 5
+probabilities by Pearson's chi-square test (gpt2np/teach/chi_square.py: outcomes with expected count < 5
 pooled, p-value from the chi-square tail). The exact probabilities never come from the sampler:
   * toy models: every random path of the target-only `generate` is enumerated (exact.py);
   * tiny GPT-2 fixtures: a tree of the target's own next-token distributions, expanded wherever a
@@ -17,7 +17,7 @@ failure has probability 0.001 per test of being a false alarm: rerun with anothe
 suspect the code if it fails again.
 
 Negative controls. The very same function must reject each broken sampler (broken_kernels.py and
-gpt2np.classroom): a kernel whose residual is softmaxed, one whose residual is not normalised, a
+gpt2np.teach.classroom): a kernel whose residual is softmaxed, one whose residual is not normalised, a
 draft that samples greedily but accepts with softmax probabilities, and a kernel that ignores
 rejections after the first position. The settings are chosen where each bug has a large effect
 (on the toy models the exact distributions differ by a chi-square distance of at least 1.4 per
@@ -39,15 +39,15 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from gpt2np.classroom import NEGATIVE_CONTROLS, exact_target_distribution, recovery_experiment, toy_pair
-from gpt2np.config import GPT2Config
-from gpt2np.exact import exact_distribution
-from gpt2np.model import GPT2
-from gpt2np.sampling import sampling_distribution
-from gpt2np.speculative import speculative_generate
-from gpt2np.stats import chi_square_sf, chi_square_test, pool_small_bins, regularized_gamma_q
-from gpt2np.toy_models import random_toy_model
-from gpt2np.weights import load_params
+from gpt2np.teach.classroom import NEGATIVE_CONTROLS, exact_target_distribution, recovery_experiment, toy_pair
+from gpt2np.model.config import GPT2Config
+from gpt2np.teach.exact import exact_distribution
+from gpt2np.model.forward import GPT2
+from gpt2np.decoding.sampling import sampling_distribution
+from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.teach.chi_square import chi_square_sf, chi_square_test, pool_small_bins, regularized_gamma_q
+from gpt2np.teach.toy_models import random_toy_model
+from gpt2np.checkpoints.weights import load_params
 
 ALPHA = 1e-3         # false-alarm rate of each positive test (see the module docstring)
 REJECT_BELOW = 1e-6  # what a negative control must reach

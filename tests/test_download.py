@@ -1,4 +1,4 @@
-"""gpt2np.download against a local HTTP server (tests/http_fixture_server.py), never the internet.
+"""gpt2np.checkpoints.download against a local HTTP server (tests/http_fixture_server.py), never the internet.
 
 The server serves release-layout folders built from tests/fixtures/gpt2-tiny-a, with small generated
 stand-ins for OpenAI's encoder.json and vocab.bpe (which must not be copied into the repository).
@@ -16,9 +16,9 @@ import pytest
 
 import gpt2np
 from conftest import REPO
-from gpt2np import download
-from gpt2np.config import PRESETS, GPT2Config
-from gpt2np.download import DATA_FILE, RELEASE_FILES, DownloadError, download_model, download_release
+from gpt2np.checkpoints import download
+from gpt2np.model.config import PRESETS, GPT2Config
+from gpt2np.checkpoints.download import DATA_FILE, RELEASE_FILES, DownloadError, download_model, download_release
 from http_fixture_server import FixtureServer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpt2-tiny-a"

@@ -16,16 +16,20 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from gpt2np import drafters, speculative, speculative_stats
-from gpt2np.autoregressive import generate
-from gpt2np.broken_kernels import PeekingDrafter
-from gpt2np.drafters import CountingNgramDrafter, ModelDrafter, NgramDrafter, ngram_lookup_reference
-from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
-from gpt2np.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, WINDOW, AutoK, HeuristicK, Measurements,
+from gpt2np.decoding import drafters
+
+from gpt2np.decoding import speculative
+
+from gpt2np.decoding import run_stats as speculative_stats
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.teach.broken_kernels import PeekingDrafter
+from gpt2np.decoding.drafters import CountingNgramDrafter, ModelDrafter, NgramDrafter, ngram_lookup_reference
+from gpt2np.teach.exact import exact_distribution, max_abs_difference, total_variation
+from gpt2np.decoding.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, WINDOW, AutoK, HeuristicK, Measurements,
                              least_squares_slope, make_policy, t1_estimate,
                              predicted_speedups, prior_v_curve, v_curve)
-from gpt2np.speculative import RoundRecord, speculative_generate, speculative_stream
-from gpt2np.theory import best_K, predicted_speedup
+from gpt2np.decoding.speculative import RoundRecord, speculative_generate, speculative_stream
+from gpt2np.decoding.theory import best_K, predicted_speedup
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
                                     toy_pair)
 
@@ -150,7 +154,7 @@ def test_peeking_cannot_bias_a_deterministic_drafter_but_a_broken_kernel_does():
     """Prompt lookup's drafts are a function of the context, so cutting them by the round's p is
     a choice of K from the context alone: still exact (the bias above needs a random draft to
     select on). The broken kernels are caught with prompt lookup as with a draft model."""
-    from gpt2np.broken_kernels import BROKEN_VARIANTS
+    from gpt2np.teach.broken_kernels import BROKEN_VARIANTS
     target, _ = toy_pair(**PAIRS["3 tokens, eot=2"])
     prompt = [0, 1, 0]
     expected = target_distribution(target, prompt, 3)

@@ -1,4 +1,4 @@
-"""gpt2np.explain: the notebooks' show-your-work helpers are thin, and agree with the fast path.
+"""gpt2np.teach.explain: the notebooks' show-your-work helpers are thin, and agree with the fast path.
 
 The central claim is that forward_trace is the model's own forward pass, unrolled: its logits,
 and each block's output, equal what GPT2.forward and model.transformer_block compute.
@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import explain
-from gpt2np.broken_kernels import BROKEN_VARIANTS
-from gpt2np.config import GPT2Config
-from gpt2np.exact import max_abs_difference
-from gpt2np.model import GPT2, ffn, layer_norm, transformer_block
-from gpt2np.speculative_kernel import output_distribution
-from gpt2np.toy_models import random_toy_model
+from gpt2np.teach import explain
+from gpt2np.teach.broken_kernels import BROKEN_VARIANTS
+from gpt2np.model.config import GPT2Config
+from gpt2np.teach.exact import max_abs_difference
+from gpt2np.model.forward import GPT2, ffn, layer_norm, transformer_block
+from gpt2np.decoding.speculative_kernel import output_distribution
+from gpt2np.teach.toy_models import random_toy_model
 
 from conftest import random_params
 

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from gpt2np.safetensors import read_safetensors, write_safetensors
+from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
 from conftest import FIXTURES, REPO
 
 

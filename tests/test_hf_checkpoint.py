@@ -1,4 +1,4 @@
-"""Hugging Face layout folders (gpt2np/hf_checkpoint.py): logits against transformers' own, the
+"""Hugging Face layout folders (gpt2np/checkpoints/hf_layout.py): logits against transformers' own, the
 vocab.json/merges.txt tokenizer, identical parameters from both layouts, the Hub cache layout,
 and one-line refusals of what gpt2np cannot run.
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import weights
-from gpt2np.checkpoint_writer import write_checkpoint
-from gpt2np.config import GPT2Config
-from gpt2np.hf_checkpoint import config_from_hf, load_hf_params, read_hf_config
-from gpt2np.safetensors import read_safetensors, write_safetensors
-from gpt2np.tokenizer import load_hf_tokenizer, load_tokenizer
+from gpt2np.checkpoints import weights
+from gpt2np.checkpoints.tf_writer import write_checkpoint
+from gpt2np.model.config import GPT2Config
+from gpt2np.checkpoints.hf_layout import config_from_hf, load_hf_params, read_hf_config
+from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
+from gpt2np.tokenizer.bpe import load_hf_tokenizer, load_tokenizer
 from conftest import FIXTURES, REPO
 from test_weights import assert_same_bits
 
@@ -198,7 +198,7 @@ def test_second_load_reads_the_cache_and_a_changed_file_rebuilds_it(folder, monk
     config = read_hf_config(path)
     first = load_hf_params(path, config)
     assert (path / weights.CACHE_DIR / "manifest.json").is_file()
-    import gpt2np.hf_checkpoint as hf
+    import gpt2np.checkpoints.hf_layout as hf
     monkeypatch.setattr(hf, "read_hf_tensors", lambda *a: pytest.fail("cache not used"))
     assert_same_bits(load_hf_params(path, config), first)
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""hf:owner/name[@revision] (gpt2np/hub.py) against a Hub imitation on 127.0.0.1, never the internet.
+"""hf:owner/name[@revision] (gpt2np/checkpoints/hub.py) against a Hub imitation on 127.0.0.1, never the internet.
 
 The imitation serves <root>/<repo>/resolve/<revision>/<file> like the Hub: a HEAD of an LFS file
 (model.safetensors) answers 302 towards a CDN with the sha256 in X-Linked-Etag, small files answer
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import hub
-from gpt2np.download import DownloadError
-from gpt2np.hub import HUB_FILES, download_hub_model, parse_hub_name
-from gpt2np.safetensors import read_safetensors, write_safetensors
+from gpt2np.checkpoints import hub
+from gpt2np.checkpoints.download import DownloadError
+from gpt2np.checkpoints.hub import HUB_FILES, download_hub_model, parse_hub_name
+from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
 from conftest import FIXTURES
 from http_fixture_server import FixtureServer, _Handler
 

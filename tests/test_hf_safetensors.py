@@ -1,4 +1,4 @@
-"""gpt2np/safetensors.py: the reader and writer against the `safetensors` package, and a table of
+"""gpt2np/checkpoints/safetensors.py: the reader and writer against the `safetensors` package, and a table of
 broken files, each of which must give one line naming the file (never a traceback or garbage)."""
 import json
 import struct
@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from gpt2np.safetensors import SafetensorsError, read_header, read_safetensors, write_safetensors
+from gpt2np.checkpoints.safetensors import SafetensorsError, read_header, read_safetensors, write_safetensors
 from conftest import FIXTURES
 
 F32_FIXTURE = FIXTURES / "hf-tiny-f32" / "model.safetensors"

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import random_params
-from gpt2np import matmul as mm
-from gpt2np.config import GPT2Config
-from gpt2np.model import GPT2
-from gpt2np.reference import gpt2_reference
+from gpt2np.model.fast import matmul as mm
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2
+from gpt2np.model.reference import gpt2_reference
 
 
 def column_major(rng, k, n):
@@ -197,7 +197,7 @@ def other_kernel():
     (blas_curves.blas_kernel_envs: the CPU's own, or Haswell's), or None where the CPU runs no other."""
     if mm.BLAS is None:
         return None
-    from gpt2np.blas_curves import blas_kernel_envs
+    from gpt2np.teach.blas_curves import blas_kernel_envs
     return next(((env, name) for name, env in blas_kernel_envs().items() if name != mm.KERNEL), None)
 
 

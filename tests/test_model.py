@@ -5,10 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES, random_params
-from gpt2np.config import PRESETS, GPT2Config
-from gpt2np.model import GPT2, causal_mask, gelu, layer_norm, softmax
-from gpt2np.reference import gpt2_reference
-from gpt2np.weights import load_params
+from gpt2np.model.config import PRESETS, GPT2Config
+from gpt2np.model.forward import GPT2, causal_mask, gelu, layer_norm, softmax
+from gpt2np.model.reference import gpt2_reference
+from gpt2np.checkpoints.weights import load_params
 
 FIXTURE_NAMES = ["gpt2-tiny-a", "gpt2-tiny-b"]
 # Measured: max |ours - HF float64| = 1.8e-7 (tiny-a), 2.7e-7 (tiny-b) in float32; the issue allows 1e-4,
@@ -35,7 +35,7 @@ def test_logits_match_hugging_face(tiny_fixture_dir, name):
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_greedy_continuation_matches_hugging_face(tiny_fixture_dir, name):
-    from gpt2np.autoregressive import generate
+    from gpt2np.decoding.autoregressive import generate
     model, ref = fixture_model(tiny_fixture_dir, name)
     tokens = generate(model, list(ref["tokens"]), len(ref["greedy_tokens"]), temperature=0)
     np.testing.assert_array_equal(tokens, ref["greedy_tokens"])
@@ -112,7 +112,7 @@ def test_logits_only_for_positions_asked_for(small_model):
 
 def test_activations_stay_float32(small_model, monkeypatch):
     """Every intermediate array stays float32: a float64 leak makes NumPy 2 ~10x slower."""
-    import gpt2np.model as m
+    import gpt2np.model.forward as m
     seen = []
     for name in ["gelu", "softmax", "layer_norm", "linear", "attention", "mha", "ffn", "transformer_block"]:
         original = getattr(m, name)

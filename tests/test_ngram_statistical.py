@@ -13,7 +13,7 @@ token 50256, pooled in an "other" bin with the mass it was taken from: invisible
 """
 import pytest
 
-from gpt2np.drafters import NgramDrafter
+from gpt2np.decoding.drafters import NgramDrafter
 from test_distribution_statistical import ALPHA, REJECT_BELOW, gpt2_chi_square, gpt2_pair  # noqa: F401
 
 NGRAM_PROMPT, SAMPLES = [3, 765, 765, 7845, 3, 765], 150
@@ -36,7 +36,7 @@ def test_same_chi_square_rejects_broken_kernels_with_prompt_lookup(gpt2_pair, va
 def test_prompt_lookup_really_drafts_here(gpt2_pair):
     """Otherwise the tests above would test plain decoding."""
     import numpy as np
-    from gpt2np.speculative import speculative_generate
+    from gpt2np.decoding.speculative import speculative_generate
     target, _ = gpt2_pair
     stats = speculative_generate(target, NgramDrafter(n_max=2), NGRAM_PROMPT, 3, 2, temperature=0.03,
                                  rng=np.random.default_rng(0)).stats

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis.extra.numpy import arrays
 
-from gpt2np.sampling import (check_sampling_options, greedy_distribution, next_token, sample, sampling_distribution,
+from gpt2np.decoding.sampling import (check_sampling_options, greedy_distribution, next_token, sample, sampling_distribution,
                              softmax, top_p_filter)
 
 

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from hypothesis.extra.numpy import arrays
 
-from gpt2np.autoregressive import generate
-from gpt2np.broken_kernels import BROKEN_VARIANTS
-from gpt2np.exact import exact_distribution, max_abs_difference, total_variation
-from gpt2np.sampling import sample
-from gpt2np.speculative import CALIBRATION_CALLS, speculative_generate
-from gpt2np.speculative_kernel import output_distribution, residual_distribution, verify_round
-from gpt2np.theory import alpha, predicted_speedup
-from gpt2np.tokenizer import vocabulary_fingerprint
-from gpt2np.toy_models import ToyModel, random_toy_model
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.teach.broken_kernels import BROKEN_VARIANTS
+from gpt2np.teach.exact import exact_distribution, max_abs_difference, total_variation
+from gpt2np.decoding.sampling import sample
+from gpt2np.decoding.speculative import CALIBRATION_CALLS, speculative_generate
+from gpt2np.decoding.speculative_kernel import output_distribution, residual_distribution, verify_round
+from gpt2np.decoding.theory import alpha, predicted_speedup
+from gpt2np.tokenizer.bpe import vocabulary_fingerprint
+from gpt2np.teach.toy_models import ToyModel, random_toy_model
 
 EXACT = 1e-12  # both sides are exact sums of products of probabilities: only rounding differs
 

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES, random_params
-from gpt2np.autoregressive import generate
-from gpt2np.config import GPT2Config
-from gpt2np.model import GPT2
-from gpt2np.speculative import speculative_generate
-from gpt2np.weights import load_params
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2
+from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.checkpoints.weights import load_params
 from test_speculative_exact import assert_caches_match_recomputation
 
 SMALL = GPT2Config(n_vocab=29, n_ctx=48, n_embd=12, n_head=3, n_layer=2)

@@ -10,12 +10,12 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 
-from gpt2np.exact import exact_distribution, total_variation
-from gpt2np.sampling import sample
-from gpt2np.speculative import speculative_generate
-from gpt2np.speculative_kernel import verify_round
-from gpt2np.theory import alpha, best_K, expected_tokens_per_round, predicted_speedup
-from gpt2np.toy_models import ToyModel
+from gpt2np.teach.exact import exact_distribution, total_variation
+from gpt2np.decoding.sampling import sample
+from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.decoding.speculative_kernel import verify_round
+from gpt2np.decoding.theory import alpha, best_K, expected_tokens_per_round, predicted_speedup
+from gpt2np.teach.toy_models import ToyModel
 
 N_SE = 5  # tolerance of the Monte-Carlo checks, in standard errors of the simulated mean
 

@@ -1,4 +1,4 @@
-"""Tests for gpt2np.tokenizer: the from-scratch BPE against tiktoken, round trips, known ids, errors.
+"""Tests for gpt2np.tokenizer.bpe: the from-scratch BPE against tiktoken, round trips, known ids, errors.
 
 GPT-2's real encoder.json/vocab.bpe are third-party files and never live in this repo: tests that
 need them look in ../shared/data/gpt2-bpe/ (next to the repo) or a downloaded weights/<size>/,
@@ -16,12 +16,12 @@ import pytest
 import regex
 import tiktoken
 
-import gpt2np.tokenizer as tokenizer_module
+import gpt2np.tokenizer.bpe as tokenizer_module
 from conftest import gpt2_bpe_dir
-from gpt2np.tokenizer import (BYTE_TO_SYMBOL, FastTokenizer, Tokenizer,
+from gpt2np.tokenizer.bpe import (BYTE_TO_SYMBOL, FastTokenizer, Tokenizer,
                               bytes_to_unicode, load_tokenizer, replace_lone_surrogates,
                               write_byte_level_vocab)
-from gpt2np.unicode_classes import LETTER, NEWER_THAN_UNICODE_16, NUMBER
+from gpt2np.tokenizer.unicode_classes import LETTER, NEWER_THAN_UNICODE_16, NUMBER
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "data" / "corpus" / "tinyshakespeare.txt"

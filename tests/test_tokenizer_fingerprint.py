@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import gpt2_bpe_dir
-from gpt2np.speculative import check_same_vocabulary
-from gpt2np.tokenizer import BYTE_TO_SYMBOL, EOT, Tokenizer, load_tokenizer
+from gpt2np.decoding.speculative import check_same_vocabulary
+from gpt2np.tokenizer.bpe import BYTE_TO_SYMBOL, EOT, Tokenizer, load_tokenizer
 
 MERGES = [("h", "e"), ("l", "l"), ("he", "ll"), ("Ġ", "w")]
 

@@ -1,4 +1,4 @@
-"""Tests for gpt2np.weights: the name table, shape checks, random init and the .npy load cache."""
+"""Tests for gpt2np.checkpoints.weights: the name table, shape checks, random init and the .npy load cache."""
 import doctest
 import json
 import os
@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from gpt2np import matmul, weights
-from gpt2np.checkpoint import read_checkpoint
-from gpt2np.checkpoint_writer import write_checkpoint
-from gpt2np.config import PRESETS, GPT2Config
-from gpt2np.matmul import stored_column_major
-from gpt2np.weights import init_params, load_params, params_from_tf, params_to_tf
+from gpt2np.model.fast import matmul
+
+from gpt2np.checkpoints import weights
+from gpt2np.checkpoints.tf_reader import read_checkpoint
+from gpt2np.checkpoints.tf_writer import write_checkpoint
+from gpt2np.model.config import PRESETS, GPT2Config
+from gpt2np.model.fast.matmul import stored_column_major
+from gpt2np.checkpoints.weights import init_params, load_params, params_from_tf, params_to_tf
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CACHE = weights.CACHE_DIR

@@ -27,7 +27,7 @@ import transformers
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 sys.path.insert(0, str(OUT.parents[1]))
-from gpt2np.tokenizer import BYTE_TO_SYMBOL, EOT  # noqa: E402  (after the path)
+from gpt2np.tokenizer.bpe import BYTE_TO_SYMBOL, EOT  # noqa: E402  (after the path)
 
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "u"),
           ("Ġ", "s"), ("in", "g"), ("Ġ", "w")]

@@ -11,7 +11,7 @@ a request picks one with the field "drafter". Bad flags or models: one line, exi
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.download import DownloadError
+from gpt2np.checkpoints.download import DownloadError
 from gpt2np.report import OneLineErrorParser
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
@@ -70,7 +70,8 @@ def main(argv=None):
     uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
 
 
-if __name__ == "__main__":
+def run():
+    """main() as a command: bad input and missing files end it with status 2 and one line."""
     try:
         main()
     except KeyboardInterrupt:
@@ -78,3 +79,7 @@ if __name__ == "__main__":
     except (ValueError, OSError, DownloadError) as e:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

@@ -2,7 +2,7 @@
 
 The models and drafters keep KV caches and are not thread-safe, so every generation goes through
 a bounded queue to a single worker (a server with one GPU does the same, batching aside). The
-worker turns each round of gpt2np's round stream (gpt2np/stream.py) into a message for the
+worker turns each round of gpt2np's round stream (gpt2np/decoding/stream.py) into a message for the
 request that asked for it; a request whose client has gone sets `job.cancelled`, and the worker
 then closes the stream (Stream.close) after the round it is in, or skips the job if it has not
 started. `open_stream` is the one place that calls the package's decoders.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import gpt2np
-from gpt2np.autoregressive import check_generation_request
+from gpt2np.decoding.autoregressive import check_generation_request
 from gpt2np.report import TokenTexts
 
 log = logging.getLogger("gpt2np.serve")

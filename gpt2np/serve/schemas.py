@@ -35,7 +35,7 @@ class SamplingFields(BaseModel):
     K: Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"] = Field(
         4, description="draft tokens per round, or a K policy: 'heuristic' or 'auto'")
     K_max: Annotated[StrictInt, Field(ge=1, le=32)] = Field(8, description="bound of the K policies")
-    drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.drafters "
+    drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.decoding.drafters "
                                                         "(default: the first)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
 

@@ -11,7 +11,7 @@ C-contiguous: each output's weights are contiguous, like wte's rows and torch's 
 shape and every result are the same; what changes is speed: matmul.py's few-row products need
 that order. Smaller weights (the bundled models') run faster row-major and stay so.
 
->>> from gpt2np.config import PRESETS
+>>> from gpt2np.model.config import PRESETS
 >>> params = init_params(PRESETS["tiny"], np.random.default_rng(0))
 >>> params["blocks"][0]["attn"]["c_attn"]["w"].shape      # [n_embd, 3 * n_embd]
 (16, 48)
@@ -24,9 +24,9 @@ import os
 
 import numpy as np
 
-from .checkpoint import crc32c, read_checkpoint
-from .config import GPT2Config
-from .matmul import stored_column_major
+from .tf_reader import crc32c, read_checkpoint
+from ..model.config import GPT2Config
+from ..model.fast.matmul import stored_column_major
 
 CACHE_DIR = ".gpt2np-cache"  # inside the model folder
 CACHE_FORMAT = 3             # bump when the cache layout changes, so old caches are rebuilt

@@ -17,10 +17,10 @@ import math
 
 import numpy as np
 
-from .attention import attention_in_blocks
+from .fast.blocked_attention import attention_in_blocks
 from .kv_cache import KVCache, check_cache
-from .matmul import matmul
-from .threads import in_row_blocks, rowwise, threads_allowed
+from .fast.matmul import matmul
+from .fast.threads import in_row_blocks, rowwise, threads_allowed
 
 BLOCKS_MIN_SCORES = 1 << 15  # attention goes in blocks from this many scores (n_head * n_seq * n_kv) on:
                              # prefill, and verification at long context (355M, M = 5 after 512 tokens:

@@ -9,13 +9,13 @@ console_runs.py is the one place that calls the decoders. A command is a line st
 (0.8, 40, None)
 >>> parse_command(":temperature -1", Settings())
 Traceback (most recent call last):
-gpt2np.console_commands.CommandError: temperature must be a finite number >= 0 (0 means greedy), got -1.0
+gpt2np.console.commands.CommandError: temperature must be a finite number >= 0 (0 means greedy), got -1.0
 """
 import math
 from dataclasses import dataclass, replace
 
-from .policies import make_policy
-from .sampling import check_sampling_options
+from ..decoding.policies import make_policy
+from ..decoding.sampling import check_sampling_options
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")

@@ -224,7 +224,7 @@ _REDOWNLOAD = "delete it and download it again"
 def _missing(path):
     return FileNotFoundError(
         f"{path} not found. A GPT-2 checkpoint prefix is '<model dir>/model.ckpt'; download the "
-        f"model with gpt2np.download.download_model(size, models_dir)")
+        f"model with gpt2np.checkpoints.download.download_model(size, models_dir)")
 
 
 def read_index(path):  # -> (header fields, {tensor name: TensorEntry} in key order)

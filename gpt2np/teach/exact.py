@@ -9,7 +9,7 @@ and gives {result: probability} exactly, up to float rounding (~1e-15), with no 
 This is what lets the tests say "speculative decoding's output distribution equals the target's
 to 1e-12" on toy models with 3-4 tokens, where the number of paths stays in the thousands.
 
->>> from gpt2np.sampling import sample
+>>> from gpt2np.decoding.sampling import sample
 >>> coin = lambda rng: sample(np.array([0.25, 0.75]), rng)
 >>> exact_distribution(lambda rng: coin(rng) + coin(rng))
 {0: 0.0625, 1: 0.375, 2: 0.5625}

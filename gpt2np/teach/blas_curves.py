@@ -30,18 +30,18 @@ from statistics import median
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .matmul import KERNEL, blas_kernel, matmul
-from .theory import predicted_speedup
-from .threads import blas_single_threaded
+from ..model.fast.matmul import KERNEL, blas_kernel, matmul
+from ..decoding.theory import predicted_speedup
+from ..model.fast.threads import blas_single_threaded
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the clone: gpt2np/teach/ is two folders down
 KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # read by OpenBLAS once, when NumPy loads it
 # Kernels a child process can be made to run: {name: (the CPU flag it needs, the variables that force it)}
 FORCED = {"Haswell": ("avx2", {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512"})}
 SHAPE = (1024, 4096)     # [in, out]: GPT-2 355M's MLP up-projection, 16 MiB of float32
 COLD_BYTES = 96 << 20    # weights cycled through, 3x this machine's 32 MiB L3: each product reads its w from memory
 BLOCK_BYTES = 512 << 10  # the weights matmul's "rows" method multiplies by every row before moving on
-PRODUCTS = {"plain": "x @ w, w row-major", "gpt2np": "gpt2np.matmul, w column-major"}
+PRODUCTS = {"plain": "x @ w, w row-major", "gpt2np": "gpt2np.model.fast.matmul, w column-major"}
 
 
 def kernel_name():
@@ -131,7 +131,7 @@ def run_child(code, env, *args, timeout=300):  # -> the child's stdout
 
 def child_kernel(env):
     """The kernel name a child process with env runs (a child's import takes ~0.3 s)."""
-    return run_child("from gpt2np.blas_curves import kernel_name; print(kernel_name())", env).strip()
+    return run_child("from gpt2np.teach.blas_curves import kernel_name; print(kernel_name())", env).strip()
 
 
 def blas_kernel_envs():
@@ -150,7 +150,7 @@ def blas_kernel_envs():
 def product_curve_in_child(env, **options):
     """product_curve(**options) in a child process with environment env (from blas_kernel_envs),
     returned as the child printed it: plain data, the kernel the child really ran included."""
-    code = ("import json, sys; from gpt2np.blas_curves import product_curve; "
+    code = ("import json, sys; from gpt2np.teach.blas_curves import product_curve; "
             "print(json.dumps(product_curve(**json.loads(sys.argv[1]))))")
     return json.loads(run_child(code, env, json.dumps(options)))
 

@@ -35,42 +35,9 @@ import time
 
 import numpy as np
 
+from .autoregressive import check_generation_request
 from .sampling import sample, sampling_distribution
-
-
-class TimedModel:
-    """One model in the loop: its cache, and a stopwatch per call size (tokens fed per call)."""
-
-    def __init__(self, model):
-        self.model, self.cache = model, model.new_cache()
-        self.durations = {}  # n_seq -> [seconds of each call]: medians resist one slow call
-
-    def feed(self, ids, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
-        start = time.perf_counter()
-        logits = self.model.forward(np.asarray(ids), self.cache, n_logits)
-        self.durations.setdefault(len(ids), []).append(time.perf_counter() - start)
-        return logits
-
-    def roll_back(self, n):
-        """Forget everything after the first n tokens (nothing to do if the cache is shorter)."""
-        self.cache.truncate(min(n, len(self.cache)))
-
-    @property
-    def timings(self):  # n_seq -> (calls, seconds)
-        return {n: (len(d), sum(d)) for n, d in self.durations.items()}
-
-    @property
-    def calls(self):
-        return sum(len(d) for d in self.durations.values())
-
-    @property
-    def seconds(self):
-        return sum(sum(d) for d in self.durations.values())
-
-
-def seconds_per_call(durations, n_seq):
-    """Median seconds of the calls that fed n_seq tokens (None if there were none)."""
-    return float(np.median(durations[n_seq])) if durations.get(n_seq) else None
+from .stopwatch import TimedModel, seconds_per_call
 
 
 def one_hot_rows(tokens, n_vocab):  # [k] -> [k, n_vocab]
@@ -78,6 +45,26 @@ def one_hot_rows(tokens, n_vocab):  # [k] -> [k, n_vocab]
     q = np.zeros((len(tokens), n_vocab), dtype=np.float64)
     q[np.arange(len(tokens)), tokens] = 1.0
     return q
+
+
+def check_same_vocabulary(target, draft):
+    """Draft tokens are fed to the target as ids, so both models must mean the same thing by each id.
+
+    We compare n_vocab and eot_id, and, when both models carry a tokenizer, their fingerprints: the
+    sha256 of the whole vocabulary, merges and special tokens (`Tokenizer.fingerprint`, computed
+    once per tokenizer), so any difference at all is caught, whichever files each was read from.
+    """
+    if (target.n_vocab, target.eot_id) != (draft.n_vocab, draft.eot_id):
+        raise ValueError(f"draft and target must share a vocabulary: n_vocab {draft.n_vocab} vs "
+                         f"{target.n_vocab}, eot_id {draft.eot_id} vs {target.eot_id}")
+    tokenizers = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    if None in tokenizers or tokenizers[0] is tokenizers[1]:
+        return
+    target_print, draft_print = (t.fingerprint for t in tokenizers)
+    if draft_print != target_print:
+        raise ValueError(f"draft and target tokenizers differ (fingerprints: draft {draft_print[:12]}, "
+                         f"target {target_print[:12]}); use a draft trained with the target's encoder.json "
+                         "and vocab.bpe")
 
 
 class ModelDrafter:
@@ -99,10 +86,8 @@ class ModelDrafter:
         self.timed, self.c_prior = None, c_prior  # reset() gives each run a fresh cache
 
     def check(self, target, prompt_ids, n_tokens):
-        from .autoregressive import check_generation_request  # the same checks as the target's
-        from .speculative import check_same_vocabulary
         check_same_vocabulary(target, self.model)
-        check_generation_request(self.model, prompt_ids, n_tokens)
+        check_generation_request(self.model, prompt_ids, n_tokens)  # the same checks as the target's
 
     def reset(self, target):
         self.timed = TimedModel(self.model)

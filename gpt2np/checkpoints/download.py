@@ -38,9 +38,9 @@ from pathlib import Path
 import requests
 from tqdm import tqdm
 
-from .checkpoint import check_meta_graph, read_index
-from .config import PRESETS, GPT2Config
-from .tokenizer import OPENAI_SHA256
+from .tf_reader import check_meta_graph, read_index
+from ..model.config import PRESETS, GPT2Config
+from ..tokenizer.bpe import OPENAI_SHA256
 
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
 MIRROR_ENV = "GPT2NP_MIRROR"

@@ -1,6 +1,6 @@
 """Write a TensorFlow tensor bundle byte-for-byte as TF1's `tf.train.Saver` writes it.
 
-The inverse of gpt2np/checkpoint.py (read that first: it explains the format). Following
+The inverse of gpt2np/checkpoints/tf_reader.py (read that first: it explains the format). Following
 TF's BundleWriter (tensorflow/core/util/tensor_bundle/) and its LevelDB-derived TableBuilder
 (tensorflow/core/lib/io/table_builder.cc):
   - tensors go to `<prefix>.data-00000-of-00001` in byte-wise sorted name order, unpadded;
@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from .checkpoint import DT_FLOAT, FOOTER_SIZE, TABLE_MAGIC, crc32c, mask_crc
+from .tf_reader import DT_FLOAT, FOOTER_SIZE, TABLE_MAGIC, crc32c, mask_crc
 
 BLOCK_SIZE = 262_144    # TF's table::Options::block_size: a data block is cut once it gets this big
 RESTART_INTERVAL = 16   # keys between full (uncompressed) keys in a data block

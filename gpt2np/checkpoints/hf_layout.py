@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from .config import GPT2Config
+from ..model.config import GPT2Config
 from .safetensors import read_header, read_safetensors
 from .weights import CACHE_FORMAT, load_params_cached, tf_layout
 

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .model import gelu, layer_norm, softmax
+from .forward import gelu, layer_norm, softmax
 
 
 def reference_attention_head(q, k, v):  # 3 x [n_seq, d_head] -> [n_seq, d_head]

@@ -15,17 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import GPT2Config
+from ..model.config import GPT2Config
 from .download import download_model
-from .drafters import ModelDrafter, NgramDrafter
-from .hf_checkpoint import is_hf_folder, load_hf_params, read_hf_config
+from .hf_layout import is_hf_folder, load_hf_params, read_hf_config
 from .hub import HUB_FILES, HUB_PREFIX, download_hub_model
-from .model import GPT2
-from .tokenizer import load_hf_tokenizer, load_tokenizer
+from ..model.forward import GPT2
+from ..tokenizer.bpe import load_hf_tokenizer, load_tokenizer
 from .weights import init_params, load_params
 
 RELEASE_SIZES = ("124M", "355M", "774M", "1558M")
-BUNDLED_DIR = Path(__file__).parent / "bundled"
+BUNDLED_DIR = Path(__file__).parents[1] / "bundled"  # gpt2np/bundled
 MODEL_FILES = ("hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of-00001")
 TOKENIZER_FILES = ("encoder.json", "vocab.bpe")
 
@@ -95,13 +94,6 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
         raise ValueError(f"{folder}: the tokenizer has {tokenizer.n_vocab} tokens but "
                          f"{'config.json' if hf else 'hparams.json'} says n_vocab={config.n_vocab}")
     return GPT2(config, params, tokenizer, name=str(name_or_dir))
-
-
-def load_drafter(name_or_dir, models_dir="weights", base_url=None, n_max=3, hf_endpoint=None):
-    """"ngram" -> prompt lookup (NgramDrafter(n_max)); any model name -> ModelDrafter(load_model(...))."""
-    if str(name_or_dir) == "ngram":
-        return NgramDrafter(n_max=n_max)
-    return ModelDrafter(load_model(name_or_dir, models_dir, base_url, hf_endpoint=hf_endpoint))
 
 
 def random_model(config, seed=0, std=0.02):

@@ -24,11 +24,11 @@ and the target never looks past position len(prompt) + N: the context check is t
 generate's, prompt + N <= n_ctx, whatever K is. A round with no drafts (K = 0, or a drafter
 with nothing to propose) is a plain target step; its token's provenance is "target".
 
->>> from gpt2np.toy_models import random_toy_model
+>>> from gpt2np.teach.toy_models import random_toy_model
 >>> rng = np.random.default_rng(0)
 >>> target, draft = random_toy_model(rng, order=3), random_toy_model(rng)
 >>> result = speculative_generate(target, draft, [0], n_tokens=6, K=3, temperature=0)
->>> from gpt2np.autoregressive import generate
+>>> from gpt2np.decoding.autoregressive import generate
 >>> result.tokens == generate(target, [0], n_tokens=6, temperature=0)
 True
 >>> len(result.provenance), set(result.provenance) <= {"draft", "resample", "bonus", "target"}
@@ -40,11 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .autoregressive import check_generation_request, check_rng
-from .drafters import TimedModel, as_drafter
+from .drafters import as_drafter, check_same_vocabulary  # noqa: F401  (check_same_vocabulary: the console's name)
 from .policies import Measurements, make_policy
 from .sampling import check_sampling_options, sample, sampling_distribution
+from .stopwatch import TimedModel
 from .speculative_kernel import verify_round
-from .speculative_stats import CALIBRATION_CALLS, SpeculativeStats, summarise, time_one_token_calls  # noqa: F401
+from .run_stats import CALIBRATION_CALLS, SpeculativeStats, summarise, time_one_token_calls  # noqa: F401
 from .stream import RoundEvent, Stream
 from .theory import alpha
 
@@ -70,26 +71,6 @@ class SpeculativeResult:
     provenance: list        # per token: "draft" (accepted), "resample" (after a rejection), "bonus"
     stats: SpeculativeStats
     trace: list | None      # one RoundRecord per round if trace=True, else None
-
-
-def check_same_vocabulary(target, draft):
-    """Draft tokens are fed to the target as ids, so both models must mean the same thing by each id.
-
-    We compare n_vocab and eot_id, and, when both models carry a tokenizer, their fingerprints: the
-    sha256 of the whole vocabulary, merges and special tokens (`Tokenizer.fingerprint`, computed
-    once per tokenizer), so any difference at all is caught, whichever files each was read from.
-    """
-    if (target.n_vocab, target.eot_id) != (draft.n_vocab, draft.eot_id):
-        raise ValueError(f"draft and target must share a vocabulary: n_vocab {draft.n_vocab} vs "
-                         f"{target.n_vocab}, eot_id {draft.eot_id} vs {target.eot_id}")
-    tokenizers = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
-    if None in tokenizers or tokenizers[0] is tokenizers[1]:
-        return
-    target_print, draft_print = (t.fingerprint for t in tokenizers)
-    if draft_print != target_print:
-        raise ValueError(f"draft and target tokenizers differ (fingerprints: draft {draft_print[:12]}, "
-                         f"target {target_print[:12]}); use a draft trained with the target's encoder.json "
-                         "and vocab.bpe")
 
 
 def check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng):

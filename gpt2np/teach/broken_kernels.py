@@ -13,8 +13,8 @@ Use them through speculative_generate's injection points:
 """
 import numpy as np
 
-from .sampling import softmax
-from .speculative_kernel import RoundResult, accept_draft, residual_distribution, target_token
+from ..decoding.sampling import softmax
+from ..decoding.speculative_kernel import RoundResult, accept_draft, residual_distribution, target_token
 
 
 def softmax_residual_kernel(drafts, q, p, rng, greedy=False):
@@ -50,7 +50,7 @@ class PeekingDrafter:
     (Pass as the draft: speculative_generate(target, PeekingDrafter(draft, target), ...).)"""
 
     def __init__(self, drafter, target):
-        from .drafters import as_drafter
+        from ..decoding.drafters import as_drafter
         self.inner, self.target = as_drafter(drafter), target
         self.name, self.check, self.roll_back = "peeking " + self.inner.name, self.inner.check, self.inner.roll_back
         self.cost_per_token = self.inner.cost_per_token
@@ -60,7 +60,7 @@ class PeekingDrafter:
         self.c_prior = self.inner.c_prior
 
     def propose(self, context, k, options, rng):
-        from .sampling import sampling_distribution
+        from ..decoding.sampling import sampling_distribution
         drafts, q = self.inner.propose(context, k, options, rng)
         logits = self.target.forward(np.asarray(context + drafts), self.target.new_cache(), len(drafts) + 1)
         p = sampling_distribution(logits, **options)  # [k+1, n_vocab]: the round's own p, peeked at

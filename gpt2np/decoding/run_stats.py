@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .drafters import seconds_per_call
+from .stopwatch import seconds_per_call
 from .policies import v_curve
 from .theory import expected_tokens_per_round, predicted_speedup
 

@@ -42,7 +42,7 @@ OPENAI_SHA256 = {
 }
 
 # GPT-2's pre-tokenizer. \p{L} below means LETTER, \p{N} NUMBER: letters and numbers as tiktoken's
-# Unicode 16.0 tables have them (gpt2np/unicode_classes.py), so that both paths give the same ids.
+# Unicode 16.0 tables have them (gpt2np/tokenizer/unicode_classes.py), so that both paths give the same ids.
 # Alternatives are tried left to right at each position:
 #   's|'t|'re|'ve|'m|'ll|'d   English contractions, lower case only ("'VE" is "'" + "VE")
 #    ?\p{L}+                  a run of letters, with at most one leading space (" world")

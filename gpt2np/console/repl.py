@@ -20,13 +20,13 @@ import sys
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 from threadpoolctl import threadpool_limits
 
-from .console_commands import (GENERATOR_LABELS, CommandError, Settings, K_words, checked, help_text,
+from .commands import (GENERATOR_LABELS, CommandError, Settings, K_words, checked, help_text,
                                parse_command, with_drafter)
-from .console_display import speedup_table, trace_lines
-from .console_runs import Run, consume, open_stream, without_cache
-from .download import DownloadError
-from .report import OneLineErrorParser, TokenTexts, coloured, provenance_legend, stats_summary
-from .speculative import check_same_vocabulary
+from .display import speedup_table, trace_lines
+from .runs import Run, consume, open_stream, without_cache
+from ..checkpoints.download import DownloadError
+from ..report import OneLineErrorParser, TokenTexts, coloured, provenance_legend, stats_summary
+from ..decoding.speculative import check_same_vocabulary
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 CLEAR_SCREEN = "\033[H\033[2J"
@@ -277,14 +277,3 @@ def main(argv=None):
         if not console.handle(line):
             break
     return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C at the prompt (during a run it only stops the run)
-        print(file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:  # the reader left: nothing to report
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)

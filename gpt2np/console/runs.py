@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .autoregressive import plain_stream
-from .explain import generate_without_cache
-from .speculative import speculative_stream
+from ..decoding.autoregressive import generate_without_cache, plain_stream
+from ..decoding.speculative import speculative_stream
 
 
 @dataclass(frozen=True)

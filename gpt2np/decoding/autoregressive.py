@@ -5,7 +5,7 @@ reproduce exactly. It sees the model only through the model interface (docs/CONT
 `new_cache()`, `forward(ids, cache, n_logits)`, `n_ctx`, `n_vocab`, `eot_id`; so the toy models
 of toy_models.py run through it unchanged.
 
->>> from gpt2np.toy_models import random_toy_model
+>>> from gpt2np.teach.toy_models import random_toy_model
 >>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
 >>> len(generate(model, [0], n_tokens=5, rng=np.random.default_rng(1)))
 5
@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .model import token_id_array
+from ..model.forward import token_id_array
 from .sampling import check_sampling_options, next_token
 from .stream import RoundEvent, Stream
 
@@ -93,3 +93,22 @@ def generate(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=Non
     Every check runs before the first forward pass.
     """
     return plain_stream(model, prompt_ids, n_tokens, temperature, top_k, top_p, rng).run()
+
+
+def generate_without_cache(model, prompt_ids, n_tokens, temperature=0, top_k=None, top_p=None, rng=None):
+    """Decoding that recomputes the whole context at every step (a fresh cache each call).
+
+    Same tokens as generate(model, prompt_ids, n_tokens, ...) with the same options and an
+    identically seeded rng (the same next_token draws), at O(n^2) cost instead of O(n): what the
+    KV cache buys. Greedy (temperature 0) by default; stops after eot_id, as generate does.
+    """
+    check_sampling_options(temperature, top_k, top_p)
+    check_generation_request(model, prompt_ids, n_tokens)
+    check_rng(rng, temperature)
+    ids = [int(t) for t in prompt_ids]
+    for _ in range(n_tokens):
+        logits = model.forward(ids, model.new_cache())  # [1, n_vocab]: every position recomputed
+        ids.append(next_token(logits[-1], temperature, top_k, top_p, rng))
+        if ids[-1] == model.eot_id:
+            break
+    return ids[len(prompt_ids):]

@@ -7,8 +7,8 @@ logits equal `GPT2.forward`'s. The other helpers only call the public API (gener
 speculative_generate, exact.exact_distribution) and time or count what comes back.
 The notebooks in notebooks/ use these, so that no algorithm is defined in a notebook (STYLE H13, H15).
 
->>> from gpt2np.config import PRESETS
->>> from gpt2np.loading import random_model
+>>> from gpt2np.model.config import PRESETS
+>>> from gpt2np.checkpoints.loading import random_model
 >>> trace = forward_trace(random_model(PRESETS["tiny"]), [1, 2, 3])
 >>> trace.logits.shape, trace.layers[0].attention_weights.shape  # [n_seq, n_vocab], [n_head, n_seq, n_seq]
 ((3, 64), (2, 3, 3))
@@ -21,16 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .autoregressive import check_generation_request, check_rng, generate
+from ..decoding.autoregressive import check_generation_request, generate, generate_without_cache  # noqa: F401  (the notebooks' name)
 from .exact import exact_distribution
-from .loading import bundled_models, load_model
-from .model import attention, causal_mask, gelu, layer_norm, linear, merge_heads, split_heads
-from .sampling import check_sampling_options, next_token, sample
-from .speculative import speculative_generate
-from .speculative_kernel import residual_distribution
-from .theory import alpha
+from ..checkpoints.loading import bundled_models, load_model
+from ..model.forward import attention, causal_mask, gelu, layer_norm, linear, merge_heads, split_heads
+from ..decoding.sampling import check_sampling_options, next_token, sample
+from ..decoding.speculative import speculative_generate
+from ..decoding.speculative_kernel import residual_distribution
+from ..decoding.theory import alpha
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the clone: gpt2np/teach/ is two folders down
 
 
 # ---- the forward pass, one named array per step -------------------------------------------------
@@ -134,25 +134,6 @@ def incremental_logits(model, ids):  # [n_seq] -> [n_seq, n_vocab]
     return np.concatenate([model.forward(ids[i:i + 1], cache) for i in range(len(ids))])
 
 
-def generate_without_cache(model, prompt_ids, n_tokens, temperature=0, top_k=None, top_p=None, rng=None):
-    """Decoding that recomputes the whole context at every step (a fresh cache each call).
-
-    Same tokens as generate(model, prompt_ids, n_tokens, ...) with the same options and an
-    identically seeded rng (the same next_token draws), at O(n^2) cost instead of O(n): what the
-    KV cache buys. Greedy (temperature 0) by default; stops after eot_id, as generate does.
-    """
-    check_sampling_options(temperature, top_k, top_p)
-    check_generation_request(model, prompt_ids, n_tokens)
-    check_rng(rng, temperature)
-    ids = [int(t) for t in prompt_ids]
-    for _ in range(n_tokens):
-        logits = model.forward(ids, model.new_cache())  # [1, n_vocab]: every position recomputed
-        ids.append(next_token(logits[-1], temperature, top_k, top_p, rng))
-        if ids[-1] == model.eot_id:
-            break
-    return ids[len(prompt_ids):]
-
-
 def best_time(fn, repeats=3):
     """(result, seconds): the fastest of `repeats` calls, the usual way to time on a busy machine."""
     seconds, result = [], None
@@ -198,7 +179,7 @@ VISIBLE = {"\n": "⏎", " ": "␣", "\t": "⇥"}  # whitespace drawn as a visibl
 def token_labels(tokenizer, ids):
     """One visible label per token, for plot axes and aligned printing.
 
-    >>> from gpt2np.tokenizer import Tokenizer, bytes_to_unicode
+    >>> from gpt2np.tokenizer.bpe import Tokenizer, bytes_to_unicode
     >>> token_labels(Tokenizer({s: i for i, s in enumerate(bytes_to_unicode().values())}, []), [71, 220, 198])
     ['h', '␣', '⏎']
     """

@@ -1,0 +1,295 @@
+"""Watch speculative decoding recover the target's distribution, then watch broken versions fail.
+
+    python -m gpt2np.classroom                      # defaults finish in a few seconds
+    python -m gpt2np.classroom --n_samples 20000 --K 3 --temperature 0.7 --broken softmax_residual
+    python -m gpt2np.classroom --drafter ngram --K auto   # prompt lookup drafts, K chosen per round
+
+What it does, in four steps:
+  1. builds a target and a draft: tiny random n-gram models over a toy vocabulary A, B, C, ...
+     (toy_models.py), with the same interface as GPT-2 (or, with --drafter ngram, prompt lookup:
+     drafts copied from earlier in the context, drafters.py);
+  2. computes the EXACT probability of every N-token continuation of the prompt under the target,
+     by enumerating every random choice of the real `generate` (exact.py): no sampling involved;
+  3. runs the real `speculative_generate` n_samples times (seeded), counts each N-token outcome,
+     and compares the counts with n times the exact probabilities by Pearson's chi-square test
+     (stats.py): a p-value below --alpha means "REJECTED: not the target's distribution";
+  4. does the same with a broken sampler (broken_kernels.py, plus one defined here), and ends
+     with a one-line verdict for every broken variant.
+
+Speculative decoding's promise (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1)
+is that its output has EXACTLY the target's distribution; step 3 lets you watch it hold. The broken
+variants are bugs found in public code: each still runs and accepts a plausible share of drafts.
+
+>>> run = recovery_experiment(*toy_pair(), n_tokens=2, K=2, options={}, n_samples=200, seed=0)
+>>> run.result.df > 0 and run.result.p_value > 0.001
+True
+"""
+import argparse
+import math
+import string
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..decoding.autoregressive import generate
+from .broken_kernels import BROKEN_VARIANTS
+from ..decoding.drafters import NgramDrafter
+from .exact import exact_distribution
+from ..decoding.policies import POLICIES, make_policy
+from ..decoding.sampling import check_sampling_options
+from ..decoding.speculative import speculative_generate
+from ..decoding.speculative_kernel import RoundResult, accept_draft, target_token
+from .chi_square import ChiSquareResult, chi_square_test
+from .toy_models import random_toy_model
+from ..report import OneLineErrorParser
+
+PROMPT = [0]  # token "A": every sample continues the same one-token prompt
+NGRAM_PROMPT = [0, 1, 0]  # "A B A": with prompt lookup, something to look up from the first round
+
+
+def unnormalised_residual_kernel(drafts, q, p, rng, greedy=False):
+    """BUG: after a rejection, the residual max(0, p - q) is sampled WITHOUT dividing by its sum.
+
+    rng.choice refuses such a vector, but a hand-written inverse-CDF sampler,
+    `min(searchsorted(cumsum(residual), u), n_vocab - 1)` with u ~ U[0, 1), does not: it emits
+    token x with probability residual(x), and whenever u lands beyond the residual's total it runs
+    off the end and is clipped to the last token, which so receives the missing mass
+    1 - sum(residual). We draw from exactly that distribution (through sample(), so exact.py can
+    enumerate it). The closer the draft is to the target, the smaller the residual, the worse.
+    """
+    for i, x in enumerate(drafts):
+        if not accept_draft(p[i][x], q[i][x], rng):
+            residual = np.maximum(0.0, p[i] - q[i])
+            residual[-1] += 1.0 - residual.sum()  # the clipped tail of the inverse CDF
+            return RoundResult(i, target_token(residual, rng, greedy), "resample")
+    return RoundResult(len(drafts), target_token(p[len(drafts)], rng, greedy), "bonus")
+
+
+# name -> keyword arguments for speculative_generate (the three of broken_kernels.py, plus ours)
+NEGATIVE_CONTROLS = {**BROKEN_VARIANTS, "unnormalised_residual": {"kernel": unnormalised_residual_kernel}}
+DESCRIPTIONS = {
+    "greedy_draft": "the draft proposes its argmax, but accepts with the softmax ratio p/q",
+    "softmax_residual": "after a rejection, max(0, p - q) is softmaxed instead of divided by its sum",
+    "first_position_only": "only the first draft of a round is tested; the rest are waved through",
+    "unnormalised_residual": "max(0, p - q) is not normalised; its missing mass goes to the last token",
+}
+
+
+def toy_pair(n_vocab=3, order=2, model_seed=0):
+    """(target, draft): two independent random n-gram models over the same toy vocabulary."""
+    rng = np.random.default_rng(model_seed)
+    return random_toy_model(rng, n_vocab, order), random_toy_model(rng, n_vocab, order)
+
+
+def exact_target_distribution(target, n_tokens, options, prompt=PROMPT):
+    """{tuple of n_tokens tokens: exact probability} under the target, from the real generate()."""
+    return exact_distribution(lambda rng: tuple(generate(target, prompt, n_tokens, rng=rng, **options)))
+
+
+@dataclass(frozen=True)
+class Experiment:
+    exact: dict              # outcome -> exact target probability
+    counts: Counter          # outcome -> how many of the n_samples speculative runs produced it
+    result: ChiSquareResult  # the chi-square test of counts against exact
+    drafted: int             # draft tokens proposed over all runs
+    accepted: int            # of which accepted
+
+
+def speculative_counts(target, draft, n_tokens, K, options, n_samples, seed, variant=None, prompt=PROMPT):
+    """n_samples runs of speculative_generate from one seeded rng: (Counter of outcomes, drafted, accepted).
+
+    variant: a name in NEGATIVE_CONTROLS, or None for the real sampler.
+    """
+    rng = np.random.default_rng(seed)
+    broken = NEGATIVE_CONTROLS[variant] if variant else {}
+    counts, drafted, accepted = Counter(), 0, 0
+    for _ in range(n_samples):
+        run = speculative_generate(target, draft, prompt, n_tokens, K, rng=rng, K_max=4, **options, **broken)
+        counts[tuple(run.tokens)] += 1
+        drafted, accepted = drafted + run.stats.drafted, accepted + run.stats.accepted
+    return counts, drafted, accepted
+
+
+def recovery_experiment(target, draft, n_tokens, K, options, n_samples, seed, variant=None, exact=None,
+                        prompt=PROMPT):
+    """Steps 2-3 of the module docstring for one sampler: exact distribution, counts, chi-square."""
+    exact = exact if exact is not None else exact_target_distribution(target, n_tokens, options, prompt)
+    counts, drafted, accepted = speculative_counts(target, draft, n_tokens, K, options, n_samples, seed,
+                                                   variant, prompt)
+    return Experiment(exact, counts, chi_square_test(counts, exact), drafted, accepted)
+
+
+def token_name(token):
+    return string.ascii_uppercase[token]
+
+
+def outcome_name(outcome):
+    return " ".join(token_name(t) for t in outcome)
+
+
+def format_p_value(p):
+    """"= 0.759", "= 3.1e-12", or "< 1e-300" when the tail probability underflows to 0."""
+    return "< 1e-300" if p == 0 else f"= {p:.3g}" if p >= 1e-4 else f"= {p:.1e}"
+
+
+def rejected(result, alpha):
+    return result.impossible > 0 or result.p_value < alpha
+
+
+def verdict(result, alpha):
+    """One line: the test's decision at significance level alpha, and why."""
+    if result.impossible:
+        return f"REJECTED: {result.impossible} samples are outcomes the target can never produce"
+    if rejected(result, alpha):
+        return f"REJECTED: p < {alpha:g}, these samples do not follow the target distribution"
+    return f"consistent with the target distribution (p >= {alpha:g})"
+
+
+def format_row(outcome, p, observed, n):
+    z = (observed - n * p) / math.sqrt(n * p) if p > 0 else math.inf
+    flag = "  <- impossible" if p == 0 else "  <-" if abs(z) > 4 else ""
+    return (f"  {outcome_name(outcome):<10} {p:>9.4f} {n * p:>9.1f} {observed:>9d} "
+            f"{observed / n:>10.4f} {z:>7.1f}{flag}")
+
+
+def format_table(experiment, max_rows):
+    """The outcome table: exact probability, expected and observed counts, frequency, residual z."""
+    exact, counts, n = experiment.exact, experiment.counts, experiment.result.n_samples
+    outcomes = sorted(set(exact) | set(counts), key=lambda x: (-exact.get(x, 0.0), x))  # likeliest first
+    lines = [f"  {'outcome':<10} {'target P':>9} {'expected':>9} {'observed':>9} {'frequency':>10} {'z':>7}"]
+    lines += [format_row(x, exact.get(x, 0.0), counts.get(x, 0), n) for x in outcomes[:max_rows]]
+    rest = outcomes[max_rows:]
+    if rest:
+        lines.append(f"  ... {len(rest)} rarer outcomes not shown (target P "
+                     f"{sum(exact.get(x, 0.0) for x in rest):.4f}, observed {sum(counts[x] for x in rest)})")
+    lines.append("  z = (observed - expected) / sqrt(expected): roughly N(0, 1) if the sampler is right")
+    return "\n".join(lines)
+
+
+def format_experiment(title, experiment, alpha, max_rows):
+    r = experiment.result
+    acceptance = f"{experiment.accepted / experiment.drafted:.1%}" if experiment.drafted else "n/a: no drafts"
+    return "\n".join([
+        title, format_table(experiment, max_rows),
+        f"  drafts accepted: {experiment.accepted} of {experiment.drafted} ({acceptance})",
+        f"  chi-square = {r.statistic:.2f} with {r.df} degrees of freedom "
+        f"({len(r.bins)} bins; expected counts below 5 pooled), p-value {format_p_value(r.p_value)}",
+        f"  verdict: {verdict(r, alpha)}", ""])
+
+
+def format_summary(controls, alpha):
+    lines = ["3. Every broken variant, same test:"]
+    for name, experiment in controls.items():
+        r = experiment.result
+        decision = "REJECTED" if rejected(r, alpha) else "not detected"
+        lines.append(f"  {name:<22} chi-square {r.statistic:>9.1f}, df {r.df:>2}, "
+                     f"p {format_p_value(r.p_value):<11} {decision}")
+    return "\n".join(lines)
+
+
+def format_header(args, n_outcomes):
+    return "\n".join([
+        "Speculative decoding in the classroom: does it sample from the target?",
+        f"  vocabulary {outcome_name(range(args.n_vocab))}; target and draft: random {args.order}-gram "
+        f"models (model seed {args.model_seed})",
+        f"  drafter: {'prompt lookup (ngram)' if args.drafter == 'ngram' else 'the draft model'}",
+        f"  sample = the {args.n_tokens} tokens after the prompt {outcome_name(prompt_of(args))}; K = {args.K}; "
+        f"temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}",
+        f"  target P: exact, by enumerating every random path of generate() ({n_outcomes} outcomes)",
+        f"  each sampler: {args.n_samples} runs of speculative_generate, rng seed {args.seed}", ""])
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def K_or_policy(text):
+    return text if text in POLICIES[1:] else positive_int(text)
+
+
+def prompt_of(args):
+    return NGRAM_PROMPT if args.drafter == "ngram" else PROMPT
+
+
+def build_parser():
+    parser = OneLineErrorParser(
+        prog="python -m gpt2np.classroom", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Speculative decoding vs the exact target distribution on a toy vocabulary, "
+                    "by a chi-square test; then the same test on broken samplers.")
+    add = parser.add_argument
+    # what is sampled
+    add("--n_samples", type=positive_int, default=2000, help="speculative runs per sampler")
+    add("--seed", type=int, default=0, help="seed of the sampling rng (same seed, same output)")
+    add("--n_tokens", type=positive_int, default=3, help="tokens per sample: an outcome is this sequence")
+    add("--K", type=K_or_policy, default=2,
+        help="draft tokens per verification round, or a K policy: heuristic / auto (at most 4 here)")
+    add("--drafter", default="model", choices=("model", "ngram"),
+        help="model: the toy draft model; ngram: prompt lookup (no draft model; prompt A B A)")
+    # the toy models
+    add("--n_vocab", type=positive_int, default=3, help="toy vocabulary size, 2 to 8 (tokens A, B, ...)")
+    add("--order", type=int, default=2, choices=(1, 2, 3),
+        help="n-gram order of both toy models: 1 ignores the context, 2 bigram, 3 trigram")
+    add("--model_seed", type=int, default=16,
+        help="seed of the random target and draft tables (16: every bug has a large effect)")
+    # the sampling transform, applied to target (p) and draft (q) alike
+    add("--temperature", type=float, default=1.0, help="> 0 (0 is greedy: nothing random to count)")
+    add("--top_k", type=positive_int, default=None, help="keep only the k most probable tokens")
+    add("--top_p", type=float, default=None, help="nucleus sampling threshold, in (0, 1]")
+    # the test
+    add("--alpha", type=float, default=1e-3,
+        help="significance level: the chance that a correct sampler is REJECTED by bad luck")
+    add("--broken", default=None, choices=sorted(NEGATIVE_CONTROLS),
+        help="the broken variant shown in full (all of them get a one-line verdict at the end; "
+             "default: greedy_draft, or softmax_residual with --drafter ngram)")
+    add("--max_rows", type=positive_int, default=30, help="outcome rows shown per table")
+    return parser
+
+
+def check_args(parser, args):
+    """The checks argparse's types cannot express; each failure is one line and exit status 2."""
+    try:
+        check_sampling_options(args.temperature, args.top_k, args.top_p)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.temperature == 0:
+        parser.error("temperature must be > 0: temperature 0 is greedy, every run gives the same tokens")
+    if not 2 <= args.n_vocab <= 8:
+        parser.error(f"--n_vocab must be between 2 and 8, got {args.n_vocab}")
+    if args.n_vocab ** args.n_tokens > 4096:
+        parser.error(f"{args.n_vocab}^{args.n_tokens} outcomes is too many to enumerate and count: "
+                     "lower --n_tokens or --n_vocab")
+    if not 0 < args.alpha < 1:
+        parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    target, draft = toy_pair(args.n_vocab, args.order, args.model_seed)
+    K, prompt = (make_policy(args.K, 4) and args.K), prompt_of(args)
+    draft = NgramDrafter(n_max=2) if args.drafter == "ngram" else draft
+    exact = exact_target_distribution(target, args.n_tokens, options, prompt)
+    print(format_header(args, len(exact)))
+
+    def run(variant):
+        return recovery_experiment(target, draft, args.n_tokens, K, options, args.n_samples,
+                                   args.seed, variant, exact, prompt)
+    print(format_experiment("1. The real speculative sampler", run(None), args.alpha, args.max_rows))
+    # the greedy-draft bug is in a draft model's sampler: prompt lookup has none to break
+    names = [n for n in sorted(NEGATIVE_CONTROLS) if not (args.drafter == "ngram" and n == "greedy_draft")]
+    args.broken = args.broken or ("softmax_residual" if args.drafter == "ngram" else "greedy_draft")
+    if args.broken not in names:
+        parser.error(f"--broken {args.broken} needs the draft model: with --drafter ngram choose from {', '.join(names)}")
+    controls = {name: run(name) for name in names}
+    print(format_experiment(f"2. A broken sampler, {args.broken}: {DESCRIPTIONS[args.broken]}",
+                            controls[args.broken], args.alpha, args.max_rows))
+    print(format_summary(controls, args.alpha))
+    return 0
+

@@ -112,7 +112,7 @@ def measure_bundled(target, draft, plan, gemm_gflops):
         wall = time.perf_counter() - start
         runs["plain"].append((wall / n_tokens, loop_overhead(sum(s for _, s in proxy.calls), wall, n_tokens)))
         start = time.perf_counter()
-        res = speculative_generate(target, draft, prompt, n_tokens, plan.K, temperature=0)
+        res = speculative_generate(target, draft, prompt, n_tokens, plan.K, temperature=0, calibrate=True)
         wall = time.perf_counter() - start
         st = res.stats
         forward_s = st.target_seconds + st.draft_seconds + st.calibration_seconds

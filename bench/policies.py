@@ -77,7 +77,7 @@ def run_one(target, drafter, draft_proxy, prompt, n_tokens, K, K_max, baseline):
     """One greedy run through the stream; speedup, prediction and K usage as the docstring says."""
     proxy = TimedProxy(target)
     start = time.perf_counter()
-    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0)
+    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True)
     ks = [event.K for event in stream]
     wall = time.perf_counter() - start - stream.result.stats.calibration_seconds
     result, t1 = stream.result, baseline["t1"]

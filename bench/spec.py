@@ -85,7 +85,7 @@ def mean_call(timings, n_seq):
 def run_speculative(target, draft, prompt, n_tokens, K, baseline):
     """One speculative run, with the steady-state time and the predictions of the module docstring."""
     start = time.perf_counter()
-    result = speculative_generate(target, draft, prompt, n_tokens, K, temperature=0)
+    result = speculative_generate(target, draft, prompt, n_tokens, K, temperature=0, calibrate=True)
     wall = time.perf_counter() - start
     st, P, t1 = result.stats, len(prompt), baseline["t1"]
     k1 = min(K, n_tokens - 1)

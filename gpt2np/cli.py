@@ -220,7 +220,7 @@ def main(argv=None):
     def speculative(n_tokens):
         rng = np.random.default_rng(args.seed)
         return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, args.K_max, rng=rng,
-                                         **sampling)
+                                         calibrate=True, **sampling)  # c and v are printed: measure them
 
     K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
     print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")

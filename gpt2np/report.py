@@ -92,6 +92,13 @@ def stats_summary(stats, measured_speedup=None):
     return line + ("" if measured_speedup is None else f", measured {measured_speedup:.2f}x")
 
 
+def _unmeasured(value, stats):
+    """Why a cost is n/a: the run made no one-token target call to divide by, and was not asked to."""
+    if value is not None or stats.target_timings.get(1) or stats.calibration_seconds:
+        return ""
+    return "   (no one-token target call in this run; calibrate=True times a few after it)"
+
+
 def format_stats(stats, measured_speedup=None):
     """The acceptance statistics of a speculative run, one labelled line each."""
     s = stats
@@ -106,8 +113,8 @@ def format_stats(stats, measured_speedup=None):
         f"  tokens per target call                   {_fmt(s.tokens_per_target_call, '.2f')}",
         f"  draft calls, time                        {s.draft_calls}, {s.draft_seconds:.3f} s",
         f"  target calls, time                       {s.target_calls}, {s.target_seconds:.3f} s",
-        f"  c = drafter / target time per token      {_fmt(s.c, '.3f')}",
-        f"  v = target (K+1)-token / 1-token call    {_fmt(s.v, '.3f')}",
+        f"  c = drafter / target time per token      {_fmt(s.c, '.3f')}{_unmeasured(s.c, s)}",
+        f"  v = target (K+1)-token / 1-token call    {_fmt(s.v, '.3f')}{_unmeasured(s.v, s)}",
         f"  predicted speedup, Thm 3.8 (v = 1)       {_fmt(s.predicted_speedup, '.2f', 'x')}",
         f"  predicted speedup with measured v        {_fmt(s.predicted_speedup_refined, '.2f', 'x')}",
     ]

@@ -85,7 +85,7 @@ print(f"q is one-hot: shape {q.shape}, row sums {q.sum(axis=1).tolist()}, q(x) =
 # %%
 plain = gpt2np.generate(target, prompt_ids, 60, temperature=0)
 for name, drafter in [("prompt lookup", NgramDrafter(n_max=3)), ("draft model", draft)]:
-    result = gpt2np.speculative_generate(target, drafter, prompt_ids, 60, K=4, temperature=0)
+    result = gpt2np.speculative_generate(target, drafter, prompt_ids, 60, K=4, temperature=0, calibrate=True)
     s = result.stats
     print(f"--- {name}: alpha_hat {s.alpha_hat:.2f}, {s.tokens_per_target_call:.2f} tokens per target "
           f"call, c = {s.c:.3f}, identical to plain decoding: {result.tokens == plain}")

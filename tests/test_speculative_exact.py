@@ -361,9 +361,9 @@ def test_sampling_needs_an_rng_and_greedy_does_not():
     speculative_generate(target, draft, [0], 4, K=2, temperature=0, rng=None)
 
 
-def test_c_and_v_are_measured_and_feed_the_predicted_speedups():
+def test_c_and_v_are_measured_on_request_and_feed_the_predicted_speedups():
     target, draft = toy_pair(0, n_vocab=3)
-    s = speculative_generate(target, draft, [0], 30, K=3, rng=np.random.default_rng(0)).stats
+    s = speculative_generate(target, draft, [0], 30, K=3, rng=np.random.default_rng(0), calibrate=True).stats
     one_token_calls = s.target_timings.get(1, (0, 0.0))[0]
     assert s.c > 0 and s.v > 0 and (s.calibration_seconds > 0) == (one_token_calls < CALIBRATION_CALLS)
     assert s.predicted_speedup == predicted_speedup(s.alpha_hat, 3, s.c)

@@ -40,7 +40,7 @@ def open_stream(generator, target, drafter, prompt_ids, settings):
     rng = generator_rng(settings)
     if generator == "speculative":
         return speculative_stream(target, drafter, prompt_ids, settings.n_tokens, settings.K, settings.K_max,
-                                  rng=rng, **settings.sampling)
+                                  rng=rng, calibrate=True, **settings.sampling)  # the summary shows c, v
     model = target if generator == "target" else drafter.model
     return plain_stream(model, prompt_ids, settings.n_tokens, rng=rng, **settings.sampling)
 

@@ -14,7 +14,7 @@ from .stopwatch import seconds_per_call
 from .policies import v_curve
 from .theory import expected_tokens_per_round, predicted_speedup
 
-CALIBRATION_CALLS = 5  # one-token target calls timed after a run that made fewer (for c and v)
+CALIBRATION_CALLS = 5  # one-token target calls timed, on request, after a run that made fewer (for c and v)
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,11 @@ class SpeculativeStats:
     c and v are measured in this run: c = drafter seconds per drafted token (a model drafter: its
     median one-token call) / target seconds per one-token call, v = target seconds per (K+1)-token
     call / per one-token call, each a median over the run's calls of that size. A run has
-    one-token target calls only in rounds without drafts; with fewer than CALIBRATION_CALLS, we
-    time that many extra target calls after the run (calibration_seconds, excluded from
-    target_calls and target_seconds). Ratios are None where the run made no call of the size
-    needed (e.g. no one-token draft call when K = 1).
+    one-token target calls only in rounds without drafts. Measuring is the caller's choice: with
+    calibrate=True and fewer than CALIBRATION_CALLS of them, that many extra target calls are timed
+    after the run (calibration_seconds, excluded from target_calls and target_seconds); without it,
+    the run makes no call its rounds do not need. Ratios are None where the run made no call of the
+    size needed (no one-token target call without calibration; no one-token draft call when K = 1).
 
     With a K policy other than "fixed", K is the K used most often, K_counts says how often each
     was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs,

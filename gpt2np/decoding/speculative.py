@@ -129,7 +129,7 @@ def observe(past, record, target, first_round):
         past.add_draft_cost(record.propose_seconds / len(record.drafts))
 
 
-def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace):
+def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace, calibrate):
     """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult."""
     timed_target = TimedModel(target)
     drafter.reset(target)
@@ -152,36 +152,41 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
                          q_at_drafts=record.q_at_drafts, p_at_drafts=record.p_at_drafts,
                          seconds=time.perf_counter() - start, record=record)
     enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
-    calibration = [] if enough else time_one_token_calls(timed_target, context, CALIBRATION_CALLS)
+    calibration = time_one_token_calls(timed_target, context, CALIBRATION_CALLS) if calibrate and not enough else []
     stats = summarise(records, Ks, timed_target, drafter, policy.name, len(provenance), calibration)
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)
 
 
 def speculative_stream(target, draft, prompt_ids, n_tokens, K=4, K_max=8, temperature=1.0, top_k=None,
-                       top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample):
+                       top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
+                       calibrate=False):
     """Speculative decoding as a Stream of RoundEvents; `.result` is speculative_generate's result.
 
     draft: a drafter (drafters.py) or a model (wrapped as a ModelDrafter). K: an int (the same K
     every round), "heuristic" or "auto" (policies.py; both at most K_max). Every check runs here,
-    before the first forward pass.
+    before the first forward pass. calibrate=True: if the run made fewer than CALIBRATION_CALLS
+    one-token target calls, time that many more after it, so that c and v are measured (the
+    stats' calibration_seconds); by default the run makes only the calls its rounds need, and c
+    and v are None where it made no call to measure them by.
     """
     policy, drafter = make_policy(K, K_max), as_drafter(draft, draft_sampler)
     check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     prompt = [int(t) for t in prompt_ids]
-    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace))
+    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace,
+                                     calibrate))
 
 
 def speculative_generate(target, draft, prompt_ids, n_tokens, K, temperature=1.0, top_k=None,
                          top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                         K_max=8):
+                         K_max=8, calibrate=False):
     """Sample n_tokens from `target` (exactly its distribution), using `draft` to go faster.
 
     Same sampling options and the same output distribution as generate(target, ...); stops early
     only at target.eot_id. draft: a model or a drafter; K: drafts per round, or a K policy name
     ("heuristic", "auto"). trace=True keeps one RoundRecord per round, with the full p and q
     rows. kernel and draft_sampler exist for teaching: pass a broken one (broken_kernels.py) and
-    watch the exact tests fail. Returns a SpeculativeResult.
+    watch the exact tests fail. calibrate: see speculative_stream. Returns a SpeculativeResult.
     """
     return speculative_stream(target, draft, prompt_ids, n_tokens, K, K_max, temperature, top_k, top_p,
-                              rng, trace, kernel, draft_sampler).run()
+                              rng, trace, kernel, draft_sampler, calibrate).run()

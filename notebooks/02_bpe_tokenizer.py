@@ -66,7 +66,8 @@ import numpy as np
 import tempfile
 
 import tiktoken
-from gpt2np.tokenizer.bpe import PRE_TOKENIZER, Tokenizer, bytes_to_unicode, load_tokenizer, write_byte_level_vocab
+from gpt2np.tokenizer.bpe import PRE_TOKENIZER, Tokenizer, bytes_to_unicode
+from gpt2np.tokenizer.files import load_tokenizer, write_byte_level_vocab
 
 byte_dir = write_byte_level_vocab(Path(tempfile.mkdtemp()) / "bytes")  # the bundled models' vocabulary
 byte_level = load_tokenizer(byte_dir, fast=False)

@@ -138,7 +138,7 @@ def test_mismatched_draft_and_target_vocabularies_are_refused(release_dirs):
 def test_a_folder_whose_tokenizer_disagrees_with_hparams_is_refused(release_dirs, tmp_path):
     folder = tmp_path / "other-vocab"
     shutil.copytree(release_dirs["gpt2-tiny-a"], folder)
-    from gpt2np.tokenizer.bpe import write_byte_level_vocab
+    from gpt2np.tokenizer.files import write_byte_level_vocab
     write_byte_level_vocab(folder)  # a 257-token vocabulary, while hparams says 50257
     out = run_main("--target_model_size", str(folder))
     assert out.returncode == 2 and "n_vocab=50257" in out.stderr, out.stderr

@@ -19,7 +19,7 @@ from gpt2np.checkpoints.tf_writer import write_checkpoint
 from gpt2np.model.config import GPT2Config
 from gpt2np.checkpoints.hf_layout import config_from_hf, load_hf_params, read_hf_config
 from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
-from gpt2np.tokenizer.bpe import load_hf_tokenizer, load_tokenizer
+from gpt2np.tokenizer.files import load_hf_tokenizer, load_tokenizer
 from conftest import FIXTURES, REPO
 from test_weights import assert_same_bits
 

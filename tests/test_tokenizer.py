@@ -18,9 +18,9 @@ import tiktoken
 
 import gpt2np.tokenizer.bpe as tokenizer_module
 from conftest import gpt2_bpe_dir
-from gpt2np.tokenizer.bpe import (BYTE_TO_SYMBOL, FastTokenizer, Tokenizer,
-                              bytes_to_unicode, load_tokenizer, replace_lone_surrogates,
-                              write_byte_level_vocab)
+from gpt2np.tokenizer.bpe import BYTE_TO_SYMBOL, Tokenizer, bytes_to_unicode, replace_lone_surrogates
+from gpt2np.tokenizer.fast import FastTokenizer
+from gpt2np.tokenizer.files import load_tokenizer, write_byte_level_vocab
 from gpt2np.tokenizer.unicode_classes import LETTER, NEWER_THAN_UNICODE_16, NUMBER
 
 REPO = Path(__file__).resolve().parents[1]

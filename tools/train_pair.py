@@ -225,7 +225,7 @@ def export(model, out_dir, prompt_ids):
     """OpenAI's release layout (no model.ckpt.meta: nothing in gpt2np reads the graph), plus
     reference.npz: the torch logits for prompt_ids, which tests/test_bundled.py checks."""
     from gpt2np.checkpoints.tf_writer import write_checkpoint
-    from gpt2np.tokenizer.bpe import write_byte_level_vocab
+    from gpt2np.tokenizer.files import write_byte_level_vocab
     from gpt2np.checkpoints.weights import params_to_tf
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -239,7 +239,8 @@ def export(model, out_dir, prompt_ids):
 
 def check_tokenizer_agrees(text, ids, vocab_dir):
     """gpt2np's tokenizer, given the byte-level vocabulary, must produce exactly our ids."""
-    from gpt2np.tokenizer.bpe import Tokenizer, write_byte_level_vocab
+    from gpt2np.tokenizer.bpe import Tokenizer
+    from gpt2np.tokenizer.files import write_byte_level_vocab
 
     write_byte_level_vocab(vocab_dir)
     tok = Tokenizer.from_dir(vocab_dir)

@@ -20,7 +20,7 @@ from .download import download_model
 from .hf_layout import is_hf_folder, load_hf_params, read_hf_config
 from .hub import HUB_FILES, HUB_PREFIX, download_hub_model
 from ..model.forward import GPT2
-from ..tokenizer.bpe import load_hf_tokenizer, load_tokenizer
+from ..tokenizer.files import load_hf_tokenizer, load_tokenizer
 from .weights import init_params, load_params
 
 RELEASE_SIZES = ("124M", "355M", "774M", "1558M")

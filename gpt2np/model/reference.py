@@ -1,9 +1,10 @@
 """The slow reference: GPT-2 written like the equations, no cache, one head at a time.
 
-This is the oracle the fast path in model.py is tested against (tests/test_model.py), and the
-baseline a picoGPT-style implementation gives (bench/). It shares only the elementwise pieces
-(gelu, softmax, layer_norm) with model.py; attention is written out per head with an explicit
-full causal mask, and every call recomputes the whole sequence from scratch.
+This is the oracle the fast path in forward.py is tested against (tests/test_model.py), and the
+baseline a picoGPT-style implementation gives (bench/). It shares nothing with forward.py: its
+GELU, layer norm and softmax are its own, written as the formulas, so an error in the fast
+path's versions cannot hide in the oracle. Attention is written out per head with an explicit full causal mask,
+and every call recomputes the whole sequence from scratch.
 
     h_0   = W_te[tokens] + W_pe[0..n_seq)
     a_l   = h_{l-1} + concat_heads(softmax(Q K^T / sqrt(d_head) + M) V) W_o + b_o,
@@ -15,7 +16,23 @@ import math
 
 import numpy as np
 
-from .forward import gelu, layer_norm, softmax
+
+def gelu(x):
+    """GPT-2's tanh approximation of GELU (Hendrycks & Gimpel 2016), as the paper writes it."""
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def layer_norm(x, g, b, eps=1e-5):  # [n_seq, n_embd] -> [n_seq, n_embd]
+    """(x - mean) / sqrt(variance + eps) per row, then scaled by g and shifted by b (Ba et al. 2016)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(variance + eps) + b
+
+
+def softmax(x):  # [..., n] -> [..., n]
+    """exp(x) / sum exp(x) over the last axis; the max is subtracted first, which changes nothing but overflow."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def reference_attention_head(q, k, v):  # 3 x [n_seq, d_head] -> [n_seq, d_head]

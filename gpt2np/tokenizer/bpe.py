@@ -1,4 +1,4 @@
-"""GPT-2's byte-level BPE tokenizer, from scratch, plus a fast tiktoken path built from the same files.
+"""GPT-2's byte-level BPE tokenizer, from scratch (fast.py: the same in tiktoken; files.py: loading one).
 
 Reference algorithm: openai/gpt-2 `src/encoder.py` (Radford et al. 2019, section 2.2). Text goes
 through three stages, and `Tokenizer.encode_with_steps` returns every one of them:
@@ -16,6 +16,7 @@ With GPT-2's files, "Hello, world!" -> [15496, 11, 995, 0].
 
 A byte-level vocabulary (256 byte symbols + "<|endoftext|>", no merges) works the same way:
 >>> import tempfile
+>>> from gpt2np.tokenizer.files import load_tokenizer, write_byte_level_vocab
 >>> with tempfile.TemporaryDirectory() as d:
 ...     tok = load_tokenizer(write_byte_level_vocab(d))
 >>> tok.n_vocab, tok.eot_id, tok.encode("hi!<|endoftext|>")  # 'h' is byte 104 but id 71
@@ -26,9 +27,7 @@ A byte-level vocabulary (256 byte symbols + "<|endoftext|>", no merges) works th
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
-from unittest.mock import patch  # patch.dict: change os.environ for one `with` block only
 
 import regex  # unlike `re`, knows the Unicode classes \p{L} (letters) and \p{N} (numbers)
 
@@ -290,80 +289,3 @@ class Tokenizer:
     def decode(self, ids):
         """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD, as in openai/gpt-2."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
-
-
-def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
-    """Build a tiktoken.Encoding offline from the same two files (no network: they are local paths)."""
-    import tiktoken  # imported here, so that the from-scratch path runs without tiktoken installed
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-    from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's regex, tiktoken spelling
-
-    def known_hash(path):  # pass OpenAI's hash only when it matches: a byte-level vocab has others
-        sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        return sha if sha == OPENAI_SHA256.get(Path(path).name) else None
-
-    # tiktoken copies each file it reads into a cache keyed by the file's *path*; with no hash to
-    # check, an edited file at the same path would be served stale. TIKTOKEN_CACHE_DIR="" turns the
-    # cache off; patch.dict sets it only inside the `with` and then restores os.environ.
-    try:  # tiktoken wants ids = the 256 bytes in bytes_to_unicode order, then 256 + merge rank
-        with patch.dict(os.environ, TIKTOKEN_CACHE_DIR=""):
-            ranks = data_gym_to_mergeable_bpe_ranks(str(vocab_bpe), str(encoder_json),
-                                                    known_hash(vocab_bpe), known_hash(encoder_json))
-        return tiktoken.Encoding(name=f"gpt2np:{encoder_json}", pat_str=r50k_pat_str,
-                                 mergeable_ranks=ranks, explicit_n_vocab=n_vocab,
-                                 special_tokens={} if eot_id is None else {EOT: eot_id})
-    except (AssertionError, KeyError, ValueError) as e:
-        raise ValueError(f"tiktoken cannot use {encoder_json} + {vocab_bpe} ({type(e).__name__}"
-                         f" {e}); try load_tokenizer(dir, fast=False)") from None
-
-
-class FastTokenizer(Tokenizer):
-    """A Tokenizer whose encode and decode_bytes run in tiktoken's Rust code, built from the same
-    files. The rest is inherited: `encode_with_steps` stays from scratch (tiktoken hides merges)."""
-
-    def __init__(self, encoder, merges, encoding):
-        super().__init__(encoder, merges)
-        self.encoding = encoding  # a tiktoken.Encoding
-
-    @classmethod
-    def from_files(cls, encoder_json, vocab_bpe):
-        encoder = read_encoder(encoder_json)  # our readers check the files and explain any problem
-        merges = read_merges(vocab_bpe, encoder)
-        encoding = tiktoken_encoding(encoder_json, vocab_bpe, len(encoder), encoder.get(EOT))
-        return cls(encoder, merges, encoding)
-
-    def encode(self, text):
-        return self.encoding.encode(text, allowed_special="all")  # "all" = just <|endoftext|>
-
-    def decode_bytes(self, ids):
-        check_ids(ids, self.n_vocab)  # tiktoken would raise KeyError or OverflowError
-        return self.encoding.decode_bytes(ids)
-
-
-def load_tokenizer(directory, fast=True):
-    """The tokenizer in `directory` (encoder.json + vocab.bpe): tiktoken-backed if fast, else scratch."""
-    return (FastTokenizer if fast else Tokenizer).from_dir(directory)
-
-
-def load_hf_tokenizer(directory, fast=True):
-    """The tokenizer of a Hugging Face GPT-2 folder: vocab.json + merges.txt are encoder.json +
-    vocab.bpe under other names (same JSON object, same "#version" line then one merge a line), so
-    the same readers and the same Tokenizer come out, encoding identically."""
-    paths = Path(directory) / "vocab.json", Path(directory) / "merges.txt"
-    for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: gpt2np reads GPT-2's vocab.json + merges.txt "
-                                    f"(not tokenizer.json alone)")
-    return (FastTokenizer if fast else Tokenizer).from_files(*paths)
-
-
-def write_byte_level_vocab(directory):
-    """Write a 257-token vocabulary: the 256 byte symbols (GPT-2's ids 0..255), <|endoftext|> = 256,
-    and a vocab.bpe with no merges, so every byte is one token. Returns the directory as a Path."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    encoder = {symbol: i for i, symbol in enumerate(BYTE_TO_SYMBOL.values())}
-    encoder[EOT] = len(encoder)
-    (directory / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
-    (directory / "vocab.bpe").write_text("#version: 0.2\n", encoding="utf-8")
-    return directory

@@ -1,0 +1,60 @@
+"""The fast path: the same tokenizer with encode and decode in tiktoken's Rust code, built offline.
+
+tiktoken is built from the same encoder.json + vocab.bpe as the from-scratch Tokenizer (bpe.py),
+so both give the same ids for every text (tests/test_tokenizer.py checks it, and bpe.py pins the
+pre-tokenizer's Unicode classes to tiktoken's). Nothing is downloaded: the files are local paths.
+"""
+import hashlib
+import os
+from pathlib import Path
+from unittest.mock import patch  # patch.dict: change os.environ for one `with` block only
+
+from .bpe import EOT, OPENAI_SHA256, Tokenizer, check_ids, read_encoder, read_merges
+
+
+def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
+    """Build a tiktoken.Encoding offline from the same two files (no network: they are local paths)."""
+    import tiktoken  # imported here, so that the from-scratch path runs without tiktoken installed
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's regex, tiktoken spelling
+
+    def known_hash(path):  # pass OpenAI's hash only when it matches: a byte-level vocab has others
+        sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha if sha == OPENAI_SHA256.get(Path(path).name) else None
+
+    # tiktoken copies each file it reads into a cache keyed by the file's *path*; with no hash to
+    # check, an edited file at the same path would be served stale. TIKTOKEN_CACHE_DIR="" turns the
+    # cache off; patch.dict sets it only inside the `with` and then restores os.environ.
+    try:  # tiktoken wants ids = the 256 bytes in bytes_to_unicode order, then 256 + merge rank
+        with patch.dict(os.environ, TIKTOKEN_CACHE_DIR=""):
+            ranks = data_gym_to_mergeable_bpe_ranks(str(vocab_bpe), str(encoder_json),
+                                                    known_hash(vocab_bpe), known_hash(encoder_json))
+        return tiktoken.Encoding(name=f"gpt2np:{encoder_json}", pat_str=r50k_pat_str,
+                                 mergeable_ranks=ranks, explicit_n_vocab=n_vocab,
+                                 special_tokens={} if eot_id is None else {EOT: eot_id})
+    except (AssertionError, KeyError, ValueError) as e:
+        raise ValueError(f"tiktoken cannot use {encoder_json} + {vocab_bpe} ({type(e).__name__}"
+                         f" {e}); try load_tokenizer(dir, fast=False)") from None
+
+
+class FastTokenizer(Tokenizer):
+    """A Tokenizer whose encode and decode_bytes run in tiktoken's Rust code, built from the same
+    files. The rest is inherited: `encode_with_steps` stays from scratch (tiktoken hides merges)."""
+
+    def __init__(self, encoder, merges, encoding):
+        super().__init__(encoder, merges)
+        self.encoding = encoding  # a tiktoken.Encoding
+
+    @classmethod
+    def from_files(cls, encoder_json, vocab_bpe):
+        encoder = read_encoder(encoder_json)  # our readers check the files and explain any problem
+        merges = read_merges(vocab_bpe, encoder)
+        encoding = tiktoken_encoding(encoder_json, vocab_bpe, len(encoder), encoder.get(EOT))
+        return cls(encoder, merges, encoding)
+
+    def encode(self, text):
+        return self.encoding.encode(text, allowed_special="all")  # "all" = just <|endoftext|>
+
+    def decode_bytes(self, ids):
+        check_ids(ids, self.n_vocab)  # tiktoken would raise KeyError or OverflowError
+        return self.encoding.decode_bytes(ids)

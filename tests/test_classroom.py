@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2np.teach.classroom import NEGATIVE_CONTROLS, main, unnormalised_residual_kernel
+from gpt2np.teach.broken_kernels import unnormalised_residual_kernel
+from gpt2np.teach.classroom import NEGATIVE_CONTROLS, main
 from gpt2np.teach.exact import exact_distribution
 
 REPO = Path(__file__).resolve().parents[1]

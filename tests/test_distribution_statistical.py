@@ -39,7 +39,7 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from gpt2np.teach.classroom import NEGATIVE_CONTROLS, exact_target_distribution, recovery_experiment, toy_pair
+from gpt2np.teach.classroom import NEGATIVE_CONTROLS, PROMPT, exact_target_distribution, recovery_experiment, toy_pair
 from gpt2np.model.config import GPT2Config
 from gpt2np.teach.exact import exact_distribution
 from gpt2np.model.forward import GPT2
@@ -172,7 +172,7 @@ def test_negative_control_settings_give_every_bug_a_large_effect(variant):
     at n = 600 after pooling: statistics 413 to 1520 on 8 degrees of freedom, p < 1e-80: the
     rejections above come from the bugs, not from lucky seeds."""
     target, draft = toy_pair(**CONTROL_MODELS)
-    exact = exact_target_distribution(target, CONTROL_N_TOKENS, {})
+    exact = exact_target_distribution(target, PROMPT, CONTROL_N_TOKENS)
     broken = exact_distribution(lambda rng: tuple(speculative_generate(
         target, draft, [0], CONTROL_N_TOKENS, CONTROL_K, rng=rng, **NEGATIVE_CONTROLS[variant]).tokens))
     distance = sum((broken.get(x, 0.0) - p) ** 2 / p for x, p in exact.items())
@@ -264,7 +264,7 @@ def test_prefix_bins_are_exact_and_label_every_sequence():
     target, _ = toy_models(n_vocab=4, order=2, seed=5)
     bins = exact_prefix_bins(target, [0], 3, {}, min_prob=0.05)
     from_generate = Counter()
-    for sequence, prob in exact_target_distribution(target, 3, {}).items():
+    for sequence, prob in exact_target_distribution(target, PROMPT, 3).items():
         from_generate[label_of(sequence, bins)] += prob
     assert set(from_generate) <= set(bins) and any(label[-1] == OTHER for label in bins)
     for label, prob in bins.items():

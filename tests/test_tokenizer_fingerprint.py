@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import gpt2_bpe_dir
-from gpt2np.decoding.speculative import check_same_vocabulary
+from gpt2np.decoding.drafters import check_same_vocabulary
 from gpt2np.tokenizer.bpe import BYTE_TO_SYMBOL, EOT, Tokenizer
 from gpt2np.tokenizer.files import load_tokenizer
 

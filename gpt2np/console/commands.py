@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..decoding.policies import make_policy
-from ..decoding.sampling import check_sampling_options
+from ..decoding.sampling import check_sampling_options, is_greedy
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")
@@ -247,7 +247,7 @@ def with_drafter(settings, name):
 
 def sampling_mode(s):
     """The processor in words, as :sampling would set it."""
-    if s.temperature == 0:
+    if is_greedy(s.temperature):
         return "greedy"
     parts = ([f"top_k {s.top_k}"] if s.top_k is not None else []) + ([f"nucleus {s.top_p:g}"] if s.top_p else [])
     return f"{' + '.join(parts) or 'plain'} T={s.temperature:g}"

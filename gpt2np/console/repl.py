@@ -26,7 +26,8 @@ from .display import speedup_table, trace_lines
 from .runs import Run, consume, open_stream, without_cache
 from ..checkpoints.download import DownloadError
 from ..report import OneLineErrorParser, TokenTexts, coloured, provenance_legend, stats_summary
-from ..decoding.speculative import check_same_vocabulary
+from ..decoding.drafters import check_same_vocabulary
+from ..decoding.sampling import is_greedy
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 CLEAR_SCREEN = "\033[H\033[2J"
@@ -180,7 +181,7 @@ class Console:
             self.warn("interrupted: back to the prompt (Ctrl-C again, Ctrl-D or :quit to leave)")
             return
         if len(runs) > 1:
-            self.write(speedup_table(runs, greedy=s.temperature == 0))
+            self.write(speedup_table(runs, greedy=is_greedy(s.temperature)))
 
     def model_of(self, generator):
         return self.target if generator == "target" else self.drafter.model

@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from .autoregressive import check_generation_request
-from .sampling import sample, sampling_distribution
+from .sampling import is_greedy, sample, sampling_distribution
 from .stopwatch import TimedModel, seconds_per_call
 
 
@@ -98,7 +98,7 @@ class ModelDrafter:
         """x_1..x_k autoregressively; q_i is the draft's distribution for x_i."""
         drafts, q = [], []
         new_ids = context[len(self.timed.cache):]  # what the draft has not seen: usually 1 or 2 tokens
-        greedy = options["temperature"] == 0
+        greedy = is_greedy(options["temperature"])
         for _ in range(k):
             q_i = sampling_distribution(self.timed.feed(new_ids)[-1], **options)  # [n_vocab]
             drafts.append(int(np.argmax(q_i)) if greedy else self.sampler(q_i, rng))

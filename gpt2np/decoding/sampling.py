@@ -24,6 +24,12 @@ import math
 import numpy as np
 
 
+def is_greedy(temperature):
+    """Temperature 0 means greedy decoding: the argmax, no randomness drawn. The one place that says so
+    (sampling, the drafters and the speculative kernel all ask here)."""
+    return temperature == 0
+
+
 def check_sampling_options(temperature=1.0, top_k=None, top_p=None):
     """Raise a one-line ValueError naming the first bad option and what is allowed.
 
@@ -100,7 +106,7 @@ def sampling_distribution(logits, temperature=1.0, top_k=None, top_p=None):  # [
     [0.0, 0.667, 0.333]
     """
     check_sampling_options(temperature, top_k, top_p)
-    if temperature == 0:  # a named branch: never divide by a tiny number (and the argmax needs no
+    if is_greedy(temperature):  # a named branch: never divide by a tiny number (and the argmax needs no
         return greedy_distribution(np.asarray(logits))  # float64 copy: float32 -> float64 is exact)
     z = np.asarray(logits, dtype=np.float64)  # float32 logits from GPT-2 -> exact float64 maths
     # the largest logit to 0 first (softmax does not change): a tiny temperature then sends the
@@ -133,6 +139,6 @@ def next_token(logits, temperature=1.0, top_k=None, top_p=None, rng=None):  # [n
     >>> next_token(np.array([0.1, 2.0, 0.3]), temperature=0)  # greedy needs no rng
     1
     """
-    if temperature == 0:
-        return int(np.argmax(logits))  # greedy: no randomness drawn, no rng needed
+    if is_greedy(temperature):
+        return int(np.argmax(logits))  # no randomness drawn, no rng needed
     return sample(sampling_distribution(logits, temperature, top_k, top_p), rng)

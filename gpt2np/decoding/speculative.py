@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .autoregressive import check_generation_request, check_rng
-from .drafters import as_drafter, check_same_vocabulary  # noqa: F401  (check_same_vocabulary: the console's name)
+from .drafters import as_drafter
 from .policies import Measurements, make_policy
-from .sampling import check_sampling_options, sample, sampling_distribution
+from .sampling import check_sampling_options, is_greedy, sample, sampling_distribution
 from .stopwatch import TimedModel
 from .speculative_kernel import verify_round
 from .run_stats import CALIBRATION_CALLS, SpeculativeStats, summarise, time_one_token_calls  # noqa: F401
@@ -104,7 +104,7 @@ def speculative_round(target, drafter, context, k, options, rng, kernel, keep_ro
     drafts, q = drafter.propose(context, k, options, rng)                # Step 1
     propose_seconds = time.perf_counter() - start
     p = score(target, context, drafts, options)                          # Step 2
-    result = kernel(drafts, q, p, rng, greedy=options["temperature"] == 0)  # Steps 3-4
+    result = kernel(drafts, q, p, rng, greedy=is_greedy(options["temperature"]))  # Steps 3-4
     emitted, provenance = round_tokens(drafts, result, target.model.eot_id)
     target.roll_back(len(context) + len(emitted) - 1)  # the invariant: new context[:-1]
     drafter.roll_back(len(context) + len(emitted) - 1)

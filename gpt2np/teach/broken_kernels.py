@@ -77,3 +77,21 @@ BROKEN_VARIANTS = {  # name -> keyword arguments for speculative_generate
     "first_position_only": {"kernel": first_position_only_kernel},
     "greedy_draft": {"draft_sampler": greedy_draft_sampler},
 }
+
+
+def unnormalised_residual_kernel(drafts, q, p, rng, greedy=False):
+    """BUG: after a rejection, the residual max(0, p - q) is sampled WITHOUT dividing by its sum.
+
+    rng.choice refuses such a vector, but a hand-written inverse-CDF sampler,
+    `min(searchsorted(cumsum(residual), u), n_vocab - 1)` with u ~ U[0, 1), does not: it emits
+    token x with probability residual(x), and whenever u lands beyond the residual's total it runs
+    off the end and is clipped to the last token, which so receives the missing mass
+    1 - sum(residual). We draw from exactly that distribution (through sample(), so exact.py can
+    enumerate it). The closer the draft is to the target, the smaller the residual, the worse.
+    """
+    for i, x in enumerate(drafts):
+        if not accept_draft(p[i][x], q[i][x], rng):
+            residual = np.maximum(0.0, p[i] - q[i])
+            residual[-1] += 1.0 - residual.sum()  # the clipped tail of the inverse CDF
+            return RoundResult(i, target_token(residual, rng, greedy), "resample")
+    return RoundResult(len(drafts), target_token(p[len(drafts)], rng, greedy), "bonus")

@@ -27,20 +27,17 @@ True
 import argparse
 import math
 import string
-import sys
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..decoding.autoregressive import generate
-from .broken_kernels import BROKEN_VARIANTS
+from .broken_kernels import BROKEN_VARIANTS, unnormalised_residual_kernel
 from ..decoding.drafters import NgramDrafter
-from .exact import exact_distribution
+from .exact import exact_target_distribution
 from ..decoding.policies import POLICIES, make_policy
-from ..decoding.sampling import check_sampling_options
+from ..decoding.sampling import check_sampling_options, is_greedy
 from ..decoding.speculative import speculative_generate
-from ..decoding.speculative_kernel import RoundResult, accept_draft, target_token
 from .chi_square import ChiSquareResult, chi_square_test
 from .toy_models import random_toy_model
 from ..report import OneLineErrorParser
@@ -49,25 +46,7 @@ PROMPT = [0]  # token "A": every sample continues the same one-token prompt
 NGRAM_PROMPT = [0, 1, 0]  # "A B A": with prompt lookup, something to look up from the first round
 
 
-def unnormalised_residual_kernel(drafts, q, p, rng, greedy=False):
-    """BUG: after a rejection, the residual max(0, p - q) is sampled WITHOUT dividing by its sum.
-
-    rng.choice refuses such a vector, but a hand-written inverse-CDF sampler,
-    `min(searchsorted(cumsum(residual), u), n_vocab - 1)` with u ~ U[0, 1), does not: it emits
-    token x with probability residual(x), and whenever u lands beyond the residual's total it runs
-    off the end and is clipped to the last token, which so receives the missing mass
-    1 - sum(residual). We draw from exactly that distribution (through sample(), so exact.py can
-    enumerate it). The closer the draft is to the target, the smaller the residual, the worse.
-    """
-    for i, x in enumerate(drafts):
-        if not accept_draft(p[i][x], q[i][x], rng):
-            residual = np.maximum(0.0, p[i] - q[i])
-            residual[-1] += 1.0 - residual.sum()  # the clipped tail of the inverse CDF
-            return RoundResult(i, target_token(residual, rng, greedy), "resample")
-    return RoundResult(len(drafts), target_token(p[len(drafts)], rng, greedy), "bonus")
-
-
-# name -> keyword arguments for speculative_generate (the three of broken_kernels.py, plus ours)
+# name -> keyword arguments for speculative_generate: the broken variants, and the hand-written-sampler bug
 NEGATIVE_CONTROLS = {**BROKEN_VARIANTS, "unnormalised_residual": {"kernel": unnormalised_residual_kernel}}
 DESCRIPTIONS = {
     "greedy_draft": "the draft proposes its argmax, but accepts with the softmax ratio p/q",
@@ -81,11 +60,6 @@ def toy_pair(n_vocab=3, order=2, model_seed=0):
     """(target, draft): two independent random n-gram models over the same toy vocabulary."""
     rng = np.random.default_rng(model_seed)
     return random_toy_model(rng, n_vocab, order), random_toy_model(rng, n_vocab, order)
-
-
-def exact_target_distribution(target, n_tokens, options, prompt=PROMPT):
-    """{tuple of n_tokens tokens: exact probability} under the target, from the real generate()."""
-    return exact_distribution(lambda rng: tuple(generate(target, prompt, n_tokens, rng=rng, **options)))
 
 
 @dataclass(frozen=True)
@@ -115,7 +89,7 @@ def speculative_counts(target, draft, n_tokens, K, options, n_samples, seed, var
 def recovery_experiment(target, draft, n_tokens, K, options, n_samples, seed, variant=None, exact=None,
                         prompt=PROMPT):
     """Steps 2-3 of the module docstring for one sampler: exact distribution, counts, chi-square."""
-    exact = exact if exact is not None else exact_target_distribution(target, n_tokens, options, prompt)
+    exact = exact if exact is not None else exact_target_distribution(target, prompt, n_tokens, **options)
     counts, drafted, accepted = speculative_counts(target, draft, n_tokens, K, options, n_samples, seed,
                                                    variant, prompt)
     return Experiment(exact, counts, chi_square_test(counts, exact), drafted, accepted)
@@ -256,7 +230,7 @@ def check_args(parser, args):
         check_sampling_options(args.temperature, args.top_k, args.top_p)
     except ValueError as error:
         parser.error(str(error))
-    if args.temperature == 0:
+    if is_greedy(args.temperature):
         parser.error("temperature must be > 0: temperature 0 is greedy, every run gives the same tokens")
     if not 2 <= args.n_vocab <= 8:
         parser.error(f"--n_vocab must be between 2 and 8, got {args.n_vocab}")
@@ -275,7 +249,7 @@ def main(argv=None):
     target, draft = toy_pair(args.n_vocab, args.order, args.model_seed)
     K, prompt = (make_policy(args.K, 4) and args.K), prompt_of(args)
     draft = NgramDrafter(n_max=2) if args.drafter == "ngram" else draft
-    exact = exact_target_distribution(target, args.n_tokens, options, prompt)
+    exact = exact_target_distribution(target, prompt, args.n_tokens, **options)
     print(format_header(args, len(exact)))
 
     def run(variant):

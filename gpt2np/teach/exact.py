@@ -16,6 +16,8 @@ to 1e-12" on toy models with 3-4 tokens, where the number of paths stays in the 
 """
 import numpy as np
 
+from ..decoding.autoregressive import generate
+
 
 class ScriptedRng:
     """Stands in for np.random.Generator: `choice` follows `script`, then takes the first
@@ -83,3 +85,8 @@ def total_variation(dist_a, dist_b):
     """Total variation distance: half the sum of |P_a(x) - P_b(x)|; 0 when equal, 1 when disjoint."""
     outcomes = set(dist_a) | set(dist_b)
     return 0.5 * sum(abs(dist_a.get(x, 0.0) - dist_b.get(x, 0.0)) for x in outcomes)
+
+
+def exact_target_distribution(target, prompt_ids, n_tokens, **options):
+    """{tuple of n_tokens tokens: probability} of generate(target, ...), by exact enumeration."""
+    return exact_distribution(lambda rng: tuple(generate(target, prompt_ids, n_tokens, rng=rng, **options)))

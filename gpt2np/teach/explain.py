@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..decoding.autoregressive import check_generation_request, generate, generate_without_cache  # noqa: F401  (the notebooks' name)
-from .exact import exact_distribution
+from ..decoding.autoregressive import generate, generate_without_cache  # noqa: F401  (generate_without_cache: the notebooks' name)
+from .exact import exact_distribution, exact_target_distribution  # noqa: F401  (the notebooks' name)
 from ..checkpoints.loading import bundled_models, load_model
 from ..model.forward import attention, causal_mask, gelu, layer_norm, linear, merge_heads, split_heads
-from ..decoding.sampling import check_sampling_options, next_token, sample
+from ..decoding.sampling import sample
 from ..decoding.speculative import speculative_generate
 from ..decoding.speculative_kernel import residual_distribution
 from ..decoding.theory import alpha
@@ -240,11 +240,6 @@ def output_decomposition(p, q):  # [n_vocab], [n_vocab] -> ([n_vocab], [n_vocab]
     Their sum is speculative_kernel.output_distribution(p, q), which equals p.
     """
     return np.minimum(p, q), (1.0 - alpha(p, q)) * residual_distribution(p, q)
-
-
-def exact_target_distribution(target, prompt_ids, n_tokens, **options):
-    """{tuple of n_tokens tokens: probability} of generate(target, ...), by exact enumeration."""
-    return exact_distribution(lambda rng: tuple(generate(target, prompt_ids, n_tokens, rng=rng, **options)))
 
 
 def exact_speculative_distribution(target, draft, prompt_ids, n_tokens, K, **options):

@@ -49,7 +49,8 @@ import numpy as np
 
 # %%
 from gpt2np.decoding.drafters import NgramDrafter
-from gpt2np.decoding.policies import predicted_speedups, prior_v_curve
+from gpt2np.decoding.policies import prior_v_curve
+from gpt2np.decoding.theory import predicted_speedups
 from gpt2np.report import colour_by_provenance
 
 target, draft = explain.load_bundled_pair()

@@ -25,11 +25,11 @@ from gpt2np.decoding.autoregressive import generate
 from gpt2np.teach.broken_kernels import PeekingDrafter
 from gpt2np.decoding.drafters import CountingNgramDrafter, ModelDrafter, NgramDrafter, ngram_lookup_reference
 from gpt2np.teach.exact import exact_distribution, max_abs_difference, total_variation
-from gpt2np.decoding.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, WINDOW, AutoK, HeuristicK, Measurements,
-                             least_squares_slope, make_policy, t1_estimate,
-                             predicted_speedups, prior_v_curve, v_curve)
+from gpt2np.decoding.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, WINDOW, AutoK, HeuristicK,
+                                      Measurements, least_squares_slope, make_policy, prior_v_curve, t1_estimate,
+                                      v_curve)
 from gpt2np.decoding.speculative import RoundRecord, speculative_generate, speculative_stream
-from gpt2np.decoding.theory import best_K, predicted_speedup
+from gpt2np.decoding.theory import best_K, predicted_speedup, predicted_speedups
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
                                     toy_pair)
 

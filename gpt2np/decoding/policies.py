@@ -25,6 +25,8 @@ from statistics import median
 
 import numpy as np
 
+from .theory import predicted_speedups
+
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 2   # auto: alpha_hat starts as if 2 positions had beta 0.6
 OPTIMISM = 1.0             # auto: plans with alpha_hat + 1 standard error (sure of alpha only once seen)
@@ -149,16 +151,6 @@ def t1_estimate(target_durations, v):
     """Seconds of a one-token target call, from every measured call size through the v curve."""
     estimates = [median(d) / v[m] for m, d in target_durations.items() if d and m in v]
     return median(estimates) if estimates else None
-
-
-def predicted_speedups(alpha_hat, c, v, K_max):
-    """The refined prediction E(alpha, K) / (K c + v(K+1)) for K = 0..K_max (K = 0: exactly 1),
-    E(alpha, K) = 1 + alpha + ... + alpha^K (theory.expected_tokens_per_round), summed as K grows."""
-    tokens, speedups = 0.0, []
-    for K in range(K_max + 1):
-        tokens += alpha_hat ** K
-        speedups.append(tokens / (K * c + v[K + 1]))
-    return speedups
 
 
 class AutoK:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .stopwatch import seconds_per_call
 from .policies import v_curve
-from .theory import expected_tokens_per_round, predicted_speedup
+from .theory import predicted_speedup_mixed
 
 CALIBRATION_CALLS = 5  # one-token target calls timed, on request, after a run that made fewer (for c and v)
 
@@ -86,17 +86,6 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def mixed_prediction(alpha_hat, K_counts, c, v_of_K):
-    """sum_r E(alpha, K_r) / sum_r (K_r c + v(K_r + 1)): theory's speedup for a run of varying K."""
-    if any(v_of_K(K) is None for K in K_counts):
-        return None
-    if len(K_counts) == 1:  # one K: exactly theory.predicted_speedup
-        (K,) = K_counts
-        return predicted_speedup(alpha_hat, K, c, v_of_K(K))
-    tokens = sum(n * expected_tokens_per_round(alpha_hat, K) for K, n in K_counts.items())
-    return tokens / sum(n * (K * c + v_of_K(K)) for K, n in K_counts.items())
-
-
 def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
     """SpeculativeStats from the round records, the K asked for in each round and the stopwatches."""
     decisions = [d for r in records for d in r.decisions]
@@ -118,6 +107,6 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
         draft_seconds=drafter.seconds, target_calls=target.calls, target_seconds=target.seconds,
         draft_timings=drafter.timings, target_timings=target.timings,
         calibration_seconds=sum(calibration), c=c, v=measured_v(K) if K else None,
-        predicted_speedup=mixed_prediction(alpha_hat, counts, c, lambda k: 1.0) if known else None,
-        predicted_speedup_refined=mixed_prediction(alpha_hat, counts, c, v_of_K) if known else None,
+        predicted_speedup=predicted_speedup_mixed(alpha_hat, counts, c, lambda k: 1.0) if known else None,
+        predicted_speedup_refined=predicted_speedup_mixed(alpha_hat, counts, c, v_of_K) if known else None,
         drafter=drafter.name, policy=policy_name, K_counts=counts)

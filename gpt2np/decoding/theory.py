@@ -3,8 +3,10 @@
 Notation as in the paper: p is the target's distribution, q the draft's, K draft tokens per round
 (the paper's gamma), c = cost of one draft call / cost of one target call. We add
 v = cost of one target call over K+1 tokens / cost of one target call over 1 token. The paper
-assumes v = 1 (on a GPU, verifying K+1 tokens costs about as much as decoding one); on a CPU
-in NumPy it is about 3-5 (see ../shared/docs/perf-notes.md), which eats most of the gain.
+assumes v = 1 (on a GPU, verifying K+1 tokens costs about as much as decoding one); on a CPU in
+plain NumPy it is 3-4 at GPT-2's sizes, and 1.4-1.9 with gpt2np's few-row products, depending on
+the BLAS kernel (PERFORMANCE.md, notebook 07). Every speedup formula of the package is here;
+policies.py and run_stats.py call these.
 
 >>> a = alpha(np.array([0.7, 0.3]), np.array([0.5, 0.5]))
 >>> round(a, 3), round(expected_tokens_per_round(a, K=4), 3)
@@ -63,3 +65,25 @@ def best_K(alpha, c, v=1.0, K_max=32):
     """
     speedups = [predicted_speedup(alpha, K, c, v) for K in range(1, K_max + 1)]
     return 1 + int(np.argmax(speedups))  # np.argmax returns the first maximum
+
+
+def predicted_speedups(alpha_hat, c, v, K_max):  # v: v[M] for M = 1..K_max + 1
+    """predicted_speedup for K = 0..K_max at once (K = 0: plain decoding, exactly 1 when v[1] = 1), with
+    v(K+1) per K: E(alpha, K) = 1 + alpha + ... + alpha^K summed as K grows, so the curve costs one
+    pass (auto K asks every round, and one predicted_speedup per K took ~10x as long)."""
+    tokens, speedups = 0.0, []
+    for K in range(K_max + 1):
+        tokens += alpha_hat ** K
+        speedups.append(tokens / (K * c + v[K + 1]))
+    return speedups
+
+
+def predicted_speedup_mixed(alpha_hat, K_counts, c, v_of_K):
+    """sum_r E(alpha, K_r) / sum_r (K_r c + v(K_r + 1)): theory's speedup for a run of varying K."""
+    if any(v_of_K(K) is None for K in K_counts):
+        return None
+    if len(K_counts) == 1:  # one K: exactly theory.predicted_speedup
+        (K,) = K_counts
+        return predicted_speedup(alpha_hat, K, c, v_of_K(K))
+    tokens = sum(n * expected_tokens_per_round(alpha_hat, K) for K, n in K_counts.items())
+    return tokens / sum(n * (K * c + v_of_K(K)) for K, n in K_counts.items())

@@ -92,7 +92,7 @@ print(f"\n{len(result.tokens)} tokens in {s.rounds} target calls: {s.tokens_per_
 
 # %%
 record = next((r for r in result.trace if True in r.decisions and False in r.decisions), result.trace[0])
-start = sum(len(r.emitted) for r in result.trace[:result.trace.index(record)])
+start = sum(len(r.tokens) for r in result.trace[:result.trace.index(record)])
 context = tokenizer.decode(prompt_ids + result.tokens[:start])
 print(f"context so far: ...{context[-45:]!r}\n")
 print(f"{'i':>2}  {'draft x_i':>9}  {'q_i(x)':>7}  {'p_i(x)':>7}  {'min(1,p/q)':>10}  decision")
@@ -100,7 +100,7 @@ for i, x in enumerate(record.drafts):
     q_x, p_x = record.q_at_drafts[i], record.p_at_drafts[i]
     decision = ("accepted" if record.decisions[i] else "REJECTED") if i < len(record.decisions) else "never examined"
     print(f"{i + 1:>2}  {explain.token_labels(tokenizer, [x])[0]:>9}  {q_x:7.3f}  {p_x:7.3f}  {min(1, p_x / q_x):10.3f}  {decision}")
-print(f"\nemitted this round: {tokenizer.decode(record.emitted)!r}  ({', '.join(record.provenance)})")
+print(f"\nemitted this round: {tokenizer.decode(record.tokens)!r}  ({', '.join(record.provenance)})")
 
 # %% [markdown]
 # The distributions behind those numbers: *p* (target) and *q* (draft) at each drafted position,
@@ -144,7 +144,7 @@ plt.bar(np.arange(10) - 0.27, p_n[top], 0.27, label="p (target)")
 plt.bar(np.arange(10), q_n[top], 0.27, label="q (draft)")
 plt.bar(np.arange(10) + 0.27, residual[top], 0.27, label="norm(max(0, p - q))", color="tab:red")
 plt.xticks(range(10), explain.token_labels(tokenizer, top)); plt.legend()
-plt.title(f"position {n + 1}: the target resampled {tokenizer.decode([record.emitted[-1]])!r}");
+plt.title(f"position {n + 1}: the target resampled {tokenizer.decode([record.tokens[-1]])!r}");
 
 # %% [markdown]
 # ## Acceptance rate and tokens per round, against the theory

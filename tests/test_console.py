@@ -171,7 +171,7 @@ def test_debug_trace_shows_every_round_of_the_package_trace(pair):
         lines = text.splitlines()
         label = lambda t: repr(target.tokenizer.decode([t]))  # noqa: E731
         if not record.drafts:  # the last round: one token still wanted, so no drafts
-            assert lines == [f"(tokens 16-16): no drafts (K=0), target token {label(record.emitted[0])}"]
+            assert lines == [f"(tokens 16-16): no drafts (K=0), target token {label(record.tokens[0])}"]
             continue
         assert lines[0].endswith("drafted " + " ".join(label(t) for t in record.drafts))
         checks = lines[1:-1]
@@ -182,7 +182,7 @@ def test_debug_trace_shows_every_round_of_the_package_trace(pair):
             assert abs(float(shown["min(1, p/q)"]) - min(1.0, p / q)) <= 5e-5, line
             assert line.endswith("accepted" if accepted else "rejected")
         kind, rest = lines[-1].split(maxsplit=1)  # the token's repr may hold spaces: "resample ' ' ..."
-        assert kind == record.provenance[-1] and (rest + " ").startswith(label(record.emitted[-1]) + " "), lines[-1]
+        assert kind == record.provenance[-1] and (rest + " ").startswith(label(record.tokens[-1]) + " "), lines[-1]
 
 
 def test_drafter_switch_ngram_and_back_without_restarting(pair):

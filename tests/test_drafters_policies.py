@@ -28,7 +28,8 @@ from gpt2np.teach.exact import exact_distribution, max_abs_difference, total_var
 from gpt2np.decoding.policies import (EXPLORE_AFTER, FIRST_K_MAX, K_STEP_MAX, WINDOW, AutoK, HeuristicK,
                                       Measurements, least_squares_slope, make_policy, prior_v_curve, t1_estimate,
                                       v_curve)
-from gpt2np.decoding.speculative import RoundRecord, speculative_generate, speculative_stream
+from gpt2np.decoding.speculative import speculative_generate, speculative_stream
+from gpt2np.decoding.stream import RoundEvent
 from gpt2np.decoding.theory import best_K, predicted_speedup, predicted_speedups
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
                                     toy_pair)
@@ -233,8 +234,7 @@ def test_bad_ngram_sizes_are_refused(n_max, n_min):
 
 def record(n_drafts, n_accepted):
     decisions = [True] * n_accepted + [False] * (n_accepted < n_drafts)
-    return RoundRecord(drafts=[0] * n_drafts, q_at_drafts=[], p_at_drafts=[], decisions=decisions,
-                       overlaps=[], emitted=[], provenance=[], q=None, p=None)
+    return RoundEvent(tokens=[], provenance=[], K=n_drafts, n_emitted=0, drafts=[0] * n_drafts, decisions=decisions)
 
 
 def test_heuristic_follows_hugging_faces_schedule():

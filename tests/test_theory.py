@@ -125,7 +125,7 @@ def test_simulated_runs_agree_with_the_theory():
     result = speculative_generate(ToyModel(p, n_ctx=4000), ToyModel(q, n_ctx=4000), [0], 3000, K,
                                   rng=np.random.default_rng(0), trace=True)
     assert abs(result.stats.alpha_hat - alpha(p, q)) <= 1e-12
-    full_rounds = [len(r.emitted) for r in result.trace if len(r.drafts) == K]
+    full_rounds = [len(r.tokens) for r in result.trace if len(r.drafts) == K]
     assert_within_standard_errors(full_rounds, expected_tokens_per_round(alpha(p, q), K), n_se=4)
     assert abs(result.stats.alpha_empirical - alpha(p, q)) < 0.03  # about 4 standard errors
 

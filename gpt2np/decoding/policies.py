@@ -3,7 +3,7 @@
     policy.name                       # "fixed" / "heuristic" / "auto", for the statistics
     policy.reset()                    # a new run
     K = policy.choose(past)           # before a round: K >= 0 (0 = a plain target step)
-    policy.update(record)             # after it, with its RoundRecord
+    policy.update(event)              # after it, with its RoundEvent
 
 Why a policy keeps the output exact. Fix everything that happened before a round: the tokens, the
 decisions, even the clock readings. The policy's K is then a constant, and for any constant K the
@@ -78,7 +78,7 @@ class FixedK:
     def choose(self, past):
         return self.K
 
-    def update(self, record):
+    def update(self, event):
         pass
 
 
@@ -96,8 +96,8 @@ class HeuristicK:
     def choose(self, past):
         return self.K
 
-    def update(self, record):
-        all_accepted = record.drafts and all(record.decisions) and len(record.decisions) == len(record.drafts)
+    def update(self, event):
+        all_accepted = event.drafts and all(event.decisions) and len(event.decisions) == len(event.drafts)
         self.K = min(self.K_max, self.K + 2) if all_accepted else max(1, self.K - 1)
 
 
@@ -200,7 +200,7 @@ class AutoK:
             K = self.last_drafted_K = min(K, self.last_drafted_K + K_STEP_MAX)
         return K
 
-    def update(self, record):
+    def update(self, event):
         pass
 
 

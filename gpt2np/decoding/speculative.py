@@ -35,7 +35,7 @@ True
 (6, True)
 """
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,26 +51,11 @@ from .theory import alpha
 
 
 @dataclass(frozen=True)
-class RoundRecord:
-    """One round, as the notebooks see it (speculative_generate(..., trace=True))."""
-    drafts: list              # x_1..x_k proposed by the drafter (k <= K)
-    q_at_drafts: list         # q_i(x_i): the draft's probability of each of its proposals
-    p_at_drafts: list         # p_i(x_i): the target's probability of the same token
-    decisions: list           # True (accepted) / False (rejected) per draft the kernel looked at
-    overlaps: list            # beta_i = sum_x min(p_i, q_i) at each of those positions (Thm 3.5)
-    emitted: list             # tokens this round added: accepted drafts, then the target's token
-    provenance: list          # "draft" / "resample" / "bonus" / "target" (no drafts), per emitted token
-    q: np.ndarray | None      # [k, n_vocab] draft distributions (trace=True only, else None)
-    p: np.ndarray | None      # [k+1, n_vocab] target distributions (trace=True only, else None)
-    propose_seconds: float = 0.0  # wall time of Step 1, sampling and Python included
-
-
-@dataclass(frozen=True)
 class SpeculativeResult:
     tokens: list            # new tokens: exactly n_tokens, unless eot_id came first (it ends them)
     provenance: list        # per token: "draft" (accepted), "resample" (after a rejection), "bonus"
     stats: SpeculativeStats
-    trace: list | None      # one RoundRecord per round if trace=True, else None
+    trace: list | None      # one RoundEvent per round (with q and p) if trace=True, else None
 
 
 def check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng):
@@ -99,7 +84,7 @@ def round_tokens(drafts, result, eot_id):
 
 
 def speculative_round(target, drafter, context, k, options, rng, kernel, keep_rows):
-    """Steps 1-4 and the roll-back; returns the round's RoundRecord."""
+    """Steps 1-4 and the roll-back; returns the round's RoundEvent (the loop adds K, n_emitted, seconds)."""
     start = time.perf_counter()
     drafts, q = drafter.propose(context, k, options, rng)                # Step 1
     propose_seconds = time.perf_counter() - start
@@ -109,24 +94,24 @@ def speculative_round(target, drafter, context, k, options, rng, kernel, keep_ro
     target.roll_back(len(context) + len(emitted) - 1)  # the invariant: new context[:-1]
     drafter.roll_back(len(context) + len(emitted) - 1)
     decisions = [True] * result.n_accepted + [False] * (result.kind == "resample")
-    return RoundRecord(
-        drafts=drafts, q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
+    return RoundEvent(
+        tokens=emitted, provenance=provenance, K=k, n_emitted=0, drafts=drafts,
+        q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
         p_at_drafts=[float(p[i, x]) for i, x in enumerate(drafts)], decisions=decisions,
-        overlaps=alpha(p[:len(decisions)], q[:len(decisions)]).tolist(), emitted=emitted,
-        provenance=provenance, q=q if keep_rows else None, p=p if keep_rows else None,
-        propose_seconds=propose_seconds)
+        overlaps=alpha(p[:len(decisions)], q[:len(decisions)]).tolist(),
+        q=q if keep_rows else None, p=p if keep_rows else None, propose_seconds=propose_seconds)
 
 
-def observe(past, record, target, first_round):
+def observe(past, event, target, first_round):
     """What the K policy may use next: this round's overlaps, its target call and the drafter's
     wall time per drafted token (both without the first round, whose calls carry the prompt)."""
-    past.overlaps += record.overlaps
+    past.overlaps += event.overlaps
     if first_round:
         return
-    n_seq = 1 + len(record.drafts)
+    n_seq = 1 + len(event.drafts)
     past.add_target_call(n_seq, target.durations[n_seq][-1])
-    if record.drafts:
-        past.add_draft_cost(record.propose_seconds / len(record.drafts))
+    if event.drafts:
+        past.add_draft_cost(event.propose_seconds / len(event.drafts))
 
 
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace, calibrate):
@@ -140,17 +125,15 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         start = time.perf_counter()
         K = policy.choose(past)                                          # Step 0: from the past only
         k = min(K, n_tokens - len(provenance) - 1)  # K clamped: never emit more than asked for
-        record = speculative_round(timed_target, drafter, context, k, options, rng, kernel, trace)
-        context += record.emitted
-        provenance += record.provenance
-        records.append(record)
+        event = speculative_round(timed_target, drafter, context, k, options, rng, kernel, trace)
+        context += event.tokens
+        provenance += event.provenance
+        event = replace(event, n_emitted=len(provenance), seconds=time.perf_counter() - start)
+        records.append(event)
         Ks.append(K)
-        policy.update(record)
-        observe(past, record, timed_target, first_round=len(records) == 1)
-        yield RoundEvent(tokens=record.emitted, provenance=record.provenance, K=k,
-                         n_emitted=len(provenance), drafts=record.drafts, decisions=record.decisions,
-                         q_at_drafts=record.q_at_drafts, p_at_drafts=record.p_at_drafts,
-                         seconds=time.perf_counter() - start, record=record)
+        policy.update(event)
+        observe(past, event, timed_target, first_round=len(records) == 1)
+        yield event
     enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
     calibration = time_one_token_calls(timed_target, context, CALIBRATION_CALLS) if calibrate and not enough else []
     stats = summarise(records, Ks, timed_target, drafter, policy.name, len(provenance), calibration)
@@ -184,7 +167,7 @@ def speculative_generate(target, draft, prompt_ids, n_tokens, K, temperature=1.0
 
     Same sampling options and the same output distribution as generate(target, ...); stops early
     only at target.eot_id. draft: a model or a drafter; K: drafts per round, or a K policy name
-    ("heuristic", "auto"). trace=True keeps one RoundRecord per round, with the full p and q
+    ("heuristic", "auto"). trace=True keeps one RoundEvent per round, with the full p and q
     rows. kernel and draft_sampler exist for teaching: pass a broken one (broken_kernels.py) and
     watch the exact tests fail. calibrate: see speculative_stream. Returns a SpeculativeResult.
     """

@@ -23,17 +23,23 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class RoundEvent:
-    """One round: the tokens it emitted, where each came from, and what the round cost."""
-    tokens: list                  # tokens emitted this round (1 .. K+1)
+    """One round: the tokens it emitted, where each came from, what the kernel decided, what it cost.
+
+    The one round type: the stream yields it, the K policies learn from it, the run's statistics
+    sum it, and speculative_generate(..., trace=True) keeps it (then with the full rows q and p)."""
+    tokens: list                  # tokens emitted this round (1 .. K+1): accepted drafts, then the target's
     provenance: list              # per token: "draft" / "resample" / "bonus" / "target" (no drafts)
-    K: int                        # drafts the K policy asked for this round (0: a plain target step)
+    K: int                        # drafts asked for this round, after clamping (0: a plain target step)
     n_emitted: int                # tokens emitted so far, this round included
     drafts: list = field(default_factory=list)       # x_1..x_k the drafter proposed (k <= K)
     decisions: list = field(default_factory=list)    # accept (True) / reject (False) per examined draft
     q_at_drafts: list = field(default_factory=list)  # q_i(x_i) per draft
     p_at_drafts: list = field(default_factory=list)  # p_i(x_i) per draft
+    overlaps: list = field(default_factory=list)     # beta_i = sum_x min(p_i, q_i) per examined position (Thm 3.5)
+    q: object = None              # [k, n_vocab] draft distributions (trace=True only)
+    p: object = None              # [k+1, n_vocab] target distributions (trace=True only)
+    propose_seconds: float = 0.0  # wall time of Step 1 (the drafter), sampling and Python included
     seconds: float = 0.0          # wall time of the round
-    record: object = None         # the full RoundRecord (speculative rounds), for traces
 
 
 class Stream:

@@ -90,7 +90,7 @@ class LiveStats:
         self.drafted += len(event.drafts)
         self.accepted += event.decisions.count(True)
         self.rejections += event.decisions.count(False)
-        self.overlaps += list(getattr(event.record, "overlaps", None) or [])
+        self.overlaps += event.overlaps
         self.seconds += event.seconds
 
     def as_dict(self):

@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from .autoregressive import check_generation_request
-from .sampling import is_greedy, sample, sampling_distribution
+from .sampling import distribution, is_greedy, sample
 from .stopwatch import TimedModel, seconds_per_call
 
 
@@ -100,7 +100,7 @@ class ModelDrafter:
         new_ids = context[len(self.timed.cache):]  # what the draft has not seen: usually 1 or 2 tokens
         greedy = is_greedy(options["temperature"])
         for _ in range(k):
-            q_i = sampling_distribution(self.timed.feed(new_ids)[-1], **options)  # [n_vocab]
+            q_i = distribution(self.timed.feed(new_ids)[-1], **options)  # [n_vocab]
             drafts.append(int(np.argmax(q_i)) if greedy else self.sampler(q_i, rng))
             q.append(q_i)
             new_ids = drafts[-1:]  # x_k is never fed: the round ends before anyone needs q_{k+1}

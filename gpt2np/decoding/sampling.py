@@ -106,6 +106,13 @@ def sampling_distribution(logits, temperature=1.0, top_k=None, top_p=None):  # [
     [0.0, 0.667, 0.333]
     """
     check_sampling_options(temperature, top_k, top_p)
+    return distribution(logits, temperature, top_k, top_p)
+
+
+def distribution(logits, temperature=1.0, top_k=None, top_p=None):  # [..., n_vocab] -> same
+    """sampling_distribution without checking the options: for the decoding loops, which check them
+    once where they come in (generate, plain_stream, speculative_stream), not for every row of
+    every token."""
     if is_greedy(temperature):  # a named branch: never divide by a tiny number (and the argmax needs no
         return greedy_distribution(np.asarray(logits))  # float64 copy: float32 -> float64 is exact)
     z = np.asarray(logits, dtype=np.float64)  # float32 logits from GPT-2 -> exact float64 maths
@@ -141,4 +148,4 @@ def next_token(logits, temperature=1.0, top_k=None, top_p=None, rng=None):  # [n
     """
     if is_greedy(temperature):
         return int(np.argmax(logits))  # no randomness drawn, no rng needed
-    return sample(sampling_distribution(logits, temperature, top_k, top_p), rng)
+    return sample(distribution(logits, temperature, top_k, top_p), rng)  # the options: checked by the caller

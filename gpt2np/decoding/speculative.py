@@ -42,7 +42,7 @@ import numpy as np
 from .autoregressive import check_generation_request, check_rng
 from .drafters import as_drafter
 from .policies import Measurements, make_policy
-from .sampling import check_sampling_options, is_greedy, sample, sampling_distribution
+from .sampling import check_sampling_options, distribution, is_greedy, sample
 from .stopwatch import TimedModel
 from .speculative_kernel import verify_round
 from .run_stats import CALIBRATION_CALLS, SpeculativeStats, summarise, time_one_token_calls  # noqa: F401
@@ -70,7 +70,7 @@ def score(target, context, drafts, options):  # Step 2 -> p [k+1, n_vocab]
     """One target call over the newest token and the k drafts gives p_1..p_{k+1}."""
     new_ids = context[len(target.cache):] + drafts  # [1 + k] ([prompt + k] in the first round)
     logits = target.feed(new_ids, n_logits=len(drafts) + 1)  # [k+1, n_vocab]
-    return sampling_distribution(logits, **options)
+    return distribution(logits, **options)  # checked once, in check_speculative_request
 
 
 def round_tokens(drafts, result, eot_id):

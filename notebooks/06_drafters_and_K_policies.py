@@ -191,7 +191,7 @@ plt.tight_layout()
 # Changing *K* between rounds keeps the output distribution exactly the target's, as long as
 # each round's *K* depends only on earlier rounds: fix the past, and *K* is a constant, for which
 # the kernel is exact. The test suite proves it by enumerating every random path on toy models
-# (`tests/test_drafters_policies.py`, where a scripted clock makes `auto`'s timing-driven choices
+# (`tests/decoding/test_drafters_policies.py`, where a scripted clock makes `auto`'s timing-driven choices
 # replay identically on every path); here is the same check for prompt lookup with `heuristic`,
 # at temperature 1 on a 3-token toy vocabulary.
 

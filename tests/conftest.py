@@ -1,11 +1,17 @@
-"""Shared test fixtures: where the reference data lives, and small models to test on."""
+"""Shared test fixtures: where the reference data lives, and small models to test on.
+
+tests/ mirrors the package's folders (tests/model/, tests/decoding/, ...); the helpers shared
+between them (this file, serve_helpers.py, browser.py, http_fixture_server.py) stay here, and
+this folder goes on sys.path so that a test in any subfolder imports them by name."""
 import hashlib
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: `from conftest import ...` in subfolders
 FIXTURES = REPO / "tests" / "fixtures"          # tiny TF checkpoints + HF reference logits (copied from shared/)
 SHARED = REPO.parent / "shared"                 # present on developers' machines and CI, not in users' clones
 

@@ -39,7 +39,7 @@ FAULTS = ("ignore_range", *TRANSFER_FAULTS, *ERROR_REPLIES)
 
 
 class FixtureServer:
-    def __init__(self, root, handler=None):  # handler: a _Handler subclass (tests/test_hf_hub.py's Hub)
+    def __init__(self, root, handler=None):  # handler: a _Handler subclass (tests/checkpoints/test_hf_hub.py's Hub)
         self.root = Path(root).resolve()
         self.faults = {}    # file name -> one of FAULTS
         self.requests = []  # (path, Range header or None), in arrival order

@@ -7,7 +7,7 @@ C clients send R requests each at once, alternating streaming and non-streaming 
 max_tokens tokens at temperature 0 (the answer is checked against the first one of its prompt);
 a 429 is retried after the server's Retry-After. Reports requests per second, p50/p99 latency
 (first attempt to last byte, retries included), time to the first streamed token, how many
-requests were refused 429 first, and then sends tests/test_serve_bad_requests.py's table of bad
+requests were refused 429 first, and then sends tests/serve/test_serve_bad_requests.py's table of bad
 requests and counts the statuses (a 500 there is a bug). Needs requests only (and the server's
 requirements when it starts one).
 """

@@ -223,7 +223,7 @@ def model_name(corpus_name, n_params):
 
 def export(model, out_dir, prompt_ids):
     """OpenAI's release layout (no model.ckpt.meta: nothing in gpt2np reads the graph), plus
-    reference.npz: the torch logits for prompt_ids, which tests/test_bundled.py checks."""
+    reference.npz: the torch logits for prompt_ids, which tests/checkpoints/test_bundled.py checks."""
     from gpt2np.checkpoints.tf_writer import write_checkpoint
     from gpt2np.tokenizer.files import write_byte_level_vocab
     from gpt2np.checkpoints.weights import params_to_tf

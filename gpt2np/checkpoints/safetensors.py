@@ -12,7 +12,7 @@ here before a byte is interpreted, and a broken file gives one ValueError naming
 Why by hand, not the `safetensors` package: ~100 lines with no dependency, tensors are
 memory-mapped views of the file (nothing is copied before weights.py arranges them), bfloat16
 is read (NumPy has no bfloat16 dtype, so `safetensors.numpy` cannot load it) and every error
-names the file and the rule broken. tests/test_hf_safetensors.py checks both readers agree.
+names the file and the rule broken. tests/checkpoints/test_hf_safetensors.py checks both readers agree.
 
 >>> import tempfile, os
 >>> with tempfile.TemporaryDirectory() as d:

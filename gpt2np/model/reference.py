@@ -1,6 +1,6 @@
 """The slow reference: GPT-2 written like the equations, no cache, one head at a time.
 
-This is the oracle the fast path in forward.py is tested against (tests/test_model.py), and the
+This is the oracle the fast path in forward.py is tested against (tests/model/test_model.py), and the
 baseline a picoGPT-style implementation gives (bench/). It shares nothing with forward.py: its
 GELU, layer norm and softmax are its own, written as the formulas, so an error in the fast
 path's versions cannot hide in the oracle. Attention is written out per head with an explicit full causal mask,

@@ -2,7 +2,7 @@
 
 Each one is a bug found in public speculative-decoding code (see issue 3). Each still runs, emits
 plausible text and accepts a plausible share of drafts; only a distribution test can tell it is
-wrong. tests/test_speculative_exact.py shows that the exact check rejects all three.
+wrong. tests/decoding/test_speculative_exact.py shows that the exact check rejects all three.
 
 Use them through speculative_generate's injection points:
 

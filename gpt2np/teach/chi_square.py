@@ -24,7 +24,7 @@ looking at the observed counts (pooling by what was observed would bias the test
 The p-value P(chi2_df >= x) is Q(df/2, x/2), where Q is the regularized upper incomplete gamma
 function; we compute it as in Press et al., Numerical Recipes (3rd ed., section 6.2): a power
 series when x < a + 1, Lentz's continued fraction otherwise. The checks against scipy.stats
-(a development dependency only) are in tests/test_distribution_statistical.py.
+(a development dependency only) are in tests/teach/test_distribution_statistical.py.
 
 >>> result = chi_square_test({"heads": 60, "tails": 40}, {"heads": 0.5, "tails": 0.5})
 >>> round(result.statistic, 3), result.df, round(result.p_value, 4)

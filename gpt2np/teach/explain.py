@@ -2,7 +2,7 @@
 
 Nothing here is a second implementation. `forward_trace` calls model.py's own functions
 (layer_norm, linear, split_heads, causal_mask, attention, merge_heads, gelu) in the order
-`gpt2_forward` does, keeping each intermediate array; tests/test_explain.py checks that its
+`gpt2_forward` does, keeping each intermediate array; tests/teach/test_explain.py checks that its
 logits equal `GPT2.forward`'s. The other helpers only call the public API (generate,
 speculative_generate, exact.exact_distribution) and time or count what comes back.
 The notebooks in notebooks/ use these, so that no algorithm is defined in a notebook (STYLE H13, H15).

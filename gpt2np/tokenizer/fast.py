@@ -1,7 +1,7 @@
 """The fast path: the same tokenizer with encode and decode in tiktoken's Rust code, built offline.
 
 tiktoken is built from the same encoder.json + vocab.bpe as the from-scratch Tokenizer (bpe.py),
-so both give the same ids for every text (tests/test_tokenizer.py checks it, and bpe.py pins the
+so both give the same ids for every text (tests/tokenizer/test_tokenizer.py checks it, and bpe.py pins the
 pre-tokenizer's Unicode classes to tiktoken's). Nothing is downloaded: the files are local paths.
 """
 import hashlib

@@ -10,7 +10,7 @@ with X = U+323B0, "X's" would be "X" + "'s" by `regex`'s tables but "X'" + "s" i
 tiktoken's side: these code points are taken out of our letter and number classes, and `regex`
 must know at least Unicode 16.0 (version 2024.9.11 on, as requirements.txt asks).
 
-The list comes from probing all 1,114,112 code points with both libraries; tests/test_tokenizer.py
+The list comes from probing all 1,114,112 code points with both libraries; tests/tokenizer/test_tokenizer.py
 repeats the probe and prints what to change here if either library moves to a newer Unicode.
 >>> import regex
 >>> [bool(regex.fullmatch(LETTER, c, regex.VERSION1)) for c in "a\U000323B0"]  # a, CJK Extension J

@@ -18,7 +18,7 @@ Here the work is cut into tasks of a few heads and a block of queries each:
     one thread so the small products run side by side.
 
 The same tasks serve a verification pass at long context (a few queries: heads split between
-the cores). Equal to model.attention up to float32 rounding (tests/test_attention.py).
+the cores). Equal to model.attention up to float32 rounding (tests/model/test_attention.py).
 """
 import functools
 import math

@@ -21,7 +21,7 @@ from gpt2np.checkpoints.tf_reader import (CheckpointError, crc32c, crc32c_refere
 from gpt2np.checkpoints.tf_writer import (encode_entry, encode_header, encode_table, encode_varint,
                                       short_successor, shortest_separator, write_checkpoint)
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DATA = "model.ckpt.data-00000-of-00001"
 # fixture -> (n_layer, n_embd); n_vocab 50257 and n_ctx 64 for both (see their hparams.json)
 SIZES = {"gpt2-tiny-a": (2, 32), "gpt2-tiny-b": (4, 48)}

@@ -19,7 +19,7 @@ from gpt2np.model.config import PRESETS, GPT2Config
 from gpt2np.model.fast.matmul import stored_column_major
 from gpt2np.checkpoints.weights import init_params, load_params, params_from_tf, params_to_tf
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CACHE = weights.CACHE_DIR
 
 

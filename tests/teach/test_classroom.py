@@ -17,7 +17,7 @@ from gpt2np.teach.broken_kernels import unnormalised_residual_kernel
 from gpt2np.teach.classroom import NEGATIVE_CONTROLS, main
 from gpt2np.teach.exact import exact_distribution
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = ["--n_samples", "300"]
 
 

@@ -23,7 +23,7 @@ from gpt2np.tokenizer.fast import FastTokenizer
 from gpt2np.tokenizer.files import load_tokenizer, write_byte_level_vocab
 from gpt2np.tokenizer.unicode_classes import LETTER, NEWER_THAN_UNICODE_16, NUMBER
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "data" / "corpus" / "tinyshakespeare.txt"
 SETTINGS = hypothesis.settings(deadline=None, max_examples=200)
 

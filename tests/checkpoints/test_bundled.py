@@ -13,7 +13,7 @@ import pytest
 
 import gpt2np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "gpt2np" / "bundled"
 TARGET, DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 NAMES = [TARGET, DRAFT]

@@ -201,7 +201,7 @@ def other_kernel():
     return next(((env, name) for name, env in blas_kernel_envs().items() if name != mm.KERNEL), None)
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.skipif(os.environ.get("GPT2NP_OTHER_KERNEL") == "1", reason="already the other kernel's run")
@@ -216,5 +216,5 @@ def test_the_products_agree_under_another_blas_kernel():
                          env={**env, "GPT2NP_OTHER_KERNEL": "1"}, capture_output=True, text=True, cwd=ROOT,
                          timeout=600)
     tail = "\n".join(run.stdout.splitlines()[-15:])
-    assert run.returncode == 0, f"tests/test_matmul.py under {name} (this process: {mm.KERNEL}) failed:\n{tail}"
+    assert run.returncode == 0, f"tests/model/test_matmul.py under {name} (this process: {mm.KERNEL}) failed:\n{tail}"
     print(f"{name}: {tail.splitlines()[-1]}")

@@ -21,7 +21,7 @@ from gpt2np.model.config import PRESETS, GPT2Config
 from gpt2np.checkpoints.download import DATA_FILE, RELEASE_FILES, DownloadError, download_model, download_release
 from http_fixture_server import FixtureServer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gpt2-tiny-a"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "gpt2-tiny-a"
 STANDINS = {"encoder.json": b'{"!": 0, "\\"": 1, "<|endoftext|>": 2}',
             "vocab.bpe": b"#version: 0.2\n\xc4\xa0 t\n"}
 STANDIN_SHA256 = {name: hashlib.sha256(body).hexdigest() for name, body in STANDINS.items()}

@@ -31,12 +31,13 @@ checks it: pyproject.toml):
 """
 from .model import fast  # noqa: F401,I001  first: sets OpenBLAS's thread timeout before NumPy loads (model/fast)
 
+from .checkpoints.download import DownloadError
 from .checkpoints.loading import RELEASE_SIZES, bundled_models, load_model, random_model
-from .decoding.autoregressive import generate, plain_stream
-from .decoding.drafters import ModelDrafter, NgramDrafter
-from .decoding.policies import make_policy
-from .decoding.sampling import check_sampling_options, sample, sampling_distribution
-from .decoding.speculative import speculative_generate, speculative_stream
+from .decoding.autoregressive import check_generation_request, generate, generate_without_cache, plain_stream
+from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
+from .decoding.policies import POLICIES, make_policy
+from .decoding.sampling import check_sampling_options, is_greedy, sample, sampling_distribution
+from .decoding.speculative import SpeculativeResult, speculative_generate, speculative_stream
 from .decoding.stream import RoundEvent, Stream
 from .model.config import PRESETS, GPT2Config
 from .model.fast.matmul import blas_kernel
@@ -44,10 +45,11 @@ from .model.forward import GPT2
 from .model.kv_cache import KVCache
 
 __all__ = [
-    "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "PRESETS", "RELEASE_SIZES",
-    "RoundEvent", "Stream", "blas_kernel", "bundled_models", "check_sampling_options", "generate", "load_drafter",
-    "load_model", "make_policy", "plain_stream", "random_model", "sample", "sampling_distribution",
-    "speculative_generate", "speculative_stream",
+    "DownloadError", "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "POLICIES", "PRESETS",
+    "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "blas_kernel", "bundled_models",
+    "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
+    "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
+    "random_model", "sample", "sampling_distribution", "speculative_generate", "speculative_stream",
 ]
 
 

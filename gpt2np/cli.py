@@ -20,9 +20,7 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.decoding.autoregressive import check_generation_request
-from gpt2np.checkpoints.download import DownloadError
-from gpt2np.decoding.policies import POLICIES
+from gpt2np import POLICIES, DownloadError, check_generation_request
 from gpt2np.report import (OneLineErrorParser, TokenTexts, coloured, format_stats, mean_std,
                            provenance_legend)
 

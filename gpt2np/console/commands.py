@@ -14,8 +14,7 @@ gpt2np.console.commands.CommandError: temperature must be a finite number >= 0 (
 import math
 from dataclasses import dataclass, replace
 
-from ..decoding.policies import make_policy
-from ..decoding.sampling import check_sampling_options, is_greedy
+from gpt2np import check_sampling_options, is_greedy, make_policy
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")

@@ -24,10 +24,8 @@ from .commands import (GENERATOR_LABELS, CommandError, Settings, K_words, checke
                                parse_command, with_drafter)
 from .display import speedup_table, trace_lines
 from .runs import Run, consume, open_stream, without_cache
-from ..checkpoints.download import DownloadError
+from gpt2np import DownloadError, check_same_vocabulary, is_greedy
 from ..report import OneLineErrorParser, TokenTexts, coloured, provenance_legend, stats_summary
-from ..decoding.drafters import check_same_vocabulary
-from ..decoding.sampling import is_greedy
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 CLEAR_SCREEN = "\033[H\033[2J"

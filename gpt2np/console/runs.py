@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..decoding.autoregressive import generate_without_cache, plain_stream
-from ..decoding.speculative import speculative_stream
+from gpt2np import generate_without_cache, plain_stream, speculative_stream
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ a request picks one with the field "drafter". Bad flags or models: one line, exi
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.checkpoints.download import DownloadError
+from gpt2np import DownloadError
 from gpt2np.report import OneLineErrorParser
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"

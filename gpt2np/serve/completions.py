@@ -14,7 +14,7 @@ import math
 import time
 import uuid
 
-from gpt2np.decoding.speculative import SpeculativeResult
+from gpt2np import SpeculativeResult
 
 STATS_FIELDS = ("drafter", "policy", "K", "K_counts", "rounds", "drafted", "accepted", "rejections",
                 "alpha_hat", "alpha_empirical", "tokens_per_target_call", "target_calls", "draft_calls",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import gpt2np
-from gpt2np.decoding.autoregressive import check_generation_request
+from gpt2np import check_generation_request
 from gpt2np.report import TokenTexts
 
 log = logging.getLogger("gpt2np.serve")

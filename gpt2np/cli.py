@@ -42,14 +42,20 @@ def _fail(message):
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python main.py", description=__doc__.split("\n")[0],
-                      formatter_class=HelpFormatter)
+                           formatter_class=HelpFormatter)
+    model_flags(p)
+    decoding_flags(p)
+    output_flags(p)
+    return p.parse_args(argv)
+
+
+def model_flags(p):
+    """What to generate from, and with which models."""
     bundled = ", ".join(gpt2np.bundled_models()) or "none"
-    # what to generate
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to continue")
     p.add_argument("--n_tokens_to_generate", type=int, default=None,
                    help="new tokens, exactly this many unless <|endoftext|> comes first "
                         "(default: 200 with the bundled byte-level pair, 40 otherwise)")
-    # which models
     p.add_argument("--target_model_size", default=None,
                    help=f"target model: 124M, 355M, 774M, 1558M, a bundled name ({bundled}), a Hub name "
                         f"hf:owner/name[@revision], or a folder in the release or Hugging Face layout "
@@ -69,7 +75,10 @@ def parse_args(argv):
     p.add_argument("--hf_endpoint", default=None,
                    help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
                         "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
-    # speculative decoding and sampling
+
+
+def decoding_flags(p):
+    """Speculative decoding and sampling."""
     p.add_argument("--K", type=K_value, default=None,
                    help="draft tokens per speculative round (Leviathan et al.'s gamma), or a K policy: 'heuristic' "
                         "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
@@ -82,7 +91,10 @@ def parse_args(argv):
     p.add_argument("--top_p", type=float, default=None,
                    help="nucleus sampling: keep the smallest set of most likely tokens with probability >= top_p (default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator used for sampling")
-    # measurement and output
+
+
+def output_flags(p):
+    """Measurement and output."""
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads "
                         "costs more than it saves, as measured on the bundled pair; else the BLAS default)")
@@ -92,7 +104,6 @@ def parse_args(argv):
     p.add_argument("-v", "--verbose", action="store_true",
                    help="colour every speculative token by where it came from "
                         "(accepted draft / target resample / target bonus)")
-    return p.parse_args(argv)
 
 
 def K_value(text):
@@ -187,44 +198,61 @@ def main(argv=None):
     args = parse_args(argv)
     check_args(args)
     gpt2np.make_policy(args.K, args.K_max)  # a bad K policy is refused before anything loads
-    sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
-    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, **sources)
-    drafter = load_drafter(args, sources)
-    # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
-    prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
-    check_generation_request(target, prompt_ids, args.n_tokens_to_generate)  # every check before any work
-    if drafter is not None:
-        drafter.check(target, prompt_ids, args.n_tokens_to_generate)
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    target, drafter, prompt_ids = load(args)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
         threadpool_limits(limits=threads, user_api="blas")
     print(f"target: {target.name}, drafter: {drafter.name if drafter else 'none'}, prompt: {len(prompt_ids)} "
           f"tokens, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
     print(f"BLAS: {gpt2np.blas_kernel()}")
-    colour = args.verbose and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    ar_seconds = run_plain(args, target, prompt_ids)
+    if drafter is not None:
+        run_speculative(args, target, drafter, prompt_ids, ar_seconds)
 
+
+def load(args):
+    """(target, drafter or None, prompt ids), every check made before any generation."""
+    sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, **sources)
+    drafter = load_drafter(args, sources)
+    # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
+    prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
+    check_generation_request(target, prompt_ids, args.n_tokens_to_generate)
+    if drafter is not None:
+        drafter.check(target, prompt_ids, args.n_tokens_to_generate)
+    return target, drafter, prompt_ids
+
+
+def sampling(args):
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def run_plain(args, target, prompt_ids):
+    """Target-only decoding, printed as it goes; returns the seconds of each timed run."""
     def plain(n_tokens):
-        rng = np.random.default_rng(args.seed)
-        return gpt2np.plain_stream(target, prompt_ids, n_tokens, rng=rng, **sampling)
+        return gpt2np.plain_stream(target, prompt_ids, n_tokens, rng=np.random.default_rng(args.seed), **sampling(args))
 
-    n = args.n_tokens_to_generate
     print(f"\n=== autoregressive ({target.name}) ===")
-    stream, ar_seconds = timed_runs(plain, n, args.num_runs, printer(target.tokenizer, args.prompt, False))
-    print_time(len(stream.tokens), ar_seconds)
-    if drafter is None:
-        return
+    stream, seconds = timed_runs(plain, args.n_tokens_to_generate, args.num_runs,
+                                 printer(target.tokenizer, args.prompt, False))
+    print_time(len(stream.tokens), seconds)
+    return seconds
 
+
+def run_speculative(args, target, drafter, prompt_ids, ar_seconds):
+    """Speculative decoding, printed as it goes, then its statistics beside the plain run's time."""
     def speculative(n_tokens):
-        rng = np.random.default_rng(args.seed)
-        return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, args.K_max, rng=rng,
-                                         calibrate=True, **sampling)  # c and v are printed: measure them
+        return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, args.K_max,
+                                         rng=np.random.default_rng(args.seed), calibrate=True,  # c, v are printed
+                                         **sampling(args))
 
     K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
     print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")
-    # the one-token target calls that calibrate c and v (when the run made too few) are not decoding
+    colour = args.verbose and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     show = printer(target.tokenizer, args.prompt, colour)
-    stream, sd_seconds = timed_runs(speculative, n, args.num_runs, show, lambda r: r.stats.calibration_seconds)
+    # the one-token target calls that calibrate c and v (when the run made too few) are not decoding
+    stream, sd_seconds = timed_runs(speculative, args.n_tokens_to_generate, args.num_runs, show,
+                                    lambda r: r.stats.calibration_seconds)
     if args.verbose:
         print(provenance_legend(stream.provenance, colour))
     print_time(len(stream.tokens), sd_seconds)

@@ -1,4 +1,4 @@
-"""The FastAPI application: `create_app(engine)`.
+"""The FastAPI application: `create_app(engine)`, the routes below reading the engine from app.state.
 
 Routes: POST /predict (the seed's curl-able interface), POST /v1/completions (OpenAI's, streaming
 with server-sent events), GET /v1/models, GET /health, GET / (the playground), and FastAPI's /docs.
@@ -10,7 +10,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -89,150 +89,172 @@ class ClosingStreamingResponse(StreamingResponse):
             await self.body_iterator.aclose()
 
 
+async def invalid(request, exc):
+    field, message = validation_message(exc.errors())
+    return error(400, message, param=field)
+
+
+async def http_error(request, exc):
+    detail = f"invalid request body: {exc.detail}" if exc.status_code == 400 else str(exc.detail)
+    return error(exc.status_code, detail, kind="not_found" if exc.status_code == 404 else "http_error")
+
+
+async def crashed(request, exc):  # a bug, never the client's fault: logged here, not sent
+    log.exception("unhandled error")
+    return error(500, "internal server error", kind="server_error")
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):  # the worker lives as long as the application
+    app.state.engine.start()
+    yield
+    app.state.engine.stop()
+
+
 def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
     """The application serving `engine` (engine.Engine; started and stopped with the app)."""
-    @contextlib.asynccontextmanager
-    async def lifespan(app):  # the worker lives as long as the application
-        engine.start()
-        yield
-        engine.stop()
-
     app = FastAPI(lifespan=lifespan, title="gpt2np", description="GPT-2 in NumPy with speculative decoding: OpenAI-compatible "
                   "completions with per-token provenance (draft / resample / bonus).", version="1.0")
+    app.state.engine = engine
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request, exc):
-        field, message = validation_message(exc.errors())
-        return error(400, message, param=field)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request, exc):
-        detail = f"invalid request body: {exc.detail}" if exc.status_code == 400 else str(exc.detail)
-        return error(exc.status_code, detail, kind="not_found" if exc.status_code == 404 else "http_error")
-
-    @app.exception_handler(Exception)
-    async def crashed(request, exc):  # a bug, never the client's fault: logged here, not sent
-        log.exception("unhandled error")
-        return error(500, "internal server error", kind="server_error")
-
-    def generation(body, ids):
-        """The request's fields as a Generation, checked against the model (RequestError)."""
-        drafter = (body.drafter or engine.default_drafter) if body.speculative else None
-        if body.speculative and drafter is None:
-            raise RequestError("speculative", "this server has no drafter: send speculative false")
-        g = Generation(prompt_ids=tuple(ids), max_tokens=body.max_tokens, temperature=body.temperature,
-                       top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
-                       seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,
-                       drafter=drafter)
-        engine.check(g)
-        return g
-
-    async def run(g, completion, request):
-        """Queue g and collect its rounds into completion (non-streaming); stop if the client leaves."""
-        loop = asyncio.get_running_loop()
-        job, checked = engine.submit(g, loop), loop.time()
-        try:
-            while not completion.done:
-                try:
-                    message = await asyncio.wait_for(job.messages.get(), timeout=0.25)
-                except asyncio.TimeoutError:
-                    message = ("wait",)
-                if loop.time() - checked > 0.25:  # a few times a second: has the client gone?
-                    if await request.is_disconnected():
-                        return None  # nobody to answer: the finally below frees the worker
-                    checked = loop.time()
-                if message[0] == "round":
-                    completion.add_round(*message[1:], engine.target.eot_id)
-                elif message[0] == "done":
-                    completion.finish(*message[1:])
-                    return None
-                elif message[0] == "error":
-                    return error(message[1], message[2], kind="server_error" if message[1] >= 500 else
-                                 "invalid_request_error")
-        finally:
-            job.cancel()  # done, stopped by a stop string, or the request was cancelled
-
-    def refused(e):
-        if isinstance(e, QueueFull):
-            return error(e.status, str(e), kind="rate_limit_error" if e.status == 429 else "server_unavailable",
-                         code="queue_full" if e.status == 429 else None, headers={"Retry-After": str(e.retry_after)})
-        return error(400, str(e), param=e.param)
-
-    @app.post("/v1/completions", summary="OpenAI-compatible completion (stream: server-sent events)")
-    async def completions(body: CompletionRequest, request: Request):
-        if body.model is not None and body.model != engine.model_id:
-            return error(404, f"model: the model {body.model!r} is not served here; this server serves "
-                              f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
-        try:
-            ids = engine.encode(body.prompt)
-            g = generation(body, ids)
-            completion = Completion(engine.model_id, g, len(ids), body.stops())
-            if body.stream:
-                job = engine.submit(g, asyncio.get_running_loop())
-                return ClosingStreamingResponse(events(job, completion), media_type="text/event-stream",
-                                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            failed = await run(g, completion, request)
-        except (RequestError, QueueFull) as e:
-            return refused(e)
-        return failed or completion.final()
-
-    async def events(job, completion):
-        try:
-            while True:
-                message = await job.messages.get()
-                if message[0] == "round":
-                    text, entries = completion.add_round(*message[1:], engine.target.eot_id)
-                    if completion.done:
-                        yield sse(completion.last_chunk(text))
-                        break
-                    yield sse(completion.chunk(text, entries, completion.rounds[-1]))
-                elif message[0] == "done":
-                    yield sse(completion.last_chunk(completion.finish(*message[1:])))
-                    break
-                elif message[0] == "error":
-                    yield sse({"error": {"message": message[2], "type": "server_error", "param": None, "code": None}})
-                    break
-                else:
-                    return
-            yield SSE_DONE
-        finally:
-            job.cancel()  # after the end this changes nothing; before it, the worker stops the stream
-
-    @app.post("/predict", summary="The seed's interface: {\"prompt\": ...} -> text and statistics")
-    async def predict(body: PredictRequest, request: Request):
-        try:
-            ids = engine.encode(body.prompt)
-            g = generation(body, ids)
-            completion = Completion(engine.model_id, g, len(ids))
-            failed = await run(g, completion, request)
-        except (RequestError, QueueFull) as e:
-            return refused(e)
-        if failed:
-            return failed
-        live = completion.live or {}
-        return {"prompt": body.prompt, "text": completion.text.text, "model": engine.model_id,
-                "finish_reason": completion.finish_reason, "usage": completion.usage(),
-                "tokens": [int(t) for t in completion.tokens], "provenance": completion.provenance,
-                "seconds": live.get("seconds"), "tokens_per_second": live.get("tokens_per_second"),
-                "seed": g.seed, "stats": completion.stats or live}
-
-    @app.get("/v1/models", summary="The served model (OpenAI's list), with its drafters")
-    async def models():
-        return {"object": "list", "data": [{
-            "id": engine.model_id, "object": "model", "created": 0, "owned_by": "gpt2np",
-            "gpt2np": {"n_ctx": engine.n_ctx, "n_vocab": engine.target.n_vocab,
-                       "drafters": list(engine.drafters), "default_drafter": engine.default_drafter}}]}
-
-    @app.get("/health", summary="Liveness: the worker is running; queue depth")
-    async def health():
-        body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
-                "queued": engine.queued, "max_queue": engine.max_queue, "busy": engine.busy,
-                "served": engine.served, "cancelled": engine.cancelled}
-        return JSONResponse(body, status_code=200 if engine.alive else 503)
-
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def page():
-        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
-
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, crashed)
+    app.include_router(routes)
     return app
+
+
+def generation(engine, body, ids):
+    """The request's fields as a Generation, checked against the model (RequestError)."""
+    drafter = (body.drafter or engine.default_drafter) if body.speculative else None
+    if body.speculative and drafter is None:
+        raise RequestError("speculative", "this server has no drafter: send speculative false")
+    g = Generation(prompt_ids=tuple(ids), max_tokens=body.max_tokens, temperature=body.temperature,
+                   top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
+                   seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,
+                   drafter=drafter)
+    engine.check(g)
+    return g
+
+
+async def run(engine, g, completion, request):
+    """Queue g and collect its rounds into completion (non-streaming); stop if the client leaves."""
+    loop = asyncio.get_running_loop()
+    job, checked = engine.submit(g, loop), loop.time()
+    try:
+        while not completion.done:
+            try:
+                message = await asyncio.wait_for(job.messages.get(), timeout=0.25)
+            except asyncio.TimeoutError:
+                message = ("wait",)
+            if loop.time() - checked > 0.25:  # a few times a second: has the client gone?
+                if await request.is_disconnected():
+                    return None  # nobody to answer: the finally below frees the worker
+                checked = loop.time()
+            if message[0] == "round":
+                completion.add_round(*message[1:], engine.target.eot_id)
+            elif message[0] == "done":
+                completion.finish(*message[1:])
+                return None
+            elif message[0] == "error":
+                return error(message[1], message[2], kind="server_error" if message[1] >= 500 else
+                             "invalid_request_error")
+    finally:
+        job.cancel()  # done, stopped by a stop string, or the request was cancelled
+
+
+async def events(engine, job, completion):
+    """The streaming answer: one server-sent event per round, then [DONE]."""
+    try:
+        while True:
+            message = await job.messages.get()
+            if message[0] == "round":
+                text, entries = completion.add_round(*message[1:], engine.target.eot_id)
+                if completion.done:
+                    yield sse(completion.last_chunk(text))
+                    break
+                yield sse(completion.chunk(text, entries, completion.rounds[-1]))
+            elif message[0] == "done":
+                yield sse(completion.last_chunk(completion.finish(*message[1:])))
+                break
+            elif message[0] == "error":
+                yield sse({"error": {"message": message[2], "type": "server_error", "param": None, "code": None}})
+                break
+            else:
+                return
+        yield SSE_DONE
+    finally:
+        job.cancel()  # after the end this changes nothing; before it, the worker stops the stream
+
+
+def refused(e):
+    if isinstance(e, QueueFull):
+        return error(e.status, str(e), kind="rate_limit_error" if e.status == 429 else "server_unavailable",
+                     code="queue_full" if e.status == 429 else None, headers={"Retry-After": str(e.retry_after)})
+    return error(400, str(e), param=e.param)
+
+
+routes = APIRouter()
+
+
+@routes.post("/v1/completions", summary="OpenAI-compatible completion (stream: server-sent events)")
+async def completions(body: CompletionRequest, request: Request):
+    engine = request.app.state.engine
+    if body.model is not None and body.model != engine.model_id:
+        return error(404, f"model: the model {body.model!r} is not served here; this server serves "
+                          f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
+    try:
+        ids = engine.encode(body.prompt)
+        g = generation(engine, body, ids)
+        completion = Completion(engine.model_id, g, len(ids), body.stops())
+        if body.stream:
+            job = engine.submit(g, asyncio.get_running_loop())
+            return ClosingStreamingResponse(events(engine, job, completion), media_type="text/event-stream",
+                                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        failed = await run(engine, g, completion, request)
+    except (RequestError, QueueFull) as e:
+        return refused(e)
+    return failed or completion.final()
+
+
+@routes.post("/predict", summary="The seed's interface: {\"prompt\": ...} -> text and statistics")
+async def predict(body: PredictRequest, request: Request):
+    engine = request.app.state.engine
+    try:
+        ids = engine.encode(body.prompt)
+        g = generation(engine, body, ids)
+        completion = Completion(engine.model_id, g, len(ids))
+        failed = await run(engine, g, completion, request)
+    except (RequestError, QueueFull) as e:
+        return refused(e)
+    if failed:
+        return failed
+    live = completion.live or {}
+    return {"prompt": body.prompt, "text": completion.text.text, "model": engine.model_id,
+            "finish_reason": completion.finish_reason, "usage": completion.usage(),
+            "tokens": [int(t) for t in completion.tokens], "provenance": completion.provenance,
+            "seconds": live.get("seconds"), "tokens_per_second": live.get("tokens_per_second"),
+            "seed": g.seed, "stats": completion.stats or live}
+
+
+@routes.get("/v1/models", summary="The served model (OpenAI's list), with its drafters")
+async def models(request: Request):
+    engine = request.app.state.engine
+    return {"object": "list", "data": [{
+        "id": engine.model_id, "object": "model", "created": 0, "owned_by": "gpt2np",
+        "gpt2np": {"n_ctx": engine.n_ctx, "n_vocab": engine.target.n_vocab,
+                   "drafters": list(engine.drafters), "default_drafter": engine.default_drafter}}]}
+
+
+@routes.get("/health", summary="Liveness: the worker is running; queue depth")
+async def health(request: Request):
+    engine = request.app.state.engine
+    body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
+            "queued": engine.queued, "max_queue": engine.max_queue, "busy": engine.busy,
+            "served": engine.served, "cancelled": engine.cancelled}
+    return JSONResponse(body, status_code=200 if engine.alive else 503)
+
+
+@routes.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def page():
+    return HTMLResponse(PAGE.read_text(encoding="utf-8"))

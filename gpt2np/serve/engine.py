@@ -218,7 +218,8 @@ class Engine:
         if g.drafter is None:
             return gpt2np.plain_stream(self.target, list(g.prompt_ids), g.max_tokens, **sampling)
         return gpt2np.speculative_stream(self.target, self.drafters[g.drafter], list(g.prompt_ids),
-                                         g.max_tokens, K=g.K, K_max=g.K_max, **sampling)
+                                         g.max_tokens, K=g.K, K_max=g.K_max, calibrate=True,  # the reply's
+                                         **sampling)                                          # stats hold c, v
 
     def _work(self):
         while True:

@@ -8,43 +8,30 @@ from gpt2np.decoding.run_stats import CALIBRATION_CALLS
 from gpt2np.report import format_stats
 from gpt2np.teach.classroom import toy_pair  # (n_vocab, order, model_seed)
 
-
-class CountingModel:
-    """The model interface around a model, counting every forward call and the tokens it feeds."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, []
-        self.n_vocab, self.n_ctx, self.eot_id = model.n_vocab, model.n_ctx, model.eot_id
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def forward(self, ids, cache, n_logits=1):
-        self.calls.append(len(ids))
-        return self.model.forward(ids, cache, n_logits)
+from bench.spec import TimedProxy  # the model interface around a model, recording (tokens fed, seconds) per call
 
 
 @pytest.mark.parametrize("K", [1, 3, "auto"])
 @pytest.mark.parametrize("temperature", [0, 1.0])
 def test_without_calibration_the_target_runs_once_per_round(K, temperature):
     target, draft = toy_pair(n_vocab=5)
-    counted = CountingModel(target)
+    counted = TimedProxy(target)
     rng = np.random.default_rng(1) if temperature else None
     result = speculative_generate(counted, draft, [0, 1], 40, K, temperature=temperature, rng=rng)
     s = result.stats
     assert len(counted.calls) == s.rounds == s.target_calls, (len(counted.calls), s.rounds)
-    assert sum(counted.calls) == 2 + len(result.tokens) - 1 + s.drafted - s.accepted  # prompt, then each round's
+    assert sum(n for n, _ in counted.calls) == 2 + len(result.tokens) - 1 + s.drafted - s.accepted  # prompt, then each round's
     assert s.calibration_seconds == 0.0                                                # fed tokens, nothing else
 
 
 def test_calibration_adds_the_one_token_calls_c_and_v_need_and_says_so():
     target, draft = toy_pair(n_vocab=5)
-    counted = CountingModel(target)
+    counted = TimedProxy(target)
     s = speculative_generate(counted, draft, [0, 1], 40, 3, temperature=0, calibrate=True).stats
     extra = len(counted.calls) - s.rounds
     one_token_rounds = s.target_timings.get(1, (0, 0.0))[0]
     assert extra == (CALIBRATION_CALLS if one_token_rounds < CALIBRATION_CALLS else 0)
-    assert counted.calls[s.rounds:] == [1] * extra and s.calibration_seconds > 0
+    assert [n for n, _ in counted.calls[s.rounds:]] == [1] * extra and s.calibration_seconds > 0
     assert s.c is not None and s.v is not None and s.predicted_speedup_refined is not None
 
 

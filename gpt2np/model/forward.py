@@ -23,9 +23,9 @@ from .fast.matmul import matmul
 from .fast.threads import in_row_blocks, rowwise, threads_allowed
 
 BLOCKS_MIN_SCORES = 1 << 15  # attention goes in blocks from this many scores (n_head * n_seq * n_kv) on:
-                             # prefill, and verification at long context (355M, M = 5 after 512 tokens:
-                             # 1.62 -> 1.48-1.51 one-token passes); one query against 896 keys stays
-                             # plain (splitting its heads between the cores measured no faster)
+                             # prefill, and verification at long context, where blocks on both cores pay
+                             # for their hand-offs; one query against 896 keys stays plain (splitting its
+                             # heads between the cores was no faster: PERFORMANCE.md, "Long prompts")
 
 
 def gelu(x, out=None):

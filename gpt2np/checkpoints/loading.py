@@ -8,7 +8,7 @@ A model can be named three ways, wherever gpt2np asks for one:
   * a Hugging Face Hub name, hf:owner/name[@revision] (hub.py): downloaded into models_dir/owner/name/;
   * a path to any folder in the release layout (hparams.json, model.ckpt.*, encoder.json, vocab.bpe)
     or in the Hugging Face layout (config.json, model.safetensors, vocab.json, merges.txt:
-    hf_checkpoint.py), including a snapshot in the Hub's cache (models--owner--name/snapshots/<rev>/),
+    hf_layout.py), including a snapshot in the Hub's cache (models--owner--name/snapshots/<rev>/),
     or the models--owner--name folder itself (its refs/main snapshot).
 """
 from pathlib import Path

@@ -260,7 +260,7 @@ def load_params(model_dir, config):  # -> params
 def load_params_cached(model_dir, config, key, read_tensors, source):  # -> params
     """Params from the .npy cache in `<model_dir>/.gpt2np-cache/` if it was written for `key` (a dict
     naming the source's exact bytes), else from read_tensors() -> {TF name: array}, caching them.
-    Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_checkpoint.py) load this way."""
+    Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_layout.py) load this way."""
     cache_dir = os.path.join(model_dir, CACHE_DIR)
     tensors = _load_cache(cache_dir, key, config)
     if tensors is None:

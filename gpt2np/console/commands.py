@@ -1,7 +1,7 @@
 """The console's settings and commands: one typed line in, new settings (or a one-line error) out.
 
 Pure: no models, no printing, no decoding. console.py reads lines and shows results;
-console_runs.py is the one place that calls the decoders. A command is a line starting with ':'
+runs.py is the one place that calls the decoders. A command is a line starting with ':'
 (`:temperature 0.8`, `:K auto 12`, `:sampling nucleus 0.9 0.8`); anything else is a prompt.
 
 >>> outcome = parse_command(":sampling top_k 40 0.8", Settings())

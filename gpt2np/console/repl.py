@@ -8,7 +8,7 @@ Tokens stream as each round produces them, coloured by where they came from (gre
 draft, red target resample, blue bonus; only on a terminal without NO_COLOR), then one line of
 statistics per generator and, when several ran, a table of their throughput side by side.
 Lines starting with ':' are commands (:help lists them with every setting's value;
-console_commands.py parses them); console_runs.py is the only place that calls the decoders.
+commands.py parses them); runs.py is the only place that calls the decoders.
 The console this replaces (the seed's infer.py) counted characters as tokens, reseeded the global
 generators and timed its draft-only run with the target's clock; here throughput is tokens per
 second from the decoders' own timings, and every run has its own np.random.default_rng(seed).

@@ -12,7 +12,7 @@ What it does, in four steps:
      by enumerating every random choice of the real `generate` (exact.py): no sampling involved;
   3. runs the real `speculative_generate` n_samples times (seeded), counts each N-token outcome,
      and compares the counts with n times the exact probabilities by Pearson's chi-square test
-     (stats.py): a p-value below --alpha means "REJECTED: not the target's distribution";
+     (chi_square.py): a p-value below --alpha means "REJECTED: not the target's distribution";
   4. does the same with a broken sampler (broken_kernels.py, plus one defined here), and ends
      with a one-line verdict for every broken variant.
 

@@ -17,7 +17,8 @@ run of our own:
            of ~512 KB of output weights and each block is multiplied by the M rows one at a time
            (M gemv calls): the first reads the block from memory, the other M - 1 from the core's
            cache, which reads several times faster. Not free: an extra row costs ~0.15-0.25 of
-           the first, so from M ~ 9 on plain sgemm catches up.
+           the first, so plain sgemm is level at M = 8 (its micro-kernel's rows come out even)
+           and ahead from M ~ 13.
   plain    x @ w: one row (gemv already streams), many rows (packing pays for itself), and every
            kernel nobody has measured (ARM, Apple's Accelerate, MKL, other x86 kernels).
 
@@ -57,7 +58,6 @@ KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for 
 # kernel not in the table, plain. Separate rows for weights stored column-major (GPT-2's, 2 MiB and more)
 # and the small row-major ones (the bundled models'). Measured on an AVX-512 AMD EPYC with OpenBLAS 0.3.31,
 # each kernel in its own process (PERFORMANCE.md, "Every CPU"); Zen runs Haswell's kernel files.
-#                 column-major w                      small row-major w
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "small": ()}
 _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows")), "small": ((1, "plain"), (7, "rows"))}
 METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
@@ -66,7 +66,7 @@ METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
 def blas_kernel():
     """One line naming NumPy's BLAS kernel and the few-row methods METHODS gives it (plain x @ w
     elsewhere), for headers and benchmark tables: "OpenBLAS 0.3.31 Haswell, 2 threads, few-row
-    products: rows (M 2-8); small row-major weights: rows (M 2-6)"."""
+    products: rows (M 2-7), rows (M 9-12); small row-major weights: rows (M 2-7)"."""
     if BLAS is None:
         return "not OpenBLAS (or no threadpoolctl): few-row products are plain x @ w"
     threads = BLAS.get_num_threads()

@@ -37,7 +37,7 @@ True
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
+import numpy as np  # noqa: F401  (the module doctest draws its toy models with np.random)
 
 from .autoregressive import check_generation_request, check_rng
 from .drafters import as_drafter

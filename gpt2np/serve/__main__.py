@@ -4,9 +4,11 @@
     python -m gpt2np.serve --target_model_size 355M --draft_model_size 124M --port 8080
     python -m gpt2np.serve --draft_model_size ngram          # prompt lookup, no draft model
 
-Models are named as in main.py (size, bundled name, folder, or "ngram" for the drafter). When the
-drafter is a model, the prompt-lookup drafter "ngram" is served beside it (it costs nothing), and
-a request picks one with the field "drafter". Bad flags or models: one line, exit status 2.
+Models are named as in main.py (a release size, a bundled name, hf:owner/name[@revision], a folder,
+or "ngram" for the drafter); a model from a folder is served under the folder's name, never its
+path. When the drafter is a model, the prompt-lookup drafter "ngram" is served beside it (it costs
+nothing), and a request picks one with the field "drafter". Bad flags or models: one line naming
+this command's flags, exit status 2.
 """
 import sys
 
@@ -15,18 +17,28 @@ from gpt2np import DownloadError
 from gpt2np.report import OneLineErrorParser
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
+# the loaders' argument names and environment variables -> this command's flags, for its messages
+API_FLAGS = {"base_url=": "--mirror", "hf_endpoint=": "--hf_endpoint", "models_dir=": "--models_dir"}
+ENV_FLAGS = {"$GPT2NP_MIRROR": "--mirror", "$HF_ENDPOINT": "--hf_endpoint"}
 
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python -m gpt2np.serve", description=__doc__.split("\n")[0])
     p.add_argument("--target_model_size", default=DEFAULT_TARGET,
-                   help="target: 124M, 355M, 774M, 1558M, a bundled name or a folder (default: %(default)s)")
+                   help=f"target: {', '.join(gpt2np.RELEASE_SIZES)} (OpenAI's release), a bundled name "
+                        f"({', '.join(gpt2np.bundled_models())}), a Hub name hf:owner/name[@revision], or a folder "
+                        f"in the release or Hugging Face layout, served under the folder's name (default: %(default)s)")
     p.add_argument("--draft_model_size", default=None,
                    help=f"drafter: a model named like the target, or 'ngram'; 'none': no draft model "
                         f"(default with the default target: {DEFAULT_DRAFT}, else none); 'ngram' is always served too")
     p.add_argument("--ngram_max", type=int, default=3, help="longest n-gram the 'ngram' drafter looks up")
-    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
-    p.add_argument("--mirror", default=None, help="base URL of a mirror of OpenAI's release")
+    p.add_argument("--models_dir", default="weights",
+                   help="where release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) are downloaded to")
+    p.add_argument("--mirror", default=None,
+                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--hf_endpoint", default=None,
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else https://huggingface.co; "
+                        "$HF_TOKEN, if set, is sent as a bearer token)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     p.add_argument("--max_queue", type=int, default=16,
@@ -39,19 +51,24 @@ def parse_args(argv):
 def load_engine(args):
     """The target, its drafters by name, and the Engine around them (every check before serving)."""
     from gpt2np.serve.engine import Engine
+    from gpt2np.serve.names import served_name
     if args.max_queue < 1 or args.ngram_max < 1 or args.max_body_bytes < 1:
         raise ValueError("--max_queue, --ngram_max and --max_body_bytes must be at least 1")
-    target = gpt2np.load_model(args.target_model_size, args.models_dir, base_url=args.mirror)
+    sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    target = gpt2np.load_model(args.target_model_size, args.models_dir, **sources)
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
     drafters = {}
     if draft != "none":
-        drafter = gpt2np.load_drafter(draft, args.models_dir, base_url=args.mirror, n_max=args.ngram_max)
+        drafter = gpt2np.load_drafter(draft, args.models_dir, n_max=args.ngram_max, **sources)
         drafter.check(target, [0], 1)  # same vocabulary, refused now rather than per request
-        drafters[drafter.name] = drafter
+        name = "ngram" if draft == "ngram" else served_name(drafter.name)
+        if name == "ngram" and draft != "ngram":
+            raise ValueError(f"--draft_model_size: the folder's name 'ngram' is the prompt-lookup drafter's: "
+                             f"rename the folder {draft}")
+        drafters[name] = drafter
     if "ngram" not in drafters:
         drafters["ngram"] = gpt2np.NgramDrafter(n_max=args.ngram_max)
-    model_id = target.name.rstrip("/").split("/")[-1]  # a folder's name, never its path
-    return Engine(target, drafters, model_id=model_id, max_queue=args.max_queue)
+    return Engine(target, drafters, max_queue=args.max_queue)  # a folder's name, never its path (names.py)
 
 
 def main(argv=None):
@@ -70,15 +87,26 @@ def main(argv=None):
     uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
 
 
-def run():
+def run(argv=None):
     """main() as a command: bad input and missing files end it with status 2 and one line."""
     try:
-        main()
+        main(argv)
     except KeyboardInterrupt:
         sys.exit(130)
     except (ValueError, OSError, DownloadError) as e:
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        print(f"error: {in_flags(str(e).splitlines()[0] if str(e) else type(e).__name__)}", file=sys.stderr)
         sys.exit(2)
+
+
+def in_flags(message):
+    """A loader's message naming this command's flags: --mirror for the API's base_url=, and beside
+    the environment variable that a flag overrides ("point --mirror (or $GPT2NP_MIRROR) at ...")."""
+    for argument, flag in API_FLAGS.items():
+        message = message.replace(argument, flag)
+    for variable, flag in ENV_FLAGS.items():
+        if variable in message and flag not in message:
+            message = message.replace(variable, f"{flag} (or {variable})", 1)
+    return message
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Routes: POST /predict (the seed's curl-able interface), POST /v1/completions (OpenAI's, streaming
 with server-sent events), GET /v1/models, GET /health, GET / (the playground), and FastAPI's /docs.
 Every error is JSON in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, with a
-4xx status for anything the client can fix; no traceback ever reaches a client.
+4xx status for anything the client can fix; no traceback and no local path ever reaches a client.
 """
 import asyncio
 import contextlib
@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 
 from .completions import SSE_DONE, Completion, sse
 from .engine import Generation, QueueFull, RequestError, new_seed
+from .names import without_paths
 from .schemas import FIELD_HELP, CompletionRequest, PredictRequest
 
 PAGE = Path(__file__).parent / "static" / "index.html"
@@ -25,11 +26,12 @@ log = logging.getLogger("gpt2np.serve")
 
 
 def error(status, message, param=None, kind="invalid_request_error", code=None, headers=None):
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    """OpenAI's error object; the message never shows a local path (names.without_paths)."""
+    body = {"error": {"message": without_paths(message), "type": kind, "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def validation_message(errors):
+def validation_message(errors, path="this route"):
     """pydantic's errors -> (field, one line): the first field at fault, in words."""
     first = errors[0]
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
@@ -42,6 +44,8 @@ def validation_message(errors):
             return None, "the request body is empty: send a JSON object"
         return field, msg if field else f"the request body must be a JSON object ({msg})"
     field = loc[0]
+    if first.get("type") == "extra_forbidden":
+        return field, f"{'.'.join(loc)}: unknown field, refused rather than ignored (POST {path}'s fields: GET /docs)"
     if field in FIELD_HELP and len(loc) > 1:  # one error per branch of a union: say what it may be
         return field, f"{field}: {FIELD_HELP[field]}"
     if first.get("type") == "none_required":
@@ -90,7 +94,7 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 async def invalid(request, exc):
-    field, message = validation_message(exc.errors())
+    field, message = validation_message(exc.errors(), request.url.path)
     return error(400, message, param=field)
 
 
@@ -129,11 +133,19 @@ def generation(engine, body, ids):
     drafter = (body.drafter or engine.default_drafter) if body.speculative else None
     if body.speculative and drafter is None:
         raise RequestError("speculative", "this server has no drafter: send speculative false")
-    g = Generation(prompt_ids=tuple(ids), max_tokens=body.max_tokens, temperature=body.temperature,
+    g = Generation(prompt_ids=tuple(ids), max_tokens=body.new_tokens(len(ids)), temperature=body.temperature,
                    top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
                    seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,
                    drafter=drafter)
-    engine.check(g)
+    try:
+        engine.check(g)
+    except RequestError as e:  # about max_tokens: name the field as the request spelled it
+        name = body.max_tokens_name()
+        if e.param != "max_tokens" or name == "max_tokens":
+            raise
+        said = f"max_length {body.max_length} means max_tokens {g.max_tokens}: {e}" if name == "max_length" \
+            else str(e).replace("max_tokens", name)
+        raise RequestError(name, said) from None
     return g
 
 
@@ -178,7 +190,8 @@ async def events(engine, job, completion):
                 yield sse(completion.last_chunk(completion.finish(*message[1:])))
                 break
             elif message[0] == "error":
-                yield sse({"error": {"message": message[2], "type": "server_error", "param": None, "code": None}})
+                yield sse({"error": {"message": without_paths(message[2]), "type": "server_error", "param": None,
+                                     "code": None}})
                 break
             else:
                 return

@@ -21,6 +21,8 @@ import gpt2np
 from gpt2np import check_generation_request
 from gpt2np.report import TokenTexts
 
+from .names import hide_path, served_name
+
 log = logging.getLogger("gpt2np.serve")
 
 
@@ -113,9 +115,14 @@ class Engine:
     """The served target, its drafters by name, and the worker that runs generations one at a time."""
 
     def __init__(self, target, drafters, model_id=None, max_queue=16):
-        self.target, self.drafters = target, dict(drafters)
+        """drafters: name -> drafter. Models loaded from a folder are served by the folder's name
+        (names.py): the ids, the drafter names and the statistics never show a local path."""
+        self.target = hide_path(target)
+        self.drafters = {served_name(name): hide_drafter_path(d) for name, d in drafters.items()}
+        if len(self.drafters) < len(drafters):
+            raise ValueError(f"two drafters would be served under one name: {sorted(map(str, drafters))}")
         self.default_drafter = next(iter(self.drafters), None)
-        self.model_id = model_id or str(getattr(target, "name", "gpt2np"))
+        self.model_id = served_name(model_id or getattr(target, "name", "gpt2np"))
         self.tokenizer, self.n_ctx = target.tokenizer, target.n_ctx
         self.max_queue = max_queue
         self._waiting = queue.Queue(maxsize=max_queue)
@@ -257,6 +264,12 @@ class Engine:
             pieces = ["" if t == eot else p for t, p in zip(event.tokens, texts.pieces(event.tokens))]
             job.put(("round", event, pieces, live.as_dict()))
         job.put(("done", stream.result, texts.flush(), live.as_dict()))
+
+
+def hide_drafter_path(drafter):
+    """A drafter and the model inside it (a ModelDrafter's .model) named by their folders' names."""
+    hide_path(getattr(drafter, "model", None))
+    return hide_path(drafter)
 
 
 def _field_named(message):

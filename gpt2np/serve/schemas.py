@@ -3,78 +3,157 @@
 OpenAI's completions fields (https://platform.openai.com/docs/api-reference/completions) keep their
 names and meanings; gpt2np's own fields (K, K_max, top_k, drafter, speculative) sit beside them,
 as vLLM's extra sampling fields do. Types are strict: "5" is not a number and true is not 1, so a
-client's mistake is named instead of guessed at. Unknown fields are ignored (clients send `user`
-and the like). Limits that depend on the model (context length, token ids) are engine.py's.
+client's mistake is named instead of guessed at. null means "as if left out", as in OpenAI's API.
+
+No field is ever dropped silently. Each one is
+  * honoured, under its own name or another repository's name for it (ALIASES: `gamma` for K,
+    `max_new_tokens` and `max_length` for max_tokens); two spellings with different values -> 400;
+  * refused with a 400 that names it, when it would change the output and is not implemented
+    (logprobs, echo, suffix, non-zero penalties, a non-empty logit_bias, n or best_of above 1);
+  * accepted and ignored only where ignoring it cannot change the output (`user`);
+  * or unknown: 400 naming it (extra="forbid").
+Limits that depend on the model (context length, token ids) are engine.py's.
 """
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from .engine import RequestError
+
 Float = Annotated[float, Field(strict=True)]  # strict float still takes ints (1 means 1.0)
 MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for subnormal t: NaN probabilities
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
+KValue = Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"]
+Count = Annotated[StrictInt, Field(ge=1)]
 
 # what a field must be, for errors pydantic reports once per branch of a union
 FIELD_HELP = {
     "prompt": "must be a string or a list of token ids (integers >= 0)",
     "K": "must be an integer from 1 to 32, 'heuristic' or 'auto'",
+    "gamma": "must be an integer from 1 to 32, 'heuristic' or 'auto' (gamma is another name of K)",
     "stop": "must be a string or a list of at most 4 non-empty strings",
 }
+# other repositories' names for our fields (Leviathan et al.'s gamma; Hugging Face's max_new_tokens);
+# max_length (prompt + new tokens, Hugging Face's meaning) needs the prompt's length: new_tokens()
+ALIASES = {"gamma": "K", "max_new_tokens": "max_tokens"}
 
 
-class SamplingFields(BaseModel):
+def unsupported(field, allowed):
+    return ValueError(f"{field}: not supported by this server (leave it out, or send {allowed})")
+
+
+class Strict(BaseModel):
+    """Unknown fields are refused; a null is the same as leaving the field out."""
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def null_means_absent(cls, data):
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+class SamplingFields(Strict):
     """Sampling and speculative-decoding fields shared by /predict and /v1/completions."""
-    model_config = ConfigDict(extra="ignore")
-
     temperature: Annotated[Float, Field(ge=0, le=100)] = Field(
         1.0, description="0: greedy (argmax); otherwise logits / temperature")
     top_p: Annotated[Float, Field(gt=0, le=1)] | None = Field(None, description="nucleus sampling, in (0, 1]")
     top_k: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="keep the k most likely tokens")
     seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | None = Field(
         None, description="seed of the np.random.Generator (default: a fresh one, reported back)")
-    K: Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"] = Field(
-        4, description="draft tokens per round, or a K policy: 'heuristic' or 'auto'")
+    K: KValue = Field(4, description="draft tokens per round, or a K policy: 'heuristic' or 'auto'")
+    gamma: KValue | None = Field(None, description="another name of K (Leviathan et al.'s)")
     K_max: Annotated[StrictInt, Field(ge=1, le=32)] = Field(8, description="bound of the K policies")
-    drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.decoding.drafters "
+    drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.drafters "
                                                         "(default: the first)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
-
+    max_tokens: Count | None = Field(None, description="new tokens at most (fewer if <|endoftext|> or a stop "
+                                                       "string comes first)")
+    max_new_tokens: Count | None = Field(None, description="another name of max_tokens (Hugging Face's)")
+    max_length: Count | None = Field(None, description="prompt tokens + max_tokens (Hugging Face's meaning)")
 
     @model_validator(mode="after")
-    def temperature_not_subnormal(self):
+    def checked(self):
         if 0 < self.temperature < MIN_TEMPERATURE:
             raise ValueError(f"temperature: must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature!r}")
+        for alias, name in ALIASES.items():
+            value = getattr(self, alias)
+            if value is None:
+                continue
+            if name in self.model_fields_set and getattr(self, name) != value:
+                raise ValueError(f"{alias}: {name} ({getattr(self, name)!r}) and {alias} ({value!r}) are two "
+                                 f"names of one field and disagree: send one of them")
+            setattr(self, name, value)
         return self
+
+    def max_tokens_name(self, counting_prompt=True):
+        """The spelling of max_tokens the request used (for its error messages)."""
+        if counting_prompt and self.max_length is not None:
+            return "max_length"
+        return "max_new_tokens" if self.max_new_tokens is not None else "max_tokens"
+
+    def new_tokens(self, n_prompt):
+        """max_tokens, whichever way the request said it; max_length counts the prompt's n_prompt
+        tokens too. RequestError when it leaves no room or disagrees with max_tokens."""
+        if self.max_length is None:
+            return self.max_tokens
+        n = self.max_length - n_prompt
+        if n < 1:
+            raise RequestError("max_length", f"max_length ({self.max_length}) counts the prompt's {n_prompt} "
+                                             f"tokens too, as in Hugging Face: it must be more than {n_prompt}")
+        if "max_tokens" in self.model_fields_set and self.max_tokens != n:
+            name = self.max_tokens_name(counting_prompt=False)
+            raise RequestError("max_length", f"max_length ({self.max_length}) and {name} ({self.max_tokens}) "
+                                             f"disagree: with the prompt's {n_prompt} tokens, max_length "
+                                             f"{self.max_length} means {name} {n}; send one of them")
+        return n
 
 
 class PredictRequest(SamplingFields):
     """POST /predict: {"prompt": "..."} and optionally the generation fields."""
     prompt: StrictStr
-    max_tokens: Annotated[StrictInt, Field(ge=1)] = 100
+    max_tokens: Count = Field(100, description="new tokens at most")
     temperature: Annotated[Float, Field(ge=0, le=100)] = 0.0
+
+
+class StreamOptions(Strict):
+    include_usage: StrictBool | None = Field(None, description="the last event carries usage (always)")
 
 
 class CompletionRequest(SamplingFields):
     """POST /v1/completions, OpenAI's legacy completions API (one prompt, one choice)."""
     model: StrictStr | None = Field(None, description="must be the served model's id (GET /v1/models)")
     prompt: StrictStr | Annotated[TokenIds, Field(min_length=1)]
-    max_tokens: Annotated[StrictInt, Field(ge=1)] = Field(
-        description="required: new tokens at most (fewer if <|endoftext|> or a stop string comes first)")
+    max_tokens: Count | None = Field(None, description="required (or max_new_tokens, or max_length): new "
+                                     "tokens at most (fewer if <|endoftext|> or a stop string comes first)")
     stop: StrictStr | Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=4)] | None = None
     stream: StrictBool = False
-    stream_options: dict | None = None
-    n: Annotated[StrictInt, Field(ge=1, le=1)] = 1
-    echo: StrictBool = False
-    logprobs: None = None
-    best_of: Annotated[StrictInt, Field(ge=1, le=1)] | None = None
-    suffix: None = None
+    stream_options: StreamOptions | None = None
+    user: StrictStr | None = Field(None, description="accepted and ignored (it cannot change the output)")
+    n: StrictInt = Field(1, description="must be 1")
+    best_of: StrictInt = Field(1, description="must be 1")
+    echo: StrictBool = Field(False, description="must be false")
+    logprobs: None = Field(None, description="not supported")
+    suffix: None = Field(None, description="not supported")
+    frequency_penalty: Float = Field(0.0, description="must be 0")
+    presence_penalty: Float = Field(0.0, description="must be 0")
+    logit_bias: dict[StrictStr, Float] = Field({}, description="must be empty")
 
     @model_validator(mode="after")
-    def unsupported(self):
-        if self.echo:
-            raise ValueError("echo: not supported by this server")
+    def supported(self):
+        refused = [("n", self.n != 1, "1"), ("best_of", self.best_of != 1, "1"), ("echo", self.echo, "false"),
+                   ("frequency_penalty", self.frequency_penalty != 0, "0"),
+                   ("presence_penalty", self.presence_penalty != 0, "0"),
+                   ("logit_bias", bool(self.logit_bias), "{}")]
+        for field, asked, allowed in refused:
+            if asked:
+                raise unsupported(field, allowed)
         if self.stop == "":
             raise ValueError("stop: must not be empty")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed with stream true")
+        if self.max_tokens is None and self.max_new_tokens is None and self.max_length is None:
+            raise ValueError("max_tokens: required (or its other names max_new_tokens, or max_length = prompt "
+                             "tokens + new tokens)")
         return self
 
     def stops(self):

@@ -60,6 +60,9 @@ CASES = [
     ("n 2", "/v1/completions", with_(n=2), 400, "n"),
     ("logprobs", "/v1/completions", with_(logprobs=3), 400, "logprobs"),
     ("echo", "/v1/completions", with_(echo=True), 400, "echo"),
+    ("frequency_penalty", "/v1/completions", with_(frequency_penalty=0.5), 400, "frequency_penalty"),
+    ("an unknown field", "/v1/completions", with_(do_sample=True), 400, "do_sample"),
+    ("K and gamma disagree", "/v1/completions", with_(K=3, gamma=2), 400, "gamma"),
     ("unknown model", "/v1/completions", with_(model="gpt-4"), 404, "model"),
     ("model a path", "/v1/completions", with_(model="../../etc/passwd"), 404, "model"),
     ("invalid JSON", "/v1/completions", '{"prompt": "KING:", "max_tokens": 8', 400, None),
@@ -75,6 +78,7 @@ CASES = [
     ("predict: max_tokens past the context", "/predict", json.dumps({"prompt": "A", "max_tokens": 999}), 400,
      "max_tokens"),
     ("predict: top_p > 1", "/predict", json.dumps({"prompt": "A", "top_p": 2}), 400, "top_p"),
+    ("predict: an unknown field", "/predict", json.dumps({"prompt": "A", "max_new_token": 5}), 400, "max_new_token"),
 ]
 
 

@@ -1,0 +1,141 @@
+"""No request field is dropped silently: other repositories' names are honoured, unsupported fields
+are refused by name, unknown fields are refused, and only `user` (and null / neutral values) pass unused.
+
+A real server on 127.0.0.1 (tests/serve_helpers.py), reached with requests and the official openai
+package; what an alias should do is computed with gpt2np's own decoders on separately loaded models.
+"""
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
+pytest.importorskip("uvicorn", reason="the server needs uvicorn (pip install -r requirements-serve.txt)")
+openai = pytest.importorskip("openai", reason="the client tests need the openai package (requirements-dev.txt)")
+import requests  # noqa: E402
+
+import gpt2np  # noqa: E402
+from serve_helpers import DRAFT, TARGET, bundled_engine, running_server  # noqa: E402
+
+PROMPT = "ROMEO:\nWhat light"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(bundled_engine()) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def local():
+    target, drafter = gpt2np.load_model(TARGET), gpt2np.load_drafter(DRAFT)
+    return target, drafter, target.tokenizer.encode(PROMPT)
+
+
+def post(url, path, **body):
+    answer = requests.post(url + path, json=body, timeout=60)
+    return answer.status_code, answer.json()
+
+
+def K_counts(target, drafter, ids, n, K):  # as the server reports them: JSON keys are strings
+    result = gpt2np.speculative_generate(target, drafter, ids, n, K=K, temperature=0)
+    return {str(k): v for k, v in result.stats.K_counts.items()}
+
+
+def test_predict_honours_gamma_and_max_new_tokens(server, local):
+    target, drafter, ids = local
+    status, body = post(server, "/predict", prompt=PROMPT, gamma=2, max_new_tokens=5)
+    assert status == 200, body
+    assert len(body["tokens"]) == body["usage"]["completion_tokens"] == 5, f"{len(body['tokens'])} tokens, not 5"
+    expected = K_counts(target, drafter, ids, 5, K=2)
+    assert expected != K_counts(target, drafter, ids, 5, K=4), "K 2 and K 4 would be indistinguishable here"
+    assert body["stats"]["K_counts"] == expected, f"rounds by K {body['stats']['K_counts']}, gamma=2 gives {expected}"
+
+
+def test_completions_honour_aliases_through_the_openai_client(client, local):
+    target, drafter, ids = local
+    for extra, n, K in (({"gamma": 3, "max_new_tokens": 6}, 6, 3), ({"max_length": len(ids) + 7}, 7, 4)):
+        completion = client.completions.create(model=TARGET, prompt=PROMPT, temperature=0, extra_body=extra)
+        assert completion.usage.completion_tokens == n, f"{extra}: {completion.usage.completion_tokens} tokens"
+        stats = completion.model_extra["gpt2np"]["stats"]
+        assert stats["K_counts"] == K_counts(target, drafter, ids, n, K), f"{extra}: {stats['K_counts']}"
+
+
+def test_max_length_counts_the_prompt_on_predict(server, local):
+    _, _, ids = local
+    status, body = post(server, "/predict", prompt=PROMPT, max_length=len(ids) + 3)
+    assert status == 200 and len(body["tokens"]) == 3, body
+
+
+def test_two_spellings_that_agree_are_one_field(server, local):
+    _, _, ids = local
+    for extra in ({"K": 2, "gamma": 2}, {"max_new_tokens": 4}, {"max_length": len(ids) + 4}):
+        status, body = post(server, "/v1/completions", prompt=PROMPT, temperature=0, max_tokens=4, **extra)
+        assert status == 200 and body["usage"]["completion_tokens"] == 4, (extra, body)
+
+
+@pytest.mark.parametrize("fields, param, named", [
+    ({"K": 4, "gamma": 2}, "gamma", ("K", "gamma")),
+    ({"max_tokens": 5, "max_new_tokens": 6}, "max_new_tokens", ("max_tokens", "max_new_tokens")),
+    ({"max_tokens": 5, "max_length": 999}, "max_length", ("max_tokens", "max_length")),
+    ({"max_new_tokens": 5, "max_length": 999}, "max_length", ("max_new_tokens", "max_length")),
+])
+@pytest.mark.parametrize("path", ["/predict", "/v1/completions"])
+def test_two_spellings_that_disagree_are_a_400_naming_both(server, path, fields, param, named):
+    status, body = post(server, path, prompt=PROMPT, **fields)
+    assert status == 400, f"{fields}: {status} {body}"
+    assert body["error"]["param"] == param and all(n in body["error"]["message"] for n in named), body
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"max_length": 2}, "max_length"),             # no room after the prompt
+    ({"max_length": 10_000}, "max_length"),        # past the context
+    ({"max_new_tokens": 10_000}, "max_new_tokens"),
+    ({"gamma": 0}, "gamma"),
+    ({"gamma": "often"}, "gamma"),
+])
+def test_alias_errors_name_the_spelling_sent(server, fields, param):
+    status, body = post(server, "/v1/completions", prompt=PROMPT, **fields)
+    assert status == 400 and body["error"]["param"] == param and param in body["error"]["message"], body
+
+
+@pytest.mark.parametrize("field, value", [
+    ("frequency_penalty", 0.5), ("presence_penalty", -1), ("logit_bias", {"50": -100}), ("best_of", 2),
+    ("n", 3), ("echo", True), ("suffix", "THE END"), ("logprobs", 0), ("logprobs", 2),
+])
+def test_fields_that_would_change_the_output_are_refused_by_name(client, field, value):
+    with pytest.raises(openai.BadRequestError, match=field) as refused:
+        client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=5, **{field: value})
+    assert refused.value.body["param"] == field and "not supported" in refused.value.body["message"]
+
+
+def test_neutral_values_and_user_change_nothing(client):
+    plain = client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=30, temperature=0)
+    neutral = client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=30, temperature=0, user="someone",
+                                        frequency_penalty=0, presence_penalty=0.0, logit_bias={}, best_of=1, n=1,
+                                        echo=False, extra_body={"logprobs": None, "suffix": None, "K": None})
+    assert neutral.choices[0].text == plain.choices[0].text and neutral.usage == plain.usage
+
+
+@pytest.mark.parametrize("path, fields, named", [
+    ("/v1/completions", {"do_sample": False}, "do_sample"),
+    ("/v1/completions", {"repetition_penalty": 1.2}, "repetition_penalty"),
+    ("/v1/completions", {"stream": True, "stream_options": {"include_usage": True, "chunk": 1}},
+     "stream_options.chunk"),
+    ("/predict", {"max_new_token": 5}, "max_new_token"),
+    ("/predict", {"stop": "\n"}, "stop"),
+])
+def test_unknown_fields_are_refused_by_name(server, path, fields, named):
+    status, body = post(server, path, prompt=PROMPT, max_tokens=5, **fields)
+    assert status == 400 and body["error"]["message"].startswith(f"{named}: unknown field"), body
+    assert body["error"]["param"] == named.split(".")[0]
+
+
+def test_stream_options_need_stream_and_usage_comes_last(client, server):
+    status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=5, stream_options={"include_usage": True})
+    assert status == 400 and body["error"]["param"] == "stream_options", body
+    chunks = list(client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=5, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].usage.completion_tokens == 5

@@ -2,10 +2,13 @@
 
 The public API (everything the notebooks, tests, benchmarks and main.py use):
 
+    import gpt2np                                      # before NumPy, or after it: either order is as fast
     model = gpt2np.load_model("124M")                  # size name, bundled name, or folder
     ids = model.tokenizer.encode("Alan Turing theorized that")
-    out = gpt2np.generate(model, ids, n_tokens=20, temperature=0)
+    out = gpt2np.generate(model, ids, 20)              # greedy: no temperature and no rng given
     print(model.tokenizer.decode(out))
+    gpt2np.generate(model, ids, 20, temperature=0.8, rng=np.random.default_rng(0))   # sampling
+    gpt2np.generate(model, ids, 20, stop_tokens=model.tokenizer.encode("\n"))      # ends at a newline
 
     cache = model.new_cache()                          # preallocated KV cache
     logits = model.forward(ids, cache, n_logits=1)     # [1, n_vocab]; cache.truncate(n) rolls back
@@ -19,6 +22,23 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
     for event in stream:                               # one RoundEvent per round, as it happens
         print(event.tokens, event.provenance)
     stream.result.stats
+
+Every generation function (generate, plain_stream, generate_without_cache, speculative_generate,
+speculative_stream) takes (model or target, [draft,] prompt_ids, n_tokens) in that order, checked
+first (another order is a one-line ValueError naming the argument), and these defaults:
+
+    argument      default  meaning
+    temperature   None     0 (greedy: the argmax, no randomness) when no rng is given; 1.0 when one is
+    top_k, top_p  None     keep every token (Hugging Face's meanings)
+    rng           None     greedy needs none; sampling (temperature > 0) needs your np.random.Generator,
+                           np.random.default_rng(seed): never a hidden or global one
+    stop_tokens   None     ids that end generation like <|endoftext|> (one id or a list); the stop
+                           token is kept as the last one, and eot_id always stops
+    K             4        drafts per round, or "heuristic" / "auto" (speculative only)
+    K_max         8        the most drafts "heuristic" and "auto" may ask for (speculative only)
+
+A speculative run gives exactly what plain decoding gives with the same arguments: the same tokens
+at temperature 0, the same distribution when sampling, stop tokens included.
 
 The package is layered; each folder is a chapter, and imports only go downwards (import-linter
 checks it: pyproject.toml):

@@ -5,10 +5,18 @@ reproduce exactly. It sees the model only through the model interface (docs/CONT
 `new_cache()`, `forward(ids, cache, n_logits)`, `n_ctx`, `n_vocab`, `eot_id`; so the toy models
 of toy_models.py run through it unchanged.
 
+Every generation function (generate, plain_stream, generate_without_cache, speculative_generate,
+speculative_stream) has the same defaults, checked here: temperature None means greedy (0) without
+an rng and 1.0 with one (passing a generator is asking to sample); sampling at any temperature > 0
+needs your np.random.Generator, never a hidden one; stop_tokens (ids that end generation, like
+<|endoftext|>, and kept as its last token) defaults to none beyond eot_id.
+
 >>> from gpt2np.teach.toy_models import random_toy_model
 >>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
 >>> len(generate(model, [0], n_tokens=5, rng=np.random.default_rng(1)))
 5
+>>> generate(model, [0], 5) == generate(model, [0], 5, temperature=0)  # no rng: greedy
+True
 """
 import time
 
@@ -17,6 +25,50 @@ import numpy as np
 from ..model.forward import token_id_array
 from .sampling import check_sampling_options, next_token
 from .stream import RoundEvent, Stream
+
+MODEL_INTERFACE = ("n_vocab", "n_ctx", "eot_id", "new_cache", "forward")  # docs/CONTRACTS.md
+
+
+def check_model(model, argument, usage):
+    """A one-line ValueError unless `model` has the model interface, naming the argument, what was
+    given and the call's order (`usage`): arguments in another repository's order fail here.
+
+    >>> check_model([464, 2068], "model", "generate(model, prompt_ids, n_tokens)")
+    Traceback (most recent call last):
+    ValueError: model must be a model (gpt2np.load_model, gpt2np.random_model), got list: generate(model, prompt_ids, n_tokens)
+    """
+    if all(hasattr(model, name) for name in MODEL_INTERFACE):
+        return
+    given = type(model).__name__
+    if hasattr(model, "propose"):  # a drafter where the target belongs
+        given += " (a drafter: it goes second, as the draft)"
+    raise ValueError(f"{argument} must be a model (gpt2np.load_model, gpt2np.random_model), got {given}: {usage}")
+
+
+def default_temperature(temperature, rng):
+    """temperature=None: 1.0 when an rng was passed (a generator is a request to sample), else 0
+    (greedy); any other value is the caller's. The one place every generation function decides it."""
+    if temperature is None:
+        return 0 if rng is None else 1.0
+    return temperature
+
+
+def stop_set(model, stop_tokens):  # -> frozenset of the ids that end generation
+    """eot_id (if the model has one) plus stop_tokens: None, one id, a set or a 1-D sequence of ids in
+    the vocabulary (anything else is token_id_array's one-line ValueError).
+
+    >>> sorted(stop_set(type("M", (), dict(n_vocab=10, eot_id=9))(), [3, 5]))
+    [3, 5, 9]
+    """
+    if stop_tokens is None:
+        stop_tokens = []
+    elif isinstance(stop_tokens, (int, np.integer)) and not isinstance(stop_tokens, bool):
+        stop_tokens = [stop_tokens]  # one id, as Hugging Face's eos_token_id allows
+    elif isinstance(stop_tokens, (set, frozenset)):
+        stop_tokens = list(stop_tokens)  # NumPy makes a set one object, not ids
+    ids = token_id_array(stop_tokens, model.n_vocab, what="stop_tokens")
+    eot = [] if model.eot_id is None else [model.eot_id]
+    return frozenset(int(t) for t in [*ids, *eot])
 
 
 def check_generation_request(model, prompt_ids, n_tokens):
@@ -41,8 +93,8 @@ def check_prompt_ids(prompt_ids, n_vocab):  # -> [n_prompt] integer array
 def check_rng(rng, temperature):
     """Sampling needs an explicit generator; greedy decoding (temperature 0) does not."""
     if rng is None and temperature != 0:
-        raise ValueError("sampling (temperature > 0) needs rng=np.random.default_rng(seed); "
-                         "use temperature=0 for greedy decoding without one")
+        raise ValueError(f"sampling (temperature {temperature} > 0) needs rng=np.random.default_rng(seed); "
+                         "leave temperature out (or 0) for greedy decoding without one")
     check_rng_type(rng)
 
 
@@ -54,11 +106,12 @@ def check_rng_type(rng):
                          f"got {type(rng).__name__}")
 
 
-def plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache=True):
+def plain_rounds(model, prompt_ids, n_tokens, options, rng, stops, use_cache=True):
     """The decoding loop as a generator: one RoundEvent per token; returns the token list.
 
-    use_cache=False recomputes the whole context at every step (a fresh cache per call): the same
-    tokens at O(n^2) cost, to show what the KV cache buys."""
+    Stops after n_tokens, or right after a token in `stops` (eot_id and the stop tokens), which is
+    kept. use_cache=False recomputes the whole context at every step (a fresh cache per call): the
+    same tokens at O(n^2) cost, to show what the KV cache buys."""
     cache, tokens = model.new_cache(), []
     new_ids = np.asarray(prompt_ids)  # the first call feeds the whole prompt (prefill)
     while True:
@@ -69,46 +122,53 @@ def plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache=True):
         tokens.append(next_token(logits[-1], rng=rng, **options))
         yield RoundEvent(tokens=tokens[-1:], provenance=["target"], K=0, n_emitted=len(tokens),
                          seconds=time.perf_counter() - start)
-        if len(tokens) == n_tokens or tokens[-1] == model.eot_id:
+        if len(tokens) == n_tokens or tokens[-1] in stops:
             return tokens  # the last token is never fed: nothing would read its logits
         new_ids = np.array(tokens[-1:])  # [1]
 
 
-def plain_stream(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None,
-                 use_cache=True):
-    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away.
-
-    use_cache=False: no KV cache, the whole context recomputed each step (for teaching)."""
+def open_plain(name, model, prompt_ids, n_tokens, temperature, top_k, top_p, rng, stop_tokens, use_cache):
+    """The Stream behind generate, plain_stream and generate_without_cache (`name`, for the errors),
+    after every check: nothing runs until it is iterated."""
+    check_model(model, "model", f"{name}(model, prompt_ids, n_tokens, ...)")
+    temperature = default_temperature(temperature, rng)
     check_sampling_options(temperature, top_k, top_p)
     check_generation_request(model, prompt_ids, n_tokens)
     check_rng(rng, temperature)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng, use_cache))
+    stops = stop_set(model, stop_tokens)
+    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng, stops, use_cache))
 
 
-def generate(model, prompt_ids, n_tokens, temperature=1.0, top_k=None, top_p=None, rng=None):
-    """Continue prompt_ids by n_tokens tokens, or fewer if the model emits `model.eot_id`.
+def plain_stream(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None,
+                 use_cache=True, *, stop_tokens=None):
+    """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away.
 
-    Returns the new tokens only (a list of ints); an end-of-text token is included, then we stop.
-    Every check runs before the first forward pass.
+    use_cache=False: no KV cache, the whole context recomputed each step (for teaching)."""
+    return open_plain("plain_stream", model, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
+                      stop_tokens, use_cache)
+
+
+def generate(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+             stop_tokens=None):
+    """Continue prompt_ids by n_tokens tokens, or fewer if the model emits `model.eot_id` or one of
+    `stop_tokens`.
+
+    Returns the new tokens only (a list of ints); the token that stopped it is included. Greedy
+    unless you pass an rng (temperature None is 1.0 then). Every check runs before the first
+    forward pass.
     """
-    return plain_stream(model, prompt_ids, n_tokens, temperature, top_k, top_p, rng).run()
+    return open_plain("generate", model, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
+                      stop_tokens, True).run()
 
 
-def generate_without_cache(model, prompt_ids, n_tokens, temperature=0, top_k=None, top_p=None, rng=None):
+def generate_without_cache(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+                           stop_tokens=None):
     """Decoding that recomputes the whole context at every step (a fresh cache each call).
 
     Same tokens as generate(model, prompt_ids, n_tokens, ...) with the same options and an
     identically seeded rng (the same next_token draws), at O(n^2) cost instead of O(n): what the
-    KV cache buys. Greedy (temperature 0) by default; stops after eot_id, as generate does.
+    KV cache buys. The same defaults as generate; stops where generate stops.
     """
-    check_sampling_options(temperature, top_k, top_p)
-    check_generation_request(model, prompt_ids, n_tokens)
-    check_rng(rng, temperature)
-    ids = [int(t) for t in prompt_ids]
-    for _ in range(n_tokens):
-        logits = model.forward(ids, model.new_cache())  # [1, n_vocab]: every position recomputed
-        ids.append(next_token(logits[-1], temperature, top_k, top_p, rng))
-        if ids[-1] == model.eot_id:
-            break
-    return ids[len(prompt_ids):]
+    return open_plain("generate_without_cache", model, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
+                      stop_tokens, False).run()

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from .autoregressive import check_generation_request
+from .autoregressive import MODEL_INTERFACE, check_generation_request
 from .sampling import distribution, is_greedy, sample
 from .stopwatch import TimedModel, seconds_per_call
 
@@ -53,11 +53,14 @@ def check_same_vocabulary(target, draft):
     We compare n_vocab and eot_id, and, when both models carry a tokenizer, their fingerprints: the
     sha256 of the whole vocabulary, merges and special tokens (`Tokenizer.fingerprint`, computed
     once per tokenizer), so any difference at all is caught, whichever files each was read from.
+    The message names the one thing that differs (draft's value first).
     """
-    if (target.n_vocab, target.eot_id) != (draft.n_vocab, draft.eot_id):
+    if target.n_vocab != draft.n_vocab:
         raise ValueError(f"draft and target must share a vocabulary: n_vocab {draft.n_vocab} vs "
-                         f"{target.n_vocab}, eot_id {draft.eot_id} vs {target.eot_id}")
+                         f"{target.n_vocab} (draft vs target)")
     tokenizers = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    if target.eot_id != draft.eot_id:
+        raise ValueError(f"draft and target must share a vocabulary: {eot_difference(target, draft, tokenizers)}")
     if None in tokenizers or tokenizers[0] is tokenizers[1]:
         return
     target_print, draft_print = (t.fingerprint for t in tokenizers)
@@ -65,6 +68,18 @@ def check_same_vocabulary(target, draft):
         raise ValueError(f"draft and target tokenizers differ (fingerprints: draft {draft_print[:12]}, "
                          f"target {target_print[:12]}); use a draft trained with the target's encoder.json "
                          "and vocab.bpe")
+
+
+def eot_difference(target, draft, tokenizers):
+    """What differs when the end-of-text ids do: usually one model has no tokenizer at all (a
+    random_model without GPT-2's files), hence no end-of-text id."""
+    roles = (("draft", "target", tokenizers[1], draft.eot_id, target.eot_id),
+             ("target", "draft", tokenizers[0], target.eot_id, draft.eot_id))
+    for role, other, tokenizer, eot_id, other_eot_id in roles:
+        if tokenizer is None and eot_id is None:
+            return (f"the {role} has no tokenizer, hence no end-of-text id (the {other}'s is {other_eot_id}); "
+                    f"a random model takes the {other}'s with random_model(config, tokenizer={other}.tokenizer)")
+    return f"eot_id {draft.eot_id} vs {target.eot_id} (draft vs target)"
 
 
 class ModelDrafter:
@@ -235,8 +250,12 @@ def ngram_lookup_reference(context, k, n_max, n_min=1):
     return []
 
 
-def as_drafter(draft, draft_sampler=sample):
-    """A Drafter as is; anything with the model interface wrapped as a ModelDrafter."""
+def as_drafter(draft, draft_sampler=sample, usage="speculative_generate(target, draft, prompt_ids, n_tokens)"):
+    """A Drafter as is; anything with the model interface wrapped as a ModelDrafter; anything else a
+    one-line ValueError naming what was given and the call's order (`usage`)."""
     if hasattr(draft, "propose") and hasattr(draft, "reset"):
         return draft
+    if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
+        raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model) or a drafter "
+                         f"(gpt2np.load_drafter), got {type(draft).__name__}: {usage}")
     return ModelDrafter(draft, sampler=draft_sampler)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np  # noqa: F401  (the module doctest draws its toy models with np.random)
 
-from .autoregressive import check_generation_request, check_rng
+from .autoregressive import check_generation_request, check_model, check_rng, default_temperature, stop_set
 from .drafters import as_drafter
 from .policies import Measurements, make_policy
 from .sampling import check_sampling_options, distribution, is_greedy, sample
@@ -52,14 +52,15 @@ from .theory import alpha
 
 @dataclass(frozen=True)
 class SpeculativeResult:
-    tokens: list            # new tokens: exactly n_tokens, unless eot_id came first (it ends them)
+    tokens: list            # new tokens: exactly n_tokens, unless eot_id or a stop token came first (it ends them)
     provenance: list        # per token: "draft" (accepted), "resample" (after a rejection), "bonus"
     stats: SpeculativeStats
     trace: list | None      # one RoundEvent per round (with q and p) if trace=True, else None
 
 
 def check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng):
-    """Every check speculative_stream makes before its first forward pass (K is make_policy's)."""
+    """Every check speculative_stream makes before its first forward pass, after the arguments'
+    types (check_model, as_drafter) and K (make_policy)."""
     check_sampling_options(temperature, top_k, top_p)
     check_rng(rng, temperature)
     drafter.check(target, prompt_ids, n_tokens)
@@ -73,29 +74,28 @@ def score(target, context, drafts, options):  # Step 2 -> p [k+1, n_vocab]
     return distribution(logits, **options)  # checked once, in check_speculative_request
 
 
-def round_tokens(drafts, result, eot_id):
-    """The tokens a kernel result adds, with provenance, cut just after an end-of-text token."""
+def round_tokens(drafts, result, stops):
+    """The tokens a kernel result adds, with provenance, cut just after the first stop token
+    (end-of-text or one of stop_tokens), as plain decoding stops there."""
     emitted = drafts[:result.n_accepted] + [result.next_token]
     provenance = ["draft"] * result.n_accepted + [result.kind if drafts else "target"]
-    if eot_id in emitted:  # eot can be an accepted draft: keep it, drop what follows
-        end = emitted.index(eot_id) + 1
-        emitted, provenance = emitted[:end], provenance[:end]
-    return emitted, provenance
+    end = next((i + 1 for i, token in enumerate(emitted) if token in stops), len(emitted))
+    return emitted[:end], provenance[:end]  # a stop can be an accepted draft: keep it, drop what follows
 
 
-def speculative_round(target, drafter, context, k, options, rng, kernel, keep_rows):
+def speculative_round(target, drafter, context, k, options, rng, kernel, keep_rows, stops):
     """Steps 1-4 and the roll-back; returns the round's RoundEvent (the loop adds K, n_emitted, seconds)."""
     start = time.perf_counter()
     drafts, q = drafter.propose(context, k, options, rng)                # Step 1
     propose_seconds = time.perf_counter() - start
     p = score(target, context, drafts, options)                          # Step 2
     result = kernel(drafts, q, p, rng, greedy=is_greedy(options["temperature"]))  # Steps 3-4
-    emitted, provenance = round_tokens(drafts, result, target.model.eot_id)
+    emitted, provenance = round_tokens(drafts, result, stops)
     target.roll_back(len(context) + len(emitted) - 1)  # the invariant: new context[:-1]
     drafter.roll_back(len(context) + len(emitted) - 1)
     decisions = [True] * result.n_accepted + [False] * (result.kind == "resample")
     return RoundEvent(
-        tokens=emitted, provenance=provenance, K=k, n_emitted=0, drafts=drafts,
+        tokens=emitted, provenance=provenance, K=len(drafts), n_emitted=0, drafts=drafts,
         q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
         p_at_drafts=[float(p[i, x]) for i, x in enumerate(drafts)], decisions=decisions,
         overlaps=alpha(p[:len(decisions)], q[:len(decisions)]).tolist(),
@@ -114,18 +114,20 @@ def observe(past, event, target, first_round):
         past.add_draft_cost(event.propose_seconds / len(event.drafts))
 
 
-def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace, calibrate):
-    """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult."""
+def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace, calibrate,
+                       stops):
+    """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult. It ends after
+    n_tokens, or after the first token in `stops` (eot_id and the stop tokens), as plain decoding."""
     timed_target = TimedModel(target)
     drafter.reset(target)
     policy.reset()
     past = Measurements(c_prior=drafter.c_prior)
     context, provenance, records, Ks = list(prompt), [], [], []
-    while len(provenance) < n_tokens and not (provenance and context[-1] == target.eot_id):
+    while len(provenance) < n_tokens and not (provenance and context[-1] in stops):
         start = time.perf_counter()
         K = policy.choose(past)                                          # Step 0: from the past only
         k = min(K, n_tokens - len(provenance) - 1)  # K clamped: never emit more than asked for
-        event = speculative_round(timed_target, drafter, context, k, options, rng, kernel, trace)
+        event = speculative_round(timed_target, drafter, context, k, options, rng, kernel, trace, stops)
         context += event.tokens
         provenance += event.provenance
         event = replace(event, n_emitted=len(provenance), seconds=time.perf_counter() - start)
@@ -140,36 +142,50 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)
 
 
-def speculative_stream(target, draft, prompt_ids, n_tokens, K=4, K_max=8, temperature=1.0, top_k=None,
+def open_speculative(name, target, draft, prompt_ids, n_tokens, K, K_max, temperature, top_k, top_p, rng,
+                     trace, kernel, draft_sampler, calibrate, stop_tokens):
+    """The Stream behind speculative_stream and speculative_generate (`name`, for the errors), after
+    every check: the arguments' types first, so that another repository's order is named as such."""
+    usage = f"{name}(target, draft, prompt_ids, n_tokens, ...)"
+    check_model(target, "target", usage)
+    drafter = as_drafter(draft, draft_sampler, usage)
+    policy, temperature = make_policy(K, K_max), default_temperature(temperature, rng)
+    check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng)
+    options, stops = dict(temperature=temperature, top_k=top_k, top_p=top_p), stop_set(target, stop_tokens)
+    prompt = [int(t) for t in prompt_ids]
+    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace,
+                                     calibrate, stops))
+
+
+def speculative_stream(target, draft, prompt_ids, n_tokens, K=4, K_max=8, temperature=None, top_k=None,
                        top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                       calibrate=False):
+                       calibrate=False, *, stop_tokens=None):
     """Speculative decoding as a Stream of RoundEvents; `.result` is speculative_generate's result.
 
     draft: a drafter (drafters.py) or a model (wrapped as a ModelDrafter). K: an int (the same K
-    every round), "heuristic" or "auto" (policies.py; both at most K_max). Every check runs here,
-    before the first forward pass. calibrate=True: if the run made fewer than CALIBRATION_CALLS
-    one-token target calls, time that many more after it, so that c and v are measured (the
-    stats' calibration_seconds); by default the run makes only the calls its rounds need, and c
-    and v are None where it made no call to measure them by.
+    every round), "heuristic" or "auto" (policies.py; both at most K_max). The defaults are
+    generate's: greedy unless an rng is passed (temperature None is 1.0 then); stop_tokens end
+    the stream where plain decoding would stop. Every check runs here, before the first forward
+    pass. calibrate=True: if the run made fewer than CALIBRATION_CALLS one-token target calls,
+    time that many more after it, so that c and v are measured (the stats' calibration_seconds);
+    by default the run makes only the calls its rounds need, and c and v are None where it made
+    no call to measure them by.
     """
-    policy, drafter = make_policy(K, K_max), as_drafter(draft, draft_sampler)
-    check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng)
-    options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    prompt = [int(t) for t in prompt_ids]
-    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace,
-                                     calibrate))
+    return open_speculative("speculative_stream", target, draft, prompt_ids, n_tokens, K, K_max, temperature,
+                            top_k, top_p, rng, trace, kernel, draft_sampler, calibrate, stop_tokens)
 
 
-def speculative_generate(target, draft, prompt_ids, n_tokens, K, temperature=1.0, top_k=None,
+def speculative_generate(target, draft, prompt_ids, n_tokens, K=4, temperature=None, top_k=None,
                          top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                         K_max=8, calibrate=False):
+                         K_max=8, calibrate=False, *, stop_tokens=None):
     """Sample n_tokens from `target` (exactly its distribution), using `draft` to go faster.
 
-    Same sampling options and the same output distribution as generate(target, ...); stops early
-    only at target.eot_id. draft: a model or a drafter; K: drafts per round, or a K policy name
-    ("heuristic", "auto"). trace=True keeps one RoundEvent per round, with the full p and q
-    rows. kernel and draft_sampler exist for teaching: pass a broken one (broken_kernels.py) and
-    watch the exact tests fail. calibrate: see speculative_stream. Returns a SpeculativeResult.
+    Same sampling options, defaults and output distribution as generate(target, ...); stops early
+    only at target.eot_id or one of stop_tokens (kept as the last token). draft: a model or a
+    drafter; K: drafts per round, or a K policy name ("heuristic", "auto"). trace=True keeps one
+    RoundEvent per round, with the full p and q rows. kernel and draft_sampler exist for teaching:
+    pass a broken one (broken_kernels.py) and watch the exact tests fail. calibrate: see
+    speculative_stream. Returns a SpeculativeResult.
     """
-    return speculative_stream(target, draft, prompt_ids, n_tokens, K, K_max, temperature, top_k, top_p,
-                              rng, trace, kernel, draft_sampler, calibrate).run()
+    return open_speculative("speculative_generate", target, draft, prompt_ids, n_tokens, K, K_max, temperature,
+                            top_k, top_p, rng, trace, kernel, draft_sampler, calibrate, stop_tokens).run()

@@ -29,7 +29,8 @@ class RoundEvent:
     sum it, and speculative_generate(..., trace=True) keeps it (then with the full rows q and p)."""
     tokens: list                  # tokens emitted this round (1 .. K+1): accepted drafts, then the target's
     provenance: list              # per token: "draft" / "resample" / "bonus" / "target" (no drafts)
-    K: int                        # drafts asked for this round, after clamping (0: a plain target step)
+    K: int                        # drafts proposed this round: at most the K asked for (0: a plain target step,
+                                  # also when prompt lookup found nothing to propose)
     n_emitted: int                # tokens emitted so far, this round included
     drafts: list = field(default_factory=list)       # x_1..x_k the drafter proposed (k <= K)
     decisions: list = field(default_factory=list)    # accept (True) / reject (False) per examined draft

@@ -357,7 +357,7 @@ def test_same_vocabulary_in_two_tokenizer_objects_is_accepted():
 def test_sampling_needs_an_rng_and_greedy_does_not():
     target, draft = toy_pair(0, n_vocab=3)
     with pytest.raises(ValueError, match="rng"):
-        speculative_generate(target, draft, [0], 4, K=2)
+        speculative_generate(target, draft, [0], 4, K=2, temperature=1.0)
     speculative_generate(target, draft, [0], 4, K=2, temperature=0, rng=None)
 
 

@@ -5,16 +5,26 @@ the equations and reference.py as the textbook.
     blocked_attention.py   causal attention for long inputs, in blocks of queries on every core
     threads.py             the helper thread, work shared between cores, row-block passes
 
-And one setting, made here because it must be made before NumPy loads OpenBLAS: OpenBLAS's idle
+And one setting, made here, first thing in gpt2np, because OpenBLAS reads it on load: its idle
 threads spin for 2^28 cycles (~0.1 s) after every threaded product, holding the core that
 matmul.py's second thread then needs: a 355M verification pass right after one-token calls cost
 2.45 one-token passes instead of ~1.7. 2^20 cycles (~0.4 ms) still spans the gaps inside a decode
-step. OpenBLAS reads it once, when NumPy loads it, so it only applies if gpt2np is imported before
-NumPy (main.py and bench do that); otherwise everything works the same, verification just runs
-slower. A user's own OPENBLAS_THREAD_TIMEOUT is left as it is.
+step. OpenBLAS reads it when NumPy loads it, and again only when its thread pool starts. So when
+NumPy was imported first (a notebook, a user's script), the setting is made and then the pool is
+restarted to take it (threads.restart_blas_threads): the import order does not decide the speed.
+Where that is impossible (an OpenBLAS that hides the functions) a one-line RuntimeWarning says so,
+with the fix. A user's own OPENBLAS_THREAD_TIMEOUT is left as it is, and nothing else OpenBLAS
+reads (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE, thread counts) changes.
 
 May import: NumPy, threadpoolctl, and each other. Nothing else of gpt2np.
 """
 import os
+import sys
 
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
+THREAD_TIMEOUT = "20"  # log2 of the cycles an idle OpenBLAS thread spins before it sleeps
+
+NUMPY_WAS_FIRST = "numpy" in sys.modules and "OPENBLAS_THREAD_TIMEOUT" not in os.environ
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT)
+if NUMPY_WAS_FIRST:  # OpenBLAS is loaded already, with its default timeout: apply ours now
+    from .threads import hold_thread_timeout
+    hold_thread_timeout()  # or one warning, once: this module runs once

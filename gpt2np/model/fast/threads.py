@@ -13,6 +13,7 @@ import functools
 import os
 import queue
 import threading
+import warnings
 
 import numpy as np
 
@@ -30,6 +31,46 @@ def _openblas():
 
 BLAS = _openblas()
 CPUS = os.cpu_count() or 1
+LATE_TIMEOUT_WARNING = (
+    "gpt2np: NumPy was imported before gpt2np and this OpenBLAS cannot take OPENBLAS_THREAD_TIMEOUT now, "
+    "so its idle threads spin ~0.1 s after each product (slower decoding on a busy machine); fix: import "
+    "gpt2np before numpy, or set OPENBLAS_THREAD_TIMEOUT=20 in the environment")
+
+
+def restart_blas_threads(blas=BLAS):
+    """Make OpenBLAS take the environment's OPENBLAS_THREAD_TIMEOUT although it was loaded before it
+    was set (NumPy imported before gpt2np): re-read the environment, stop the thread pool and start
+    it again, which reads the timeout. Returns whether the setting now holds: True without a pool of
+    spinning threads (another BLAS, OpenBLAS built on OpenMP), False for an OpenBLAS that does not
+    export these three functions (NumPy's 0.3.x pthreads builds do).
+
+    Its thread count (threadpoolctl limits, --threads) and kernel (OPENBLAS_CORETYPE) are kept: the
+    pool restarts with as many threads as before, and the kernel is chosen once, at load. Must not
+    run while another thread is inside a BLAS call (gpt2np does it on import)."""
+    if blas is None or getattr(blas, "threading_layer", None) != "pthreads":
+        return True  # no OpenBLAS thread pool: the setting is not this library's
+    try:
+        read_env, shutdown, start = (blas.dynlib.openblas_read_env, blas.dynlib.blas_thread_shutdown_,
+                                     blas.dynlib.blas_thread_init)
+    except AttributeError:
+        return False
+    read_env()   # openblas_thread_timeout() now returns the environment's value
+    shutdown()   # joins the worker threads ...
+    start()      # ... and starts them again: the pool's timeout is set here, from that value
+    return True
+
+
+def hold_thread_timeout(blas=BLAS):
+    """After NumPy was imported before gpt2np: restart_blas_threads, or say once, in one line, that
+    the setting could not be applied and how to apply it."""
+    if not restart_blas_threads(blas):
+        warnings.warn(LATE_TIMEOUT_WARNING, RuntimeWarning, stacklevel=2)
+
+
+def thread_timeout_setting(blas=BLAS):
+    """The OPENBLAS_THREAD_TIMEOUT OpenBLAS has read (0: its default, 2^28 cycles), or None if unknown."""
+    function = getattr(getattr(blas, "dynlib", None), "openblas_thread_timeout", None)
+    return None if function is None else int(function())
 
 
 class Helper:

@@ -1,10 +1,11 @@
 """Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding.
 
     python main.py                                   # offline: the bundled Shakespeare pair
-    python main.py --draft_model_size 124M --target_model_size 355M --prompt "Alan Turing" -v
-    python main.py --help                            # every flag
+    python main.py --draft_model_size gpt2 --target_model_size gpt2-medium --prompt "Alan Turing" -v
+    python main.py --target_model_size random:1558M --draft_model_size random:124M   # random weights, no download
+    python main.py --help                            # every flag, and the other repositories' spellings
 
-The command lives in gpt2np/cli.py (installed as `gpt2np` by `pip install -e .`); it only calls
+The command lives in gpt2np/cli/ (installed as `gpt2np` by `pip install -e .`); it only calls
 the package's public API. To read how it works, start at README's reading order.
 """
 import gpt2np.cli  # before NumPy: gpt2np sets OpenBLAS's thread timeout (gpt2np/model/fast)

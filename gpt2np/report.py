@@ -4,12 +4,22 @@ import codecs
 
 import numpy as np
 
-# ANSI colours for where each speculative token came from (see speculative.py)
-PROVENANCE_COLOURS = {"draft": "\033[32m", "resample": "\033[31m", "bonus": "\033[34m", "target": ""}
-PROVENANCE_LABELS = {"draft": "accepted draft token", "resample": "target resample (after a rejection)",
+from .checkpoints import download, hub
+
+# ANSI colours for where each speculative token came from (see speculative.py); "rejected" is the
+# draft the target rejected in a round, shown before the target's replacement (struck through, dim)
+PROVENANCE_COLOURS = {"draft": "\033[32m", "resample": "\033[31m", "bonus": "\033[34m", "target": "",
+                      "rejected": "\033[9;2m"}
+PROVENANCE_LABELS = {"draft": "accepted draft token", "rejected": "draft the target rejected (not in the text)",
+                     "resample": "target resample (after a rejection)",
                      "bonus": "target bonus token (all K drafts accepted)",
                      "target": "target token, no drafts this round (plain step)"}
+# the same in plain text (a pipe, a file, NO_COLOR): labelled spans; a plain step stays unmarked
+PROVENANCE_MARKERS = {"draft": "accepted", "rejected": "rejected", "resample": "resampled", "bonus": "bonus"}
 RESET = "\033[0m"
+# a library message names the environment variable; a command names its flag too (every command has both)
+COMMAND_HINTS = ((download.HINT, download.mirror_hint(f"--mirror (or ${download.MIRROR_ENV})")),
+                 (hub.HINT, hub.hub_hint(f"--hf_endpoint (or ${hub.ENDPOINT_ENV})")))
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -17,6 +27,18 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def command_error_line(error):
+    """An exception as a command's one-line error: its first line, the fix named by the command's flag.
+
+    >>> command_error_line(download.DownloadError(f"cannot reach x; {download.HINT}"))[:48]
+    'cannot reach x; point --mirror (or $GPT2NP_MIRRO'
+    """
+    line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    for library, command in COMMAND_HINTS:
+        line = line.replace(library, command)
+    return line
 
 
 class TokenTexts:
@@ -32,6 +54,9 @@ class TokenTexts:
 
     def flush(self):  # -> what an unfinished character at the very end becomes
         return self.decoder.decode(b"", final=True)
+
+    def alone(self, token):  # -> one token's text, outside the stream (a rejected draft)
+        return self.tokenizer.decode_bytes([token]).decode("utf-8", errors="replace")
 
 
 def token_texts(tokenizer, ids):
@@ -50,15 +75,58 @@ def coloured(pieces, provenance, colour=True):
                    for s, p in zip(pieces, provenance))
 
 
-def provenance_legend(provenance, colour=True):
-    """One line per kind of token, with its colour and how many tokens of that kind there were."""
+def rejected_draft(event):
+    """The draft token a round's target rejected (a RoundEvent's drafts[n] after n acceptances), or
+    None: no rejection, or the round was cut at an accepted end-of-text before it."""
+    d = event.decisions
+    return event.drafts[len(d) - 1] if d and not d[-1] and len(event.tokens) == len(d) else None
+
+
+def provenance_spans(pieces, provenance, rejected=None):  # -> [(kind, text)], neighbours of one kind joined
+    """One round's token texts as spans by provenance, the rejected draft's text (if any) before the
+    target's replacement."""
+    tagged = []
+    for piece, kind in zip(pieces, provenance):
+        if kind == "resample" and rejected is not None:
+            tagged.append(("rejected", rejected))
+        tagged.append((kind, piece))
+    spans = []
+    for kind, text in tagged:
+        if spans and spans[-1][0] == kind:
+            spans[-1] = (kind, spans[-1][1] + text)
+        else:
+            spans.append((kind, text))
+    return spans
+
+
+def marked(pieces, provenance, style, rejected=None):
+    """One round's text with its provenance: style "colour" (ANSI; the rejected draft struck through),
+    "markers" (plain text: [accepted: ...][rejected: ...][resampled: ...] spans) or "plain" (the text only).
+
+    >>> marked(["a", "b", "c"], ["draft", "resample", "target"], "markers", rejected="x")
+    '[accepted: a][rejected: x][resampled: b]c'
+    """
+    spans = provenance_spans(pieces, provenance, rejected)
+    if style == "colour":
+        return "".join(PROVENANCE_COLOURS[k] + t + RESET if PROVENANCE_COLOURS[k] else t for k, t in spans)
+    if style == "markers":
+        return "".join(f"[{PROVENANCE_MARKERS[k]}: {t}]" if k in PROVENANCE_MARKERS else t for k, t in spans)
+    return "".join(t for k, t in spans if k != "rejected")
+
+
+def provenance_legend(provenance, colour=True, markers=False, n_rejected=None):
+    """One line per kind of token, with its colour (or its plain-text marker) and how many tokens of
+    that kind there were; n_rejected: how many rejected drafts were shown (None: none were)."""
     legend = []
     for kind, label in PROVENANCE_LABELS.items():
-        if kind == "target" and kind not in provenance:
-            continue  # only rounds without drafts make these: no need to explain them otherwise
+        if (kind == "target" and kind not in provenance) or (kind == "rejected" and n_rejected is None):
+            continue  # only rounds without drafts make target tokens: no need to explain them otherwise
         swatch = f"{PROVENANCE_COLOURS[kind]}{kind}{RESET}" if colour and PROVENANCE_COLOURS[kind] else kind
-        legend.append(f"  {swatch}: {label} ({provenance.count(kind)} tokens)")
-    return "legend" + ("" if colour else " (colour off: not a terminal, or NO_COLOR set)") + ":\n" + "\n".join(legend)
+        swatch = f"[{PROVENANCE_MARKERS[kind]}: ...]" if markers and kind in PROVENANCE_MARKERS else swatch
+        count = n_rejected if kind == "rejected" else provenance.count(kind)
+        legend.append(f"  {swatch}: {label} ({count} tokens)")
+    off = " (plain text: not a terminal, or NO_COLOR set)" if markers else " (colour off: not a terminal, or NO_COLOR set)"
+    return "legend" + ("" if colour else off) + ":\n" + "\n".join(legend)
 
 
 def colour_by_provenance(tokenizer, ids, provenance, colour=True):
@@ -99,6 +167,15 @@ def _unmeasured(value, stats):
     return "   (no one-token target call in this run; calibrate=True times a few after it)"
 
 
+def by_position(counts):
+    """Per draft position i (the 1st, 2nd, ... draft of a round): accepted / proposed, with the counts.
+
+    >>> by_position([(10, 10, 8), (10, 8, 6)])
+    '1: 0.80 (8/10)  2: 0.60 (6/10)'
+    """
+    return "  ".join(f"{i}: {_fmt(a / n if n else None, '.2f')} ({a}/{n})" for i, (n, _, a) in enumerate(counts, 1))
+
+
 def format_stats(stats, measured_speedup=None):
     """The acceptance statistics of a speculative run, one labelled line each."""
     s = stats
@@ -110,6 +187,7 @@ def format_stats(stats, measured_speedup=None):
         f"  alpha_hat = mean sum_x min(p, q)         {_fmt(s.alpha_hat, '.3f')}   (Leviathan Thm 3.5; "
         "expected acceptance per draft token)",
         f"  alpha_empirical = accepted / verified    {_fmt(s.alpha_empirical, '.3f')}   (what this run saw)",
+        f"  accepted by draft position (i: rate)     {by_position(s.by_position) or 'no drafts'}",
         f"  tokens per target call                   {_fmt(s.tokens_per_target_call, '.2f')}",
         f"  draft calls, time                        {s.draft_calls}, {s.draft_seconds:.3f} s",
         f"  target calls, time                       {s.target_calls}, {s.target_seconds:.3f} s",

@@ -1,4 +1,5 @@
 """main.py end to end, as a user runs it: real subprocesses, real exit codes, real stderr."""
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,12 @@ def test_one_model_generates_text(release_dirs):
     assert "speculative" not in out.stdout  # no draft: plain generation only
 
 
+def unmark(text):
+    """-v's plain-text provenance taken out again: rejected drafts dropped, the other spans unwrapped."""
+    text = re.sub(r"\[rejected: (.*?)\]", "", text, flags=re.S)
+    return re.sub(r"\[(?:accepted|resampled|bonus): (.*?)\]", r"\1", text, flags=re.S)
+
+
 def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend(release_dirs):
     out = run_main("--draft_model_size", release_dirs["gpt2-tiny-a"], "--target_model_size",
                    release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "20", "--K", "4",
@@ -42,7 +49,8 @@ def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend
     sections = out.stdout.split("=== ")  # header line, the text as it streamed, then the time
     ar_text = sections[1].split("\n", 1)[1].split("\ntime:")[0]
     sd_text = sections[2].split("\n", 1)[1].split("\nlegend")[0]
-    assert ar_text.strip() == sd_text.strip()
+    assert "[accepted: " in sd_text  # -v into a pipe: the provenance as text (test_cli_compat.py)
+    assert ar_text.strip() == unmark(sd_text).strip()
     for expected in ("legend", "accepted draft token", "alpha_hat", "predicted speedup", "measured speedup"):
         assert expected in out.stdout
 

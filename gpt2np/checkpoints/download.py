@@ -54,7 +54,15 @@ TIMEOUT = (10, 60)   # seconds: (connect, wait between bytes)
 CHUNK = 1 << 20      # bytes per read and per progress-bar update
 ERROR_CONTENT_TYPES = ("text/html", "application/xml", "text/xml")
 ERROR_PREFIXES = (b"<?xml", b"<!doctype", b"<html", b"<error")  # compared lowercased
-HINT = f"point base_url= or ${MIRROR_ENV} at a working mirror of {DEFAULT_BASE_URL}"
+
+
+def mirror_hint(setting=f"${MIRROR_ENV}"):
+    """The fix for a failed download: another mirror. The library names the setting every caller
+    has, the environment variable; a command names its flag too (report.command_error_line)."""
+    return f"point {setting} at a working mirror of {DEFAULT_BASE_URL}"
+
+
+HINT = mirror_hint()
 
 
 class DownloadError(Exception):

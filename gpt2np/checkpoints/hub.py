@@ -1,7 +1,7 @@
 """GPT-2s from the Hugging Face Hub: `hf:owner/name[@revision]` -> `<models_dir>/owner/name/`.
 
 The Hub serves every file of a model repository at `<endpoint>/<repo>/resolve/<revision>/<file>`
-(huggingface_hub's `hf_hub_url`). The endpoint is the `endpoint` argument (main.py's
+(huggingface_hub's `hf_hub_url`). The endpoint is the `endpoint` argument (the commands'
 `--hf_endpoint`), else the Hub's own `HF_ENDPOINT` variable, else https://huggingface.co; a token
 in `HF_TOKEN` goes along as `Authorization: Bearer <token>` (gated and private repositories).
 
@@ -33,8 +33,16 @@ ENDPOINT_ENV, TOKEN_ENV = "HF_ENDPOINT", "HF_TOKEN"
 HUB_FILES = ("config.json", "vocab.json", "merges.txt", "model.safetensors")
 NAME = re.compile(r"hf:(?P<repo>[\w.-]+(?:/[\w.-]+)?)(?:@(?P<revision>[\w./-]+))?")
 SHA256 = re.compile(r'(?:W/)?"?([0-9a-fA-F]{64})"?')  # an ETag that is a sha256 (git blobs get sha1s)
-HINT = (f"check the repository name and revision, set ${TOKEN_ENV} for a gated or private one, or point "
-        f"--hf_endpoint / ${ENDPOINT_ENV} at a working mirror")
+
+
+def hub_hint(setting=f"${ENDPOINT_ENV}"):
+    """The fix for a failed Hub download, naming the endpoint's environment variable (every caller
+    has it); a command names its flag too (report.command_error_line)."""
+    return (f"check the repository name and revision, set ${TOKEN_ENV} for a gated or private one, or point "
+            f"{setting} at a working mirror")
+
+
+HINT = hub_hint()
 
 
 def parse_hub_name(name):  # "hf:owner/name@rev" -> ("owner/name", "rev")

@@ -1,8 +1,13 @@
 """From a model name to a ready GPT2: resolve the name, download if needed, read weights and tokenizer.
 
-A model can be named three ways, wherever gpt2np asks for one:
+A model can be named these ways, wherever gpt2np asks for one (main.py, console, server, API):
   * a size of OpenAI's release ("124M", "355M", "774M", "1558M"): looked up in models_dir/<size>/,
-    downloaded there on first use; its hparams.json must be that size's preset (config.PRESETS);
+    downloaded there on first use; its hparams.json must be that size's preset (config.PRESETS).
+    The Hub's names of the same weights mean the same: gpt2, gpt2-medium, gpt2-large, gpt2-xl,
+    with or without "openai-community/" (HUB_SPELLINGS);
+  * distilgpt2 (or distilbert/distilgpt2), which OpenAI never released: the Hub's hf:distilbert/distilgpt2;
+  * random:<size> ("random:1558M", "random:gpt2-xl", "random:tiny"): random weights of that shape,
+    built in memory with a fixed seed, so that a target and a draft of the same name are the same model;
   * a bundled model shipped inside the package (see gpt2np/bundled/README.md), e.g. the small
     Shakespeare pair that makes `python main.py` work offline;
   * a Hugging Face Hub name, hf:owner/name[@revision] (hub.py): downloaded into models_dir/owner/name/;
@@ -11,11 +16,12 @@ A model can be named three ways, wherever gpt2np asks for one:
     hf_layout.py), including a snapshot in the Hub's cache (models--owner--name/snapshots/<rev>/),
     or the models--owner--name folder itself (its refs/main snapshot).
 """
+import re
 from pathlib import Path
 
 import numpy as np
 
-from ..model.config import GPT2Config
+from ..model.config import PRESETS, GPT2Config
 from .download import download_model
 from .hf_layout import is_hf_folder, load_hf_params, read_hf_config
 from .hub import HUB_FILES, HUB_PREFIX, download_hub_model
@@ -27,6 +33,15 @@ RELEASE_SIZES = ("124M", "355M", "774M", "1558M")
 BUNDLED_DIR = Path(__file__).parents[1] / "bundled"  # gpt2np/bundled
 MODEL_FILES = ("hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of-00001")
 TOKENIZER_FILES = ("encoder.json", "vocab.bpe")
+DISTILGPT2 = "hf:distilbert/distilgpt2"
+HUB_SPELLINGS = {  # the Hub's names -> gpt2np's: OpenAI's release is the same weights (and --mirror applies)
+    **{f"{owner}{name}": size for owner in ("", "openai-community/") for name, size in
+       (("gpt2", "124M"), ("gpt2-medium", "355M"), ("gpt2-large", "774M"), ("gpt2-xl", "1558M"))},
+    "distilgpt2": DISTILGPT2, "distilbert/distilgpt2": DISTILGPT2,
+}
+RANDOM_PREFIX, RANDOM_SEED = "random:", 0
+RANDOM_SHAPES = {**PRESETS, "distilgpt2": GPT2Config(n_vocab=50257, n_ctx=1024, n_embd=768, n_head=12, n_layer=6)}
+HUB_LIKE = re.compile(r"[\w.-]+/[\w.-]+")  # owner/name, as the Hub spells a repository
 
 
 def bundled_models():
@@ -36,9 +51,42 @@ def bundled_models():
     return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / "hparams.json").is_file())
 
 
+def canonical_name(name):
+    """The Hub's spelling of a GPT-2 -> the name gpt2np resolves; any other name as it is.
+
+    >>> canonical_name("gpt2-xl"), canonical_name("openai-community/gpt2"), canonical_name("distilgpt2")
+    ('1558M', '124M', 'hf:distilbert/distilgpt2')
+    """
+    return HUB_SPELLINGS.get(str(name).lower(), str(name))
+
+
+def random_config(name):
+    """"random:<size>" -> the GPT2Config of that size (a PRESETS name, or a Hub spelling of one)."""
+    shape = name[len(RANDOM_PREFIX):]
+    config = RANDOM_SHAPES.get(canonical_name(shape)) or RANDOM_SHAPES.get(shape.lower())  # distilgpt2: its shape
+    if config is None:
+        raise ValueError(f"{name!r}: random weights need a shape: random:<size> with a size of "
+                         f"{', '.join(RANDOM_SHAPES)}, or gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+    return config
+
+
+def unknown_model(name):
+    """The one-line error for a name that is no model gpt2np knows: what it does know."""
+    names = ", ".join(("gpt2, gpt2-medium, gpt2-large, gpt2-xl (= " + ", ".join(RELEASE_SIZES) + ")",
+                       "distilgpt2", *bundled_models()))
+    hint = ""
+    if HUB_LIKE.fullmatch(name):  # someone's Hub repository: GPT-2s load as hf:owner/name
+        hint = (f" (a GPT-2 on the Hub is named hf:{name})" if "gpt2" in name.lower()
+                else " (gpt2np runs the GPT-2 family only; bloom, llama, opt... are other architectures)")
+    return ValueError(f"unknown model {name!r}{hint}: use one of {names}, hf:owner/name (a GPT-2 on the "
+                      f"Hub), {RANDOM_PREFIX}<size> (random weights), or a model folder")
+
+
 def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None, hf_endpoint=None):
     """Return the folder holding the named model, downloading a release size or Hub model if missing."""
-    name = str(name_or_dir)
+    name = canonical_name(name_or_dir)
+    if name.startswith(RANDOM_PREFIX):
+        raise ValueError(f"{name!r} has no folder: random weights are built in memory (load_model)")
     if name in RELEASE_SIZES:
         folder = Path(models_dir) / name
         if not all((folder / f).is_file() for f in MODEL_FILES + TOKENIZER_FILES):
@@ -50,8 +98,7 @@ def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None, hf_endpo
         return BUNDLED_DIR / name
     folder = hub_cache_snapshot(Path(name))
     if not folder.is_dir():
-        known = ", ".join(RELEASE_SIZES + tuple(bundled_models()))
-        raise ValueError(f"unknown model {name!r}: use one of {known}, hf:owner/name, or a model folder")
+        raise unknown_model(name)
     missing = [f for f in (HUB_FILES if is_hf_folder(folder) else MODEL_FILES) if not (folder / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{folder} is not a model folder: missing {', '.join(missing)}")
@@ -80,11 +127,13 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     The tokenizer files are taken from the model folder, or from tokenizer_dir (encoder.json +
     vocab.bpe) if given.
     """
+    if str(name_or_dir).startswith(RANDOM_PREFIX):
+        return load_random(str(name_or_dir), models_dir)
     folder = resolve_model_dir(name_or_dir, models_dir, base_url, hf_endpoint)
     hf = is_hf_folder(folder)
     config = read_config(folder)
-    if str(name_or_dir) in RELEASE_SIZES:  # a size name is a promise: refuse before writing a cache
-        config.check_preset(str(name_or_dir), folder / "hparams.json")
+    if canonical_name(name_or_dir) in RELEASE_SIZES:  # a size name is a promise: refuse before writing a cache
+        config.check_preset(canonical_name(name_or_dir), folder / "hparams.json")
     params = load_hf_params(folder, config) if hf else load_params(folder, config)
     if tokenizer_dir is None and hf:
         tokenizer = load_hf_tokenizer(folder, fast=fast_tokenizer)
@@ -96,7 +145,23 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     return GPT2(config, params, tokenizer, name=str(name_or_dir))
 
 
-def random_model(config, seed=0, std=0.02):
-    """A GPT2 with random weights of any shape (benchmarks and tests need 124M-1558M without downloads)."""
+def load_random(name, models_dir="weights"):
+    """"random:<size>": random_model of that shape with RANDOM_SEED, named as asked (same name, same
+    weights); its tokenizer is random_model's choice (GPT-2's files are looked for in models_dir)."""
+    model = random_model(random_config(name), seed=RANDOM_SEED, models_dir=models_dir)
+    model.name = name
+    return model
+
+
+def random_model(config, seed=0, std=0.02, tokenizer="auto", models_dir="weights"):
+    """A GPT2 with random weights of any shape (benchmarks and tests need 124M-1558M without downloads).
+
+    tokenizer="auto" gives it GPT-2's when n_vocab is 50257 and OpenAI's encoder.json + vocab.bpe are
+    in a folder of models_dir (weights/124M/, ...: nothing is downloaded), the byte-level one when
+    n_vocab is 257, else none; or pass None, a tokenizer (a real model's, to pair with it) or a
+    folder (tokenizer.files.tokenizer_for). With a tokenizer comes eot_id, which ends generation.
+    """
+    from ..tokenizer.files import tokenizer_for  # here: the module's imports belong to name resolution
+    tokenizer = tokenizer_for(config.n_vocab, tokenizer, models_dir)  # first: a bad one costs no init
     params = init_params(config, np.random.default_rng(seed), std=std)
-    return GPT2(config, params, name=f"random {config.n_params() / 1e6:.1f}M")
+    return GPT2(config, params, tokenizer, name=f"random {config.n_params() / 1e6:.1f}M")

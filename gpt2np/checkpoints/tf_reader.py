@@ -1,6 +1,6 @@
 """Read a TensorFlow checkpoint (a "tensor bundle", as in OpenAI's GPT-2 release) with Python + NumPy.
 
-A bundle `<prefix>` is two files (the format doc is docs/tf-checkpoint-format.md in ../shared):
+A bundle `<prefix>` is two files (TensorFlow's tensor_bundle format; LevelDB's and protobuf's public specs below):
     <prefix>.index                 a LevelDB SSTable mapping tensor name -> BundleEntryProto
     <prefix>.data-00000-of-00001   the raw little-endian tensor bytes, back to back
 

@@ -36,6 +36,10 @@ class SpeculativeStats:
     the run makes no call its rounds do not need. Ratios are None where the run made no call of the
     size needed (no one-token target call without calibration; no one-token draft call when K = 1).
 
+    by_position says how often the i-th draft of a round was accepted: of the rounds that proposed
+    an i-th draft, how many examined it (every earlier draft was accepted) and how many accepted it.
+    accepted / proposed falls like alpha^i; accepted / examined estimates alpha at depth i.
+
     With a K policy other than "fixed", K is the K used most often, K_counts says how often each
     was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs,
     with v(K+1) from policies.v_curve's line through the measured calls for a K whose call size
@@ -63,6 +67,7 @@ class SpeculativeStats:
     drafter: str = "model"                   # the drafter's name
     policy: str = "fixed"                    # the K policy: fixed / heuristic / auto
     K_counts: dict = None                    # K asked for -> rounds
+    by_position: tuple = ()                  # per draft position i = 1, 2, ...: (proposed, examined, accepted)
 
 
 def time_one_token_calls(target, context, n_calls):
@@ -80,6 +85,18 @@ def time_one_token_calls(target, context, n_calls):
         seconds.append(time.perf_counter() - start)
         target.roll_back(len(context) - 1)
     return seconds
+
+
+def acceptance_by_position(records):  # -> ((proposed, examined, accepted) per draft position)
+    """How often the 1st, 2nd, ... draft of a round was proposed, examined and accepted.
+
+    >>> from types import SimpleNamespace as Round
+    >>> acceptance_by_position([Round(drafts=[5, 6], decisions=[True, False]), Round(drafts=[7, 8], decisions=[False])])
+    ((2, 2, 1), (2, 1, 0))
+    """
+    longest = max((len(r.drafts) for r in records), default=0)
+    return tuple((sum(len(r.drafts) > i for r in records), sum(len(r.decisions) > i for r in records),
+                  sum(r.decisions[i] for r in records if len(r.decisions) > i)) for i in range(longest))
 
 
 def ratio(a, b):
@@ -109,4 +126,4 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
         calibration_seconds=sum(calibration), c=c, v=measured_v(K) if K else None,
         predicted_speedup=predicted_speedup_mixed(alpha_hat, counts, c, lambda k: 1.0) if known else None,
         predicted_speedup_refined=predicted_speedup_mixed(alpha_hat, counts, c, v_of_K) if known else None,
-        drafter=drafter.name, policy=policy_name, K_counts=counts)
+        drafter=drafter.name, policy=policy_name, K_counts=counts, by_position=acceptance_by_position(records))

@@ -28,7 +28,7 @@ SIZES = {"gpt2-tiny-a": (2, 32), "gpt2-tiny-b": (4, 48)}
 
 
 def expected_shapes(n_layer, E, V=50257, C=64):
-    """Names and shapes from the format doc (docs/tf-checkpoint-format.md in ../shared)."""
+    """Names and shapes of the tensors in OpenAI's GPT-2 checkpoints (as openai/gpt-2's model.py names them)."""
     shapes = {"model/wpe": (C, E), "model/wte": (V, E), "model/ln_f/g": (E,), "model/ln_f/b": (E,)}
     for i in range(n_layer):
         for name, shape in {"ln_1/g": (E,), "ln_1/b": (E,), "attn/c_attn/w": (1, E, 3 * E),

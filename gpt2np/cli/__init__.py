@@ -1,0 +1,94 @@
+"""Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding.
+
+    python main.py                                   # offline: the bundled Shakespeare pair
+    python main.py --draft_model_size 124M --target_model_size 355M --prompt "Alan Turing" -v
+    python main.py --target_model_size gpt2          # one model, no draft: plain generation
+    python main.py --target_model_size 355M --draft_model_size ngram --K auto   # prompt lookup
+    python main.py --draft_model_size distilgpt2 --target_model_size gpt2-medium   # from the Hub
+    python main.py --target_model_size random:1558M --draft_model_size random:124M   # random weights
+
+With a drafter (a draft model, or "ngram" prompt lookup), main.py runs target-only decoding, then
+speculative decoding with the same sampling settings, printing each text as it is generated, then
+their speed, the acceptance statistics and the measured against the predicted speedup. Bad input
+exits with status 2 and one line on stderr. Other repositories' flags work too (flags.py):
+
+    python main.py --input "The quick brown fox jumps over the lazy " --target_model_name gpt2-xl \
+                   --approx_model_name gpt2 -b -p                      # LLMSpeculativeSampling's
+    python main.py --target-model gpt2-xl --draft-model gpt2 --num-runs 50 --N 40 --K 4   # speculative-sampling's table
+
+The command: flags.py (its flags and checks), runs.py (loading, timed runs, the text as it
+comes), compat.py (-b's lines, the table, --json), profile.py (-p). It only calls the public API.
+"""
+import os
+import sys
+
+import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/fast)
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from gpt2np import DownloadError
+from gpt2np.report import command_error_line, format_stats, mean_std
+
+from .compat import benchmark_lines, rejection_lines, table, write_json
+from .flags import LLMSS, LLMSS_DEFAULTS, check_args, parse_args
+from .profile import format_profile, plain_profile, speculative_profile
+from .runs import load, run_plain, run_speculative, sampling, speculative_streams
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_args(args)
+    gpt2np.make_policy(args.K, args.K_max)  # a bad K policy is refused before anything loads
+    target, drafter, prompt_ids = load(args)
+    threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
+    if threads:
+        threadpool_limits(limits=threads, user_api="blas")
+    header = dict(target=target.name, drafter=drafter.name if drafter else None, prompt_tokens=len(prompt_ids),
+                  n_tokens=args.n_tokens_to_generate, K=args.K, seed=args.seed, **sampling(args))
+    print(f"target: {target.name}, drafter: {drafter.name if drafter else 'none'}, prompt: {len(prompt_ids)} "
+          f"tokens, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
+    if LLMSS in args.styles:
+        print(f"({LLMSS}'s spellings: its defaults apply where not given: "
+              + ", ".join(f"{k} {v}" for k, v in LLMSS_DEFAULTS.items()) + ")")
+    print(f"BLAS: {gpt2np.blas_kernel()}")
+    plain = run_plain(args, target, prompt_ids)
+    spec = run_speculative(args, target, drafter, prompt_ids) if drafter is not None else None
+    print()
+    if spec is not None and args.table:
+        print(f"{table(plain, spec)}\n{rejection_lines(spec)}")
+    elif spec is not None:
+        print(format_stats(spec.results[-1].stats, measured_speedup=mean_std(plain.seconds)[0] / mean_std(spec.seconds)[0]))
+    if args.benchmark:
+        print("\n" + benchmark_lines([plain] + ([spec] if spec else [])))
+    if args.profiling:
+        print_profiles(args, target, drafter, prompt_ids)
+    if args.json:
+        write_json(args.json, header, plain, spec)
+
+
+def print_profiles(args, target, drafter, prompt_ids):
+    """-p: one more run of each decoder, and where its time went (profile.py)."""
+    def plain(model):
+        return gpt2np.plain_stream(model, prompt_ids, args.n_tokens_to_generate,
+                                   rng=np.random.default_rng(args.seed), **sampling(args))
+
+    print("\n=== profile: one more run of each decoder ===\n"
+          + format_profile(f"autoregressive ({target.name})", *plain_profile(target, plain)))
+    if drafter is not None:
+        args_K = args.K if isinstance(args.K, int) else f"{args.K} <= {args.K_max}"
+        stream = speculative_streams(args, target, drafter, prompt_ids, calibrate=False)(args.n_tokens_to_generate)
+        print(format_profile(f"speculative (drafter {drafter.name}, K {args_K})", *speculative_profile(stream)))
+
+
+def run():
+    """main() as a command: Ctrl-C, a closed pipe and bad input end it with a status, not a traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:  # e.g. `python main.py | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    except (ValueError, OSError, DownloadError) as e:  # bad input, missing or corrupt files, HTTP
+        print(f"error: {command_error_line(e)}", file=sys.stderr)
+        sys.exit(2)

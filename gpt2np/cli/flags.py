@@ -1,0 +1,214 @@
+"""main.py's flags: gpt2np's own, the spellings of two other repositories, and their checks.
+
+Two speculative-decoding repositories taught many users their flags; main.py accepts those
+spellings as aliases of its own (`--help` lists them under "compatible spellings"):
+  * LLMSpeculativeSampling: --input, --target_model_name, --approx_model_name, -M/--max_tokens,
+    -g/--gamma, -s. With its spellings its defaults apply too: it always samples, at temperature 1
+    with top_k 20 and top_p 0.9, 20 tokens (LLMSS_DEFAULTS). Its modes -b/--benchmark and
+    -p/--profiling work with any flags;
+  * speculative-sampling (GPT-2): --target-model, --draft-model, --input-str, --num-runs, --N,
+    --top-k, --top-p. With its spellings main.py prints that repository's table (compat.py).
+An error names the flag as the user spelled it (args.spelled).
+"""
+import argparse
+
+import gpt2np
+from gpt2np import POLICIES
+from gpt2np.report import OneLineErrorParser
+
+DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
+DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
+DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
+WARMUP_TOKENS = 16  # a short untimed run first: the first calls of each size pay one-time costs
+                    # (helper threads, BLAS buffers, cold pages) that are not decoding
+LLMSS, SS = "LLMSpeculativeSampling", "speculative-sampling"
+LLMSS_DEFAULTS = dict(n_tokens_to_generate=20, temperature=1.0, top_k=20, top_p=0.9)  # its generate()
+METAVARS = dict(prompt="TEXT", target_model_size="NAME", draft_model_size="NAME", n_tokens_to_generate="N",
+                K="K", seed="N", num_runs="N", top_k="K", top_p="P")
+BENCHMARK_RUNS = 10  # -b without --num_runs: LLMSpeculativeSampling's benchmark runs each decoder 10 times
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
+        return action.help if action.default in (None, argparse.SUPPRESS) else super()._get_help_string(action)
+
+
+class Spelling(argparse.Action):
+    """Another repository's spelling of one of main.py's flags: stores into that flag's dest and
+    notes its style (args.styles) and spelling (args.spelled, for error messages)."""
+
+    def __init__(self, option_strings, dest, style=None, **kwargs):
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
+        self.style = style
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        if self.style:
+            namespace.styles.setdefault(self.style, []).append(option_string)
+        namespace.spelled[self.dest] = option_string
+
+
+def parse_args(argv):
+    p = OneLineErrorParser(prog="python main.py", description=DESCRIPTION, formatter_class=HelpFormatter)
+    model_flags(p)
+    decoding_flags(p)
+    output_flags(p)
+    compatible_spellings(p.add_argument_group(
+        "compatible spellings", f"the flags of {LLMSS} and of {SS} (GPT-2), as aliases of the flags above"))
+    return p.parse_args(argv, argparse.Namespace(styles={}, spelled={}))  # styles: style -> its flags used
+
+
+def model_flags(p):
+    """What to generate from, and with which models."""
+    bundled = ", ".join(gpt2np.bundled_models()) or "none"
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to continue")
+    p.add_argument("--n_tokens_to_generate", type=int, default=None,
+                   help="new tokens, exactly this many unless <|endoftext|> comes first "
+                        "(default: 200 with the bundled byte-level pair, 40 otherwise)")
+    p.add_argument("--target_model_size", default=None,
+                   help=f"target model: 124M, 355M, 774M, 1558M (or the Hub's names gpt2, gpt2-medium, gpt2-large, "
+                        f"gpt2-xl), distilgpt2, a bundled name ({bundled}), a Hub name hf:owner/name[@revision], "
+                        f"random:<size> (random weights, e.g. random:1558M), or a folder in the release or Hugging "
+                        f"Face layout (default: {DEFAULT_TARGET})")
+    p.add_argument("--draft_model_size", default=None,
+                   help="drafter: a draft model named like the target, or 'ngram' (prompt lookup: propose "
+                        "what followed the last n tokens' latest earlier occurrence, no model); omit for "
+                        f"target-only generation (default with the default target: {DEFAULT_DRAFT})")
+    p.add_argument("--ngram_max", type=int, default=None,
+                   help="with --draft_model_size ngram: the longest n-gram looked up, then shorter ones down to 1 "
+                        "(default: 3)")
+    p.add_argument("--models_dir", default="weights",
+                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
+                        "are downloaded to")
+    p.add_argument("--mirror", default=None,
+                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--hf_endpoint", default=None,
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
+                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
+
+
+def decoding_flags(p):
+    """Speculative decoding and sampling."""
+    p.add_argument("--K", type=K_value, default=None,
+                   help="draft tokens per speculative round (Leviathan et al.'s gamma), or a K policy: 'heuristic' "
+                        "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
+                        "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step) "
+                        "(default: 4)")
+    p.add_argument("--K_max", type=int, default=None,
+                   help="the largest K the heuristic and auto policies may use (default: 8)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help=f"sampling temperature; 0 means greedy (argmax) (default: 0; 1 with {LLMSS}'s spellings)")
+    p.add_argument("--top_k", type=int, default=None,
+                   help=f"keep only the k most likely tokens (Hugging Face meaning; default: all; 20 with {LLMSS}'s "
+                        "spellings)")
+    p.add_argument("--top_p", type=float, default=None,
+                   help="nucleus sampling: keep the smallest set of most likely tokens with probability >= top_p "
+                        f"(default: all; 0.9 with {LLMSS}'s spellings)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator used for sampling")
+
+
+def output_flags(p):
+    """Measurement and output."""
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads "
+                        "costs more than it saves, as measured on the bundled pair; else the BLAS default)")
+    p.add_argument("--num_runs", type=int, default=None,
+                   help=f"timed runs of each decoder, after an untimed warm-up ({WARMUP_TOKENS} tokens; with N > 1 a "
+                        f"whole run); with N > 1 reported as mean ± std (default: 1; {BENCHMARK_RUNS} with -b)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show every speculative token's provenance (accepted draft / target resample / target "
+                        "bonus) and each rejected draft: colours and strikethrough on a terminal, [accepted: ...] "
+                        "spans in a pipe or file")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="also write the runs' times and statistics (per-position acceptance included) as JSON to PATH")
+
+
+def compatible_spellings(g):
+    """Aliases: (flags, main.py's dest, type, style); -b and -p are modes of their own, with any flags
+    (they bring no style: `python main.py -b` keeps gpt2np's defaults)."""
+    aliases = [
+        (["--input"], "prompt", str, LLMSS), (["--target_model_name"], "target_model_size", str, LLMSS),
+        (["--approx_model_name"], "draft_model_size", str, LLMSS), (["-M", "--max_tokens"], "n_tokens_to_generate", int, LLMSS),
+        (["-g", "--gamma"], "K", K_value, LLMSS), (["-s"], "seed", int, LLMSS),
+        (["--input-str"], "prompt", str, SS), (["--target-model"], "target_model_size", str, SS),
+        (["--draft-model"], "draft_model_size", str, SS), (["--N"], "n_tokens_to_generate", int, SS),
+        (["--num-runs"], "num_runs", int, SS), (["--top-k"], "top_k", int, None), (["--top-p"], "top_p", float, None),
+    ]
+    for flags, dest, kind, style in aliases:
+        g.add_argument(*flags, dest=dest, type=kind, action=Spelling, style=style, metavar=METAVARS[dest],
+                       help=f"= --{dest}" + (f" ({style})" if style else ""))
+    g.add_argument("-b", "--benchmark", dest="benchmark", action=Spelling, nargs=0,
+                   help=f"time target-only and speculative decoding over --num_runs runs ({BENCHMARK_RUNS} unless "
+                        "given) and print the tokens/s of each")
+    g.add_argument("-p", "--profiling", dest="profiling", action=Spelling, nargs=0,
+                   help="print where the time of one run of each decoder went: forward passes by model and call "
+                        "size, drafting, verification and sampling, the rest")
+
+
+def K_value(text):
+    """--K: an integer, or the name of a K policy (make_policy checks the range)."""
+    if text in POLICIES[1:]:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid K {text!r}: an integer >= 1, 'heuristic' or 'auto'") from None
+
+
+def flag(args, dest):
+    """The flag as the user spelled it (--max_tokens, --N, ...), else main.py's own."""
+    return args.spelled.get(dest, f"--{dest}")
+
+
+def apply_style_defaults(args):
+    """Defaults: gpt2np's, or LLMSpeculativeSampling's where its spellings were used; one style only."""
+    if len(args.styles) > 1:
+        mixed = " and ".join(f"{style}'s ({' '.join(flags)})" for style, flags in args.styles.items())
+        raise ValueError(f"the flags mix the spellings of {mixed}: use one style (or main.py's own flags)")
+    for dest, value in (LLMSS_DEFAULTS.items() if LLMSS in args.styles else ()):
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    args.benchmark, args.profiling = getattr(args, "benchmark", False), getattr(args, "profiling", False)
+    args.table = SS in args.styles
+    if args.n_tokens_to_generate is None:
+        args.n_tokens_to_generate = 200 if args.target_model_size is None else 40
+    if args.temperature is None:
+        args.temperature = 0.0
+    if args.num_runs is None:
+        args.num_runs = BENCHMARK_RUNS if args.benchmark else 1
+
+
+def check_drafting_args(args):
+    """--K, --K_max, --ngram_max: their ranges, and only where they mean something; then defaults."""
+    drafting = args.draft_model_size is not None or args.target_model_size is None  # default: the bundled pair
+    K = flag(args, "K")
+    if not drafting and args.K is not None:
+        raise ValueError(f"{K} needs a drafter: add {flag(args, 'draft_model_size')} (a model name, or ngram)")
+    if args.ngram_max is not None and args.draft_model_size != "ngram":
+        raise ValueError("--ngram_max applies to --draft_model_size ngram only")
+    if args.K_max is not None and args.K not in POLICIES[1:]:
+        raise ValueError(f"--K_max bounds {K} heuristic or {K} auto only (a fixed {K} is its own bound)")
+    for dest, value in (("K", args.K), ("K_max", args.K_max), ("ngram_max", args.ngram_max)):
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"{flag(args, dest)} must be at least 1{' (or heuristic / auto)' if dest == 'K' else ''}, "
+                             f"got {value}")
+    args.K, args.K_max, args.ngram_max = args.K or 4, args.K_max or 8, args.ngram_max or 3
+
+
+def check_args(args):
+    """Every check that needs no model, with the defaults filled in; a ValueError names the flag."""
+    apply_style_defaults(args)
+    if args.n_tokens_to_generate <= 0:
+        raise ValueError(f"{flag(args, 'n_tokens_to_generate')} must be positive, got {args.n_tokens_to_generate}")
+    check_drafting_args(args)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    if args.num_runs < 1:
+        raise ValueError(f"{flag(args, 'num_runs')} must be at least 1, got {args.num_runs}")
+    if args.seed < 0:  # np.random.default_rng refuses it too, but only after the models are loaded
+        raise ValueError(f"{flag(args, 'seed')} must be a non-negative integer, got {args.seed}")
+    for dest in ("target_model_size", "draft_model_size"):
+        if getattr(args, dest) is not None and not getattr(args, dest).strip():  # "" is not the default
+            raise ValueError(f"{flag(args, dest)} is empty: name a model (a size, a bundled name or a folder), "
+                             f"or leave the flag out")
+    gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)

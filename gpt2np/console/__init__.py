@@ -2,6 +2,8 @@
 
     repl.py      the loop: prompts in, tokens streamed out, commands
     commands.py  parsing the console's commands and settings
+    slash.py     the '/' commands (romsto/Speculative-Decoding's names) as ':' commands
+    flags.py     the command line and the settings it starts with
     runs.py      starting plain, speculative and cache-free runs
     display.py   traces and speedup tables
 

@@ -2,7 +2,8 @@
 
 Pure: no models, no printing, no decoding. console.py reads lines and shows results;
 runs.py is the one place that calls the decoders. A command is a line starting with ':'
-(`:temperature 0.8`, `:K auto 12`, `:sampling nucleus 0.9 0.8`); anything else is a prompt.
+(`:temperature 0.8`, `:K auto 12`, `:sampling nucleus 0.9 0.8`), or '/' (slash.py turns it into
+the ':' line with its meaning); anything else is a prompt.
 
 >>> outcome = parse_command(":sampling top_k 40 0.8", Settings())
 >>> outcome.settings.temperature, outcome.settings.top_k, outcome.settings.top_p
@@ -18,6 +19,7 @@ from gpt2np import check_sampling_options, is_greedy, make_policy
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")
+COMPARED = ("target", "speculative")  # what :compare runs
 GENERATOR_LABELS = {"target": "target-only", "draft": "draft-only", "speculative": "speculative"}
 SWITCH_WORDS = {"on": True, "off": False, "yes": True, "no": False, "true": True, "false": False,
                 "1": True, "0": False}
@@ -41,16 +43,17 @@ class Settings:
     speculative: bool = True      # which generators run on each prompt (GENERATORS)
     target: bool = False
     draft: bool = False
+    compare: bool = False         # target-only and speculative on every prompt, whatever the two above say
     trace: bool = False           # print every speculative round: drafts, p, q, accept / reject
-    cache: bool = True            # off: plain runs also recompute the whole context each step
+    cache: bool = True            # off: every run also runs again recomputing the whole context each step
 
     @property
     def sampling(self):
         return dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def enabled(self):
-        """The generators switched on, in the order they run."""
-        return [g for g in GENERATORS if getattr(self, g)]
+        """The generators that run on a prompt, in order: those switched on, and both compared ones."""
+        return [g for g in GENERATORS if getattr(self, g) or (self.compare and g in COMPARED)]
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,12 @@ def set_generator(name):
 
 
 def set_compare(s, args):
-    """Compare mode is target-only beside speculative: on switches both on, off leaves speculative."""
-    on = switch(args, s.target and s.speculative, ":compare")
+    """Compare mode: target-only beside speculative on every prompt. Its own setting: it changes
+    neither :target nor :speculative, and they never turn it on or off."""
+    on = switch(args, s.compare, ":compare")
     if on and s.drafter is None:
         raise CommandError("compare needs a drafter: :drafter ngram, or :drafter MODEL")
-    return replace(s, target=on, speculative=True)
+    return replace(s, compare=on)
 
 
 def set_value(command, field, parse):
@@ -202,9 +206,9 @@ COMMANDS = {
     "speculative": (":speculative [on|off]", "run speculative decoding", set_generator("speculative")),
     "target": (":target [on|off]", "run target-only", set_generator("target")),
     "draft": (":draft [on|off]", "run draft-only (a draft model alone)", set_generator("draft")),
-    "compare": (":compare [on|off]", "target-only beside speculative", set_compare),
+    "compare": (":compare [on|off]", "target-only beside speculative, whatever :target says", set_compare),
     "trace": (":trace [on|off]", "per round: drafts, p(x), q(x), min(1, p/q)", set_switch("trace")),
-    "cache": (":cache [on|off]", "KV cache; off: plain runs also recompute all", set_switch("cache")),
+    "cache": (":cache [on|off]", "KV cache; off: each run again, recomputing all", set_switch("cache")),
 }
 ACTIONS = {
     "drafter": (":drafter ngram|MODEL", "switch: prompt lookup, a model or folder"),
@@ -212,6 +216,9 @@ ACTIONS = {
     "help": (":help", "this help, with every setting's value"),
     "quit": (":quit", "leave (Ctrl-D and Ctrl-C too)"),
 }
+SLASH_HELP = ("'/' starts the same commands, and those of romsto/Speculative-Decoding's console:\n"
+              "  /gamma = :K, /length = :tokens, /processor = :sampling, /debug = :trace, "
+              "/drafter [on|off] = :draft, /drafter NAME = :drafter NAME")
 ALIASES = {"k": "K", "temp": "temperature", "t": "temperature", "n": "tokens", "n_tokens": "tokens",
            "length": "tokens", "processor": "sampling", "spec": "speculative", "debug": "trace",
            "kv": "cache", "h": "help", "?": "help", "exit": "quit", "q": "quit", "cls": "clear"}
@@ -232,7 +239,14 @@ def parse_command(line, settings):
     if name not in COMMANDS:
         raise CommandError(f"unknown command :{words[0]}: type :help for the list")
     new = checked(COMMANDS[name][2](settings, args))
-    return Outcome(new, message=describe_change(settings, new))
+    return Outcome(new, message=describe_change(settings, new) + compare_note(new, name))
+
+
+def compare_note(s, name):
+    """What a switch turned off does not stop while compare runs it anyway."""
+    if s.compare and name in COMPARED and not getattr(s, name):
+        return f" ({GENERATOR_LABELS[name]} still runs: compare is on; :compare off to stop it)"
+    return ""
 
 
 def with_drafter(settings, name):
@@ -263,7 +277,7 @@ def setting_values(s):
     return {"K": K, "temperature": f"{s.temperature:g}", "top_k": str(s.top_k or "off"),
             "top_p": f"{s.top_p:g}" if s.top_p else "off", "sampling": sampling_mode(s), "seed": str(s.seed),
             "tokens": str(s.n_tokens), "speculative": on(s.speculative), "target": on(s.target),
-            "draft": on(s.draft), "compare": on(s.target and s.speculative), "trace": on(s.trace),
+            "draft": on(s.draft), "compare": on(s.compare), "trace": on(s.trace),
             "cache": on(s.cache), "drafter": s.drafter or "none"}
 
 
@@ -281,4 +295,5 @@ def help_text(s):
     rows.insert(0, ("command", "now", "what it does"))
     usage_width, value_width = (max(len(row[i]) for row in rows) for i in (0, 1))
     lines = [f"  {usage:<{usage_width}}  {value:<{value_width}}  {what}" for usage, value, what in rows]
-    return "\n".join(["anything else is a prompt ('\\n' in it is a newline; '::' starts one with ':')", *lines])
+    return "\n".join(["anything else is a prompt ('\\n' in it is a newline; '::' or '//' starts one with ':' or '/')",
+                      SLASH_HELP, *lines])

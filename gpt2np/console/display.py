@@ -18,9 +18,9 @@ def trace_lines(event, n_round, tokenizer):
     label = lambda t: token_label(tokenizer, t)  # noqa: E731
     first = event.n_emitted - len(event.tokens) + 1
     head = f"  round {n_round} (tokens {first}-{event.n_emitted}): "
-    if not event.drafts:
-        return [head + f"no drafts (K={event.K}), target token {label(event.tokens[-1])}"]
-    lines = [head + f"K={event.K}, drafted " + " ".join(label(t) for t in event.drafts)]
+    if not event.drafts:  # a plain step: K = 0 chosen, or prompt lookup found nothing to propose
+        return [head + f"no drafts (K=0), target token {label(event.tokens[-1])}"]
+    lines = [head + f"K={len(event.drafts)}, drafted " + " ".join(label(t) for t in event.drafts)]
     for x, p, q, accepted in zip(event.drafts, event.p_at_drafts, event.q_at_drafts, event.decisions):
         lines.append(f"    {label(x):<8} p(x)={p:.4f}  q(x)={q:.4f}  min(1, p/q)={min(1.0, p / q):.4f}  "
                      + ("accepted" if accepted else "rejected"))

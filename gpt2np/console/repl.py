@@ -7,81 +7,31 @@
 Tokens stream as each round produces them, coloured by where they came from (green accepted
 draft, red target resample, blue bonus; only on a terminal without NO_COLOR), then one line of
 statistics per generator and, when several ran, a table of their throughput side by side.
-Lines starting with ':' are commands (:help lists them with every setting's value;
-commands.py parses them); runs.py is the only place that calls the decoders.
+Lines starting with ':' or '/' are commands (:help lists them with every setting's value;
+commands.py parses them, slash.py maps the '/' names); flags.py holds the command line;
+runs.py is the only place that calls the decoders.
 The console this replaces (the seed's infer.py) counted characters as tokens, reseeded the global
 generators and timed its draft-only run with the target's clock; here throughput is tokens per
 second from the decoders' own timings, and every run has its own np.random.default_rng(seed).
 """
-import argparse
 import os
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 from threadpoolctl import threadpool_limits
 
-from .commands import (GENERATOR_LABELS, CommandError, Settings, K_words, checked, help_text,
-                               parse_command, with_drafter)
+from .commands import GENERATOR_LABELS, CommandError, K_words, help_text, parse_command, with_drafter
 from .display import speedup_table, trace_lines
-from .runs import Run, consume, open_stream, without_cache
+from .flags import DEFAULT_TARGET, initial_settings, parse_args
+from .runs import Run, consume, open_stream
+from .slash import colon_line
 from gpt2np import DownloadError, check_same_vocabulary, is_greedy
-from ..report import OneLineErrorParser, TokenTexts, coloured, provenance_legend, stats_summary
+from ..report import TokenTexts, coloured, provenance_legend, stats_summary
+from ..report import command_error_line as one_line  # errors name the console's flags
 
-DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 CLEAR_SCREEN = "\033[H\033[2J"
 LOAD_ERRORS = (ValueError, OSError, DownloadError)  # bad names, missing or corrupt files, HTTP
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
-def parse_args(argv):
-    p = OneLineErrorParser(prog="python -m gpt2np.console", description=__doc__.split("\n")[0],
-                           formatter_class=HelpFormatter)
-    p.add_argument("--target_model_size", default=None,
-                   help=f"target: a size name (124M ...), a bundled name or a folder (default: {DEFAULT_TARGET})")
-    p.add_argument("--draft_model_size", default=None,
-                   help=f"drafter: a model name or folder, or 'ngram' (prompt lookup) (default with the default "
-                        f"target: {DEFAULT_DRAFT}; with another target: none until :drafter)")
-    p.add_argument("--ngram_max", type=int, default=3, help="prompt lookup's longest n-gram")
-    p.add_argument("--models_dir", default="weights", help="where OpenAI's release sizes are downloaded to")
-    p.add_argument("--mirror", default=None,
-                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--K", default="4", help="draft tokens per round, or 'heuristic' / 'auto'")
-    p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy")
-    p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (default: all)")
-    p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
-    p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator")
-    p.add_argument("--n_tokens_to_generate", type=int, default=None,
-                   help="new tokens per run (default: 200 with the bundled pair, 40 otherwise)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
-    return p.parse_args(argv)
-
-
-def initial_settings(args):
-    """Settings from the flags, checked like the commands that change them (one-line ValueError)."""
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be at least 1, got {args.threads}")
-    if args.ngram_max < 1:
-        raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
-    drafter = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
-    n_tokens = args.n_tokens_to_generate
-    if n_tokens is None:
-        n_tokens = 200 if args.target_model_size is None else 40
-    if n_tokens < 1:
-        raise ValueError(f"--n_tokens_to_generate must be positive, got {n_tokens}")
-    K = args.K if args.K in ("heuristic", "auto") else int(args.K) if args.K.lstrip("-").isdigit() else args.K
-    return checked(Settings(K=K, K_max=args.K_max, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed, n_tokens=n_tokens, drafter=drafter,
-                            speculative=drafter is not None, target=drafter is None))
-
-
-def one_line(error):
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+NO_CACHE = ", no KV cache"  # the label's suffix for a run recomputing the whole context
 
 
 class Console:
@@ -118,15 +68,15 @@ class Console:
     def handle(self, line):
         """Do what one typed line says; False means quit."""
         line = line.strip()
-        if line.startswith(":") and not line.startswith("::"):
+        if line.startswith((":", "/")) and not line.startswith(("::", "//")):
             return self.command(line)
         if line:
-            self.generate(line[1:] if line.startswith("::") else line)
+            self.generate(line[1:] if line.startswith(("::", "//")) else line)
         return True
 
     def command(self, line):
         try:
-            outcome = parse_command(line, self.settings)
+            outcome = parse_command(colon_line(line) if line.startswith("/") else line, self.settings)
         except CommandError as e:
             self.warn(str(e))
             return True
@@ -161,17 +111,16 @@ class Console:
             self.warn("every generator is off: switch one on (:speculative, :target or :draft)")
             return
         prompt_ids = self.target.tokenizer.encode(prompt) or [self.target.eot_id]
+        plan = [(g, use_cache) for g in s.enabled() for use_cache in ((True,) if s.cache else (True, False))]
         try:  # every check (context length, sampling options, K) before any forward pass
-            streams = {g: open_stream(g, self.target, self.drafter, prompt_ids, s) for g in s.enabled()}
+            streams = {(g, c): open_stream(g, self.target, self.drafter, prompt_ids, s, c) for g, c in plan}
         except ValueError as e:
             self.warn(one_line(e))
             return
         runs = []
         try:
-            for generator, stream in streams.items():
-                runs.append(self.run(generator, stream, prompt, runs))
-                if not s.cache and generator != "speculative":
-                    runs.append(self.run_without_cache(generator, prompt, prompt_ids, runs[-1]))
+            for (generator, use_cache), stream in streams.items():
+                runs.append(self.run(generator, stream, prompt, runs, use_cache))
         except KeyboardInterrupt:
             for stream in streams.values():
                 stream.close()
@@ -184,9 +133,9 @@ class Console:
     def model_of(self, generator):
         return self.target if generator == "target" else self.drafter.model
 
-    def run(self, generator, stream, prompt, runs):
+    def run(self, generator, stream, prompt, runs, use_cache=True):
         """Print one generator's tokens as they stream in, then its one-line summary."""
-        s, label = self.settings, GENERATOR_LABELS[generator]
+        s, label = self.settings, GENERATOR_LABELS[generator] + ("" if use_cache else NO_CACHE)
         name = (f"{self.target.name}, drafter {s.drafter}, {K_words(s)}" if generator == "speculative"
                 else self.model_of(generator).name)
         self.write(f"=== {label} ({name}) ===")
@@ -196,36 +145,32 @@ class Console:
         def show(event):
             self.out.write(coloured(texts.pieces(event.tokens), event.provenance, self.colour))
             self.out.flush()
-            if s.trace and generator == "speculative":
+            if s.trace and generator == "speculative" and use_cache:  # the no-cache run repeats it
                 traces.append(trace_lines(event, len(traces) + 1, self.target.tokenizer))
         seconds = consume(stream, show)
         self.write(texts.flush())
         if traces:
             self.write("trace (p = target, q = draft; a draft is accepted with probability min(1, p/q)):\n"
                        + "\n".join(sum(traces, [])))
-        stats = stream.result.stats if generator == "speculative" else None
-        run = Run(label, name, stream.tokens, seconds, stats)
-        line = f"{label}: {len(run.tokens)} tokens in {seconds:.3f} s, {run.tokens_per_second:.1f} tokens/s"
-        if stats is not None:
-            if self.colour:
-                self.write(provenance_legend(stream.provenance, self.colour))
-            base = next((r for r in runs if r.label == "target-only"), None)
-            speedup = base and run.tokens_per_second / base.tokens_per_second
-            line += " | " + stats_summary(stats, measured_speedup=speedup)
-        self.write(line)
+        run = Run(label, name, stream.tokens, seconds, stream.result.stats if generator == "speculative" else None)
+        self.write(summary_line(run, runs, stream.provenance, self.colour, use_cache))
         return run
 
-    def run_without_cache(self, generator, prompt, prompt_ids, cached):
-        """The same plain run recomputing the whole context each step, timed beside the cached one."""
-        label, model = f"{GENERATOR_LABELS[generator]}, no KV cache", self.model_of(generator)
-        self.write(f"=== {label} ({model.name}) ===")
-        self.out.flush()
-        tokens, seconds = without_cache(model, prompt_ids, self.settings)
-        run = Run(label, model.name, tokens, seconds)
-        self.write(prompt + self.target.tokenizer.decode(tokens))
-        self.write(f"{label}: {len(tokens)} tokens in {seconds:.3f} s, {run.tokens_per_second:.1f} tokens/s; "
-                   f"the KV cache is {cached.tokens_per_second / run.tokens_per_second:.2f}x faster")
-        return run
+
+def summary_line(run, runs, provenance, colour, use_cache):
+    """'label: N tokens in s, tokens/s', then a speculative run's statistics against target-only
+    (with the same cache setting), then what the KV cache bought (runs without it)."""
+    line = f"{run.label}: {len(run.tokens)} tokens in {run.seconds:.3f} s, {run.tokens_per_second:.1f} tokens/s"
+    by_label = {r.label: r for r in runs}
+    if run.stats is not None:
+        base = by_label.get(GENERATOR_LABELS["target"] + ("" if use_cache else NO_CACHE))
+        speedup = base and run.tokens_per_second / base.tokens_per_second
+        line = (provenance_legend(provenance, colour) + "\n" if colour else "") + line
+        line += " | " + stats_summary(run.stats, measured_speedup=speedup)
+    cached = by_label.get(run.label.removesuffix(NO_CACHE))
+    if not use_cache and cached is not None:
+        line += f"; the KV cache is {cached.tokens_per_second / run.tokens_per_second:.2f}x faster"
+    return line
 
 
 def typed_lines(stdin, interactive):
@@ -246,13 +191,14 @@ def typed_lines(stdin, interactive):
 
 def load(args, settings):
     """The target, BLAS threads for its size, and a Console holding the first drafter."""
-    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, base_url=args.mirror)
+    sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, **sources)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
         threadpool_limits(limits=threads, user_api="blas")
 
     def load_drafter(name):
-        return gpt2np.load_drafter(name, args.models_dir, base_url=args.mirror, n_max=args.ngram_max)
+        return gpt2np.load_drafter(name, args.models_dir, n_max=args.ngram_max, **sources)
     console = Console(target, settings, load_drafter)
     if settings.drafter is not None:
         console.drafter_named(settings.drafter)
@@ -271,7 +217,7 @@ def main(argv=None):
     if interactive:
         import readline  # noqa: F401  (importing it gives input() line editing and history)
         print(f"gpt2np console: target {console.target.name}, drafter {console.settings.drafter or 'none'}. "
-              "Type a prompt, or :help. Ctrl-D quits.")
+              "Type a prompt, or :help (or /help). Ctrl-D quits.")
     for line in typed_lines(sys.stdin, interactive):
         if not console.handle(line):
             break

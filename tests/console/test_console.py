@@ -50,7 +50,7 @@ def text_of(model, tokens, prompt=PROMPT):
 
 
 def test_greedy_runs_print_what_generate_gives_for_each_model(pair):
-    """Target-only, draft-only, speculative, and both plain runs without the KV cache, at temperature 0."""
+    """Target-only, draft-only, speculative, and each again without the KV cache, at temperature 0."""
     target, draft = pair
     out = run_console(f":temperature 0\n:tokens 30\n:target on\n:draft on\n:cache off\n{PROMPT}\n:quit\n")
     assert out.returncode == 0 and out.stderr == "", out.stderr
@@ -60,10 +60,11 @@ def test_greedy_runs_print_what_generate_gives_for_each_model(pair):
     assert want_target != want_draft  # otherwise the draft-only check below proves little
     assert sections(out.stdout) == {"target-only": [want_target], "target-only, no KV cache": [want_target],
                                     "draft-only": [want_draft], "draft-only, no KV cache": [want_draft],
-                                    "speculative": [want_target]}
+                                    "speculative": [want_target], "speculative, no KV cache": [want_target]}
     table = out.stdout.split("\ngenerator ")[1].splitlines()  # the side-by-side table, one row per run
     assert [row.split("  ")[0] for row in table[1:]] == ["target-only", "target-only, no KV cache", "draft-only",
-                                                         "draft-only, no KV cache", "speculative"]
+                                                         "draft-only, no KV cache", "speculative",
+                                                         "speculative, no KV cache"]
     assert "DIFFERS" not in out.stdout and table[-1].endswith("= target-only")
     assert re.search(r"^speculative: 30 tokens in [\d.]+ s, [\d.]+ tokens/s \| drafter shakespeare-260K, "
                      r"fixed K=4, alpha_hat [\d.]+, .* measured [\d.]+x$", out.stdout, flags=re.M), out.stdout
@@ -108,9 +109,9 @@ def test_every_setting_command_answers_with_what_changed_and_help_shows_it():
                 (":sampling plain", "temperature: 1, sampling: plain T=1"),
                 (":sampling top_k 5 0.5", "temperature: 0.5, top_k: 5, sampling: top_k 5 T=0.5"),
                 (":processor nucleus 0.8", "temperature: 1, top_k: off, top_p: 0.8, sampling: nucleus 0.8 T=1"),
-                (":seed 3", "seed: 3"), (":tokens 17", "tokens: 17"), (":target on", "target: on, compare: on"),
-                (":draft", "draft: on"), (":speculative off", "speculative: off, compare: off"),
-                (":compare on", "speculative: on, compare: on"), (":compare off", "target: off, compare: off"),
+                (":seed 3", "seed: 3"), (":tokens 17", "tokens: 17"), (":target on", "target: on"),
+                (":draft", "draft: on"), (":speculative off", "speculative: off"),
+                (":compare on", "compare: on"), (":compare off", "compare: off"),
                 (":trace on", "trace: on"), (":cache off", "cache: off"), (":seed 3", "unchanged")]
     script = "\n".join(c for c, _ in commands) + "\n:drafter ngram\n:help\n:clear\n:quit\nnever run\n"
     out = run_console(script)
@@ -121,7 +122,8 @@ def test_every_setting_command_answers_with_what_changed_and_help_shows_it():
     now = {line.split()[0]: line for line in lines[len(commands) + 2:]}  # help: command, value now, what
     for command, value in [(":K", "heuristic <= 12"), (":temperature", "1"), (":top_p", "0.8"), (":seed", "3"),
                            (":sampling", "nucleus 0.8 T=1"), (":tokens", "17"), (":trace", "on"),
-                           (":cache", "off"), (":draft", "off"), (":drafter", "ngram"), (":speculative", "on")]:
+                           (":cache", "off"), (":draft", "off"), (":drafter", "ngram"), (":speculative", "off"),
+                           (":target", "on"), (":compare", "off")]:
         assert re.search(rf"\s{re.escape(value)}\s", now[command]), (command, value, now[command])
     assert set(now) >= {":target", ":compare", ":top_k", ":clear", ":help", ":quit"}
     assert "\033" not in out.stdout and "never run" not in out.stdout  # no escapes into a pipe; quit quits
@@ -280,9 +282,11 @@ def test_bad_flags_exit_2_with_one_line(capsys, argv, message):
     (":K auto", Settings(), {"K": "auto", "K_max": 8}),
     (":sampling nucleus 0.95", Settings(top_k=7), {"temperature": 1.0, "top_k": None, "top_p": 0.95}),
     (":top_p none", Settings(top_p=0.5), {"top_p": None}),
-    (":compare", Settings(drafter="d"), {"target": True, "speculative": True}),
-    (":compare", Settings(drafter="d", target=True, speculative=False), {"target": True, "speculative": True}),
-    (":compare off", Settings(drafter="d", target=True), {"target": False, "speculative": True}),
+    (":compare", Settings(drafter="d"), {"compare": True, "target": False, "speculative": True}),
+    (":compare", Settings(drafter="d", target=True, speculative=False),
+     {"compare": True, "target": True, "speculative": False}),
+    (":compare off", Settings(drafter="d", target=True, compare=True), {"compare": False, "target": True}),
+    (":target on", Settings(drafter="d"), {"compare": False, "target": True, "speculative": True}),
     (":cache", Settings(), {"cache": False}),
     (":n 9", Settings(), {"n_tokens": 9}),
 ])

@@ -1,0 +1,66 @@
+"""The console's command-line flags: main.py's model, loading and sampling flags (--models_dir,
+--mirror, --hf_endpoint as every command has them), and the first settings they give."""
+import argparse
+
+from .commands import Settings, checked
+from gpt2np import bundled_models
+from ..report import OneLineErrorParser
+
+DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def parse_args(argv):
+    p = OneLineErrorParser(prog="python -m gpt2np.console", description="An interactive console over gpt2np: "
+                           "type a prompt, watch speculative decoding write it, change settings, repeat.",
+                           formatter_class=HelpFormatter)
+    bundled = ", ".join(bundled_models()) or "none"
+    p.add_argument("--target_model_size", default=None,
+                   help=f"target: 124M, 355M, 774M, 1558M, a bundled name ({bundled}), a Hub name "
+                        f"hf:owner/name[@revision], or a folder (default: {DEFAULT_TARGET})")
+    p.add_argument("--draft_model_size", default=None,
+                   help=f"drafter: a model named like the target, or 'ngram' (prompt lookup) (default with the "
+                        f"default target: {DEFAULT_DRAFT}; with another target: none until :drafter)")
+    p.add_argument("--ngram_max", type=int, default=3, help="prompt lookup's longest n-gram")
+    p.add_argument("--models_dir", default="weights",
+                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
+                        "are downloaded to")
+    p.add_argument("--mirror", default=None,
+                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--hf_endpoint", default=None,
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
+                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
+    p.add_argument("--K", default="4", help="draft tokens per round, or 'heuristic' / 'auto'")
+    p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy")
+    p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (default: all)")
+    p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
+    p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator")
+    p.add_argument("--n_tokens_to_generate", type=int, default=None,
+                   help="new tokens per run (default: 200 with the bundled pair, 40 otherwise)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
+    return p.parse_args(argv)
+
+
+def initial_settings(args):
+    """Settings from the flags, checked like the commands that change them (one-line ValueError)."""
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    if args.ngram_max < 1:
+        raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
+    drafter = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
+    n_tokens = args.n_tokens_to_generate
+    if n_tokens is None:
+        n_tokens = 200 if args.target_model_size is None else 40
+    if n_tokens < 1:
+        raise ValueError(f"--n_tokens_to_generate must be positive, got {n_tokens}")
+    K = args.K if args.K in ("heuristic", "auto") else int(args.K) if args.K.lstrip("-").isdigit() else args.K
+    return checked(Settings(K=K, K_max=args.K_max, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, seed=args.seed, n_tokens=n_tokens, drafter=drafter,
+                            speculative=drafter is not None, target=drafter is None))
+

@@ -10,7 +10,9 @@ Dimension names used in every shape comment:
 Everything is float32. NumPy 2 promotes float32 arrays mixed with float64 *arrays or NumPy
 scalars* to float64 (11x slower), so constants below are Python floats, which never promote.
 
-The slow, cache-free oracle this file is tested against lives in reference.py.
+The slow, cache-free oracle this file is tested against lives in reference.py. Rows with explicit
+positions and an attention scope (a token tree's nodes; later, packed sequences) are described in
+rows.py; GPT2.forward_rows runs them through the same layers as forward, with that scope's mask.
 """
 import functools
 import math
@@ -19,6 +21,7 @@ import numpy as np
 
 from .fast.blocked_attention import attention_in_blocks
 from .kv_cache import KVCache, check_cache
+from .rows import check_rows, scope_mask
 from .fast.matmul import matmul
 from .fast.threads import in_row_blocks, rowwise, threads_allowed
 
@@ -196,6 +199,33 @@ def gpt2_forward(ids, params, n_head, cache, n_logits=1):  # [n_seq] -> [n_logit
     return matmul(x, params["wte"].T)                             # tied head: [n_logits, n_vocab]
 
 
+def rows_block(x, block, cache, layer, n_head, mask):  # [n_seq, n_embd] -> [n_out, n_embd], n_out = len(mask)
+    """transformer_block with a given additive mask [n_out, n_past + n_seq] instead of the causal one
+    (rows.py): every row's key and value go to the cache, the last n_out rows' queries attend."""
+    n_past, n_out = len(cache), len(mask)
+    cache_k, cache_v = cache.k[layer], cache.v[layer]
+    q, k, v = qkv_heads(layer_norm(x, **block["ln_1"]), block["attn"]["c_attn"], n_head, n_out)
+    cache_k[:, n_past:n_past + len(x)] = k                      # row order, whatever the positions
+    cache_v[:, n_past:n_past + len(x)] = v
+    heads = attention(q, cache_k[:, :n_past + len(x)], cache_v[:, :n_past + len(x)], mask)  # [n_head, n_out, d_head]
+    x = linear(merge_heads(heads), **block["attn"]["c_proj"], residual=x[len(x) - n_out:])  # [n_out, n_embd]
+    return ffn(layer_norm(x, **block["ln_2"]), block["mlp"], residual=x)
+
+
+def gpt2_rows_forward(ids, positions, scope, params, n_head, cache, n_logits, n_shared):  # -> [n_logits, n_vocab]
+    """gpt2_forward for rows at the given positions, each seeing the first n_shared cached positions
+    and the rows its scope names (rows.py); logits for the last n_logits rows. Always the plain
+    attention with a mask: a tree's few rows never need the blocks that a long chain's prefill takes."""
+    mask = scope_mask(scope, n_shared)                            # [n_seq, n_past + n_seq]
+    x = params["wte"][ids] + params["wpe"][positions]              # [n_seq, n_embd]
+    n_layer = len(params["blocks"])
+    for layer, block in enumerate(params["blocks"]):              # the last layer: only n_logits rows out
+        x = rows_block(x, block, cache, layer, n_head, mask if layer < n_layer - 1 else mask[-n_logits:])
+    cache.length += len(ids)
+    x = layer_norm(x, **params["ln_f"])                           # [n_logits, n_embd]
+    return matmul(x, params["wte"].T)                             # [n_logits, n_vocab]
+
+
 def token_id_array(ids, n_vocab, what="token ids"):  # [n_seq] -> [n_seq] integer array
     """ids as a 1-D integer array, or a one-line ValueError saying what is wrong with them.
 
@@ -228,7 +258,8 @@ class GPT2:
     """A GPT-2 model behind the interface the generation loops use.
 
     n_vocab, n_ctx, eot_id; new_cache(); forward(ids, cache, n_logits) -> [n_logits, n_vocab].
-    The toy models in toy_models.py implement the same interface.
+    The toy models in toy_models.py implement the same interface. forward_rows: rows with explicit
+    positions and scope (a token tree's nodes, rows.py).
     """
 
     def __init__(self, config, params, tokenizer=None, name=None):
@@ -256,3 +287,23 @@ class GPT2:
             raise ValueError(
                 f"{len(cache)} cached + {n_seq} new tokens exceed the context of {self.n_ctx} tokens")
         return gpt2_forward(ids, self.params, self.config.n_head, cache, n_logits)
+
+    def forward_rows(self, ids, positions, scope, cache, n_logits=None, n_shared=None):  # -> [n_logits, n_vocab]
+        """Feed ids after the cached tokens, row i at positions[i] and seeing the first n_shared cached
+        positions (default: all) and the rows j with scope[i, j]: the cached rows after n_shared,
+        then the new rows (rows.py). Logits of the last n_logits rows (default: every row). The
+        cache then holds every row, in row order: cache.keep_rows(n_past, path) keeps an accepted
+        path. A tree: forward_rows(tokens, rows.tree_positions(parents, n_past), rows.tree_scope(parents), cache).
+        """
+        ids = token_id_array(ids, self.n_vocab)
+        n_seq = len(ids)
+        n_logits = n_seq if n_logits is None else n_logits
+        if isinstance(n_logits, bool) or not isinstance(n_logits, (int, np.integer)) \
+                or n_seq == 0 or not 1 <= n_logits <= n_seq:
+            raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")
+        c = self.config
+        check_cache(cache, (c.n_layer, c.n_head, c.n_ctx, c.d_head), self.name)
+        if len(cache) + n_seq > self.n_ctx:
+            raise ValueError(f"{len(cache)} cached + {n_seq} new rows exceed the context of {self.n_ctx} tokens")
+        positions, scope, n_shared = check_rows(positions, scope, n_seq, self.n_ctx, len(cache), n_shared)
+        return gpt2_rows_forward(ids, positions, scope, self.params, c.n_head, cache, n_logits, n_shared)

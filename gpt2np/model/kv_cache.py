@@ -8,7 +8,8 @@ every step; picoGPT has no cache at all).
 Rolling back is the operation speculative decoding needs: after the target rejects some draft
 tokens, the cache must look as if those tokens had never been fed. Because attention only ever
 reads positions [0, len(cache)), rolling back is just lowering the length: the stale rows past
-it are overwritten by the next tokens fed.
+it are overwritten by the next tokens fed. A token tree's pass (rows.py) writes every node; keeping
+the accepted path is keep_rows, which moves its rows down to where a plain pass would have put them.
 
 >>> cache = KVCache.allocate(n_layer=2, n_head=2, n_ctx=8, d_head=4)
 >>> cache.k.shape, len(cache)
@@ -52,6 +53,32 @@ class KVCache:
 
     def copy(self):
         return KVCache(self.k.copy(), self.v.copy(), self.length)
+
+    def keep_rows(self, n_past, rows):
+        """Keep the first n_past positions, then only the given rows of those fed after them, moved
+        to n_past, n_past + 1, ...: after a token tree's pass (rows.py), the accepted path's nodes,
+        wherever they lie among the tree's flattened rows. keep_rows(n, []) is truncate(n).
+
+        Each kept row's key carries the position it was computed at, so keep only rows whose
+        positions were n_past, n_past + 1, ... in the order given (a root-to-node path of the tree).
+
+        >>> cache = KVCache.allocate(n_layer=1, n_head=1, n_ctx=8, d_head=1)
+        >>> cache.k[0, 0, :6, 0] = [10, 11, 20, 21, 22, 23]; cache.length = 6
+        >>> cache.keep_rows(2, [0, 2]); len(cache), cache.k[0, 0, :len(cache), 0].tolist()
+        (4, [10.0, 11.0, 20.0, 22.0])
+        """
+        if isinstance(n_past, bool) or not isinstance(n_past, (int, np.integer)) or not 0 <= n_past <= self.length:
+            raise ValueError(f"cache.keep_rows needs an integer 0 <= n_past <= {self.length}, got {n_past!r}")
+        rows = np.asarray(rows) if len(rows) else np.zeros(0, np.int64)  # [n_keep]
+        n_new = self.length - n_past
+        if rows.ndim != 1 or rows.dtype.kind not in "iu" or ((rows < 0) | (rows >= n_new)).any() \
+                or len(np.unique(rows)) != len(rows):
+            raise ValueError(f"cache.keep_rows needs distinct rows in [0, {n_new}) (the rows fed after "
+                             f"position {n_past}), got {rows.tolist()}")
+        kept = slice(n_past, n_past + len(rows))
+        self.k[:, :, kept] = self.k[:, :, n_past + rows]  # fancy indexing copies first: no row is
+        self.v[:, :, kept] = self.v[:, :, n_past + rows]  # overwritten before it is read
+        self.length = n_past + len(rows)
 
 
 def check_cache(cache, shape, owner):

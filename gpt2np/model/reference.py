@@ -4,7 +4,9 @@ This is the oracle the fast path in forward.py is tested against (tests/model/te
 baseline a picoGPT-style implementation gives (bench/). It shares nothing with forward.py: its
 GELU, layer norm and softmax are its own, written as the formulas, so an error in the fast
 path's versions cannot hide in the oracle. Attention is written out per head with an explicit full causal mask,
-and every call recomputes the whole sequence from scratch.
+and every call recomputes the whole sequence from scratch. gpt2_rows_reference is the oracle of
+forward_rows (rows.py): the same equations with each token's own position and an explicit
+visibility matrix V (query i sees key j where V[i, j]) in place of the causal triangle.
 
     h_0   = W_te[tokens] + W_pe[0..n_seq)
     a_l   = h_{l-1} + concat_heads(softmax(Q K^T / sqrt(d_head) + M) V) W_o + b_o,
@@ -35,15 +37,16 @@ def softmax(x):  # [..., n] -> [..., n]
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def reference_attention_head(q, k, v):  # 3 x [n_seq, d_head] -> [n_seq, d_head]
+def reference_attention_head(q, k, v, visible=None):  # 3 x [n_seq, d_head] -> [n_seq, d_head]
     n_seq, d_head = q.shape
-    future = np.triu(np.ones((n_seq, n_seq), dtype=bool), k=1)  # [n_seq, n_seq] True above the diagonal
+    if visible is None:                                        # [n_seq, n_seq]: causal, on and below the diagonal
+        visible = np.tril(np.ones((n_seq, n_seq), dtype=bool))
     scores = q @ k.T / math.sqrt(d_head)                      # [n_seq, n_seq]
-    scores = np.where(future, -np.inf, scores)                 # a token never sees the future
+    scores = np.where(visible, scores, -np.inf)                # a token never sees the future
     return softmax(scores) @ v                                 # [n_seq, d_head]
 
 
-def reference_block(x, block, n_head):  # [n_seq, n_embd] -> [n_seq, n_embd]
+def reference_block(x, block, n_head, visible=None):  # [n_seq, n_embd] -> [n_seq, n_embd]
     n_embd = x.shape[1]
     d_head = n_embd // n_head
     h = layer_norm(x, **block["ln_1"])
@@ -52,7 +55,7 @@ def reference_block(x, block, n_head):  # [n_seq, n_embd] -> [n_seq, n_embd]
     heads = []
     for i in range(n_head):                                    # one head at a time
         cols = slice(i * d_head, (i + 1) * d_head)
-        heads.append(reference_attention_head(q[:, cols], k[:, cols], v[:, cols]))
+        heads.append(reference_attention_head(q[:, cols], k[:, cols], v[:, cols], visible))
     attn = np.concatenate(heads, axis=1)                       # [n_seq, n_embd]
     x = x + attn @ block["attn"]["c_proj"]["w"] + block["attn"]["c_proj"]["b"]
     h = layer_norm(x, **block["ln_2"])
@@ -69,3 +72,27 @@ def gpt2_reference(ids, params, config):  # [n_seq] -> [n_seq, n_vocab]
     for block in params["blocks"]:
         x = reference_block(x, block, config.n_head)
     return layer_norm(x, **params["ln_f"]) @ params["wte"].T    # [n_seq, n_vocab]
+
+
+def rows_visibility(n_past, scope):  # [n_seq, n_seq] bool -> [n_past + n_seq, n_past + n_seq] bool
+    """Who sees whom among the prefix and the rows: the prefix causally, every row the whole prefix,
+    rows each other where scope says; no prefix token sees a row."""
+    n_seq = len(scope)
+    visible = np.zeros((n_past + n_seq, n_past + n_seq), dtype=bool)
+    visible[:n_past, :n_past] = np.tril(np.ones((n_past, n_past), dtype=bool))
+    visible[n_past:, :n_past] = True
+    visible[n_past:, n_past:] = scope
+    return visible
+
+
+def gpt2_rows_reference(prefix_ids, ids, positions, scope, params, config):  # -> [n_seq, n_vocab]
+    """Logits of the rows ids (row i at positions[i], seeing the prefix and the rows j with
+    scope[i, j]) after prefix_ids at positions 0..n_past-1, recomputed from scratch (no KV cache)."""
+    n_past = len(prefix_ids)
+    tokens = np.concatenate([np.asarray(prefix_ids, dtype=np.int64), np.asarray(ids, dtype=np.int64)])
+    where = np.concatenate([np.arange(n_past), np.asarray(positions, dtype=np.int64)])  # [n_past + n_seq]
+    x = params["wte"][tokens] + params["wpe"][where]              # [n_past + n_seq, n_embd]
+    visible = rows_visibility(n_past, np.asarray(scope, dtype=bool))
+    for block in params["blocks"]:
+        x = reference_block(x, block, config.n_head, visible)
+    return (layer_norm(x, **params["ln_f"]) @ params["wte"].T)[n_past:]  # [n_seq, n_vocab]

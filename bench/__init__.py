@@ -1,10 +1,12 @@
-"""gpt2np's benchmark suite: speed against the machine's own limits (issue 5).
+"""gpt2np's benchmark suite: speed against the machine's own limits.
 
     python -m bench                                  # 124M and 355M, every section (< 10 min)
     python -m bench --large                          # adds 774M and 1558M
     python -m bench --sections decode,verify --sizes 355M --json bench/results/after.json \\
                     --compare bench/results/before.json   # one section, before/after
     python -m bench --tiny                           # seconds, tiny configs: the test suite's run
+    python -m bench --sections policies --sizes 1558M --pair 124M,1558M --policy-repeats 5 \
+                    --policy-Ks 2,4,6 --policy-alphas 0.3,0.8   # K policies, gpt2 drafting for gpt2-xl
 
 No downloads: every model is gpt2np.random_model of a preset's shape, unless --sizes / --pair name a
 model as main.py does (a folder in either layout, hf:owner/name), which is loaded with its own weights.
@@ -15,9 +17,11 @@ One file per section:
                   and the verification curve t(M) / t(1) for M = 1..9 new tokens at contexts 128 and 896
   spec.py         speculative decoding with draft = target and with a forced-acceptance drafter
                   (forced_draft.py) at 124M -> 355M shapes, measured vs Thm 3.8 and its refinement;
-                  the forced runs again after an 896-token prompt (issue 14: do the speedups hold?)
-  policies.py     K policies (every fixed K vs heuristic vs auto) at forced alpha with the 124M draft
-                  and with a drafter of prompt lookup's cost; the real n-gram drafter on the bundled pair
+                  the forced runs again after an 896-token prompt (do the speedups hold?)
+  policies.py     section "policies": K policies (fixed Ks vs heuristic vs auto) at forced alpha with
+                  the pair's draft and with a drafter of prompt lookup's cost, over --policy-repeats coin
+                  seeds (median and worst seed); with "speculative": the real n-gram drafter on the
+                  bundled pair
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
@@ -51,7 +55,8 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               alpha_nominal, alpha_hat, c, v, speedup, speedup_end_to_end, predicted_thm38,
               predicted_refined, refined_error, ...},
               policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto), speedup,
-              predicted_refined, refined_error, alpha_hat, c, rounds and K_counts (summed over repeats), exact}
+              predicted_refined, refined_error, alpha_hat, c, rounds and K_counts (summed over repeats), exact,
+              speedups (one per coin seed)}, Ks (the fixed Ks)
   bundled_lookup  rows[] of the same shape: prompt lookup vs the bundled draft model, real alpha
   reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated
   overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],
@@ -62,14 +67,14 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               measured (in gpt2np.model.fast.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
               ratio["1".."16"] (gpt2np), ratio_plain["1".."16"], one_token_s, decode_s, roofline_s,
               vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv), runs[] (each worker's own JSON)}
-  targets     [{target, measured, goal, met}]: issues 5, 10 and 14's targets wherever this run measured them
-              (issue 14: prefill@512 numpy / HF at 124M and 355M, decode@896 / roofline and
-              forward M=5 / M=1 at context 896 at 355M)
+  targets     [{target, measured, goal, met}]: the project's speed targets wherever this run measured them
+              (among them prefill@512 numpy / HF at 124M and 355M, decode@896 / roofline and
+              forward M=5 / M=1 at context 896 at 355M, auto K against the best fixed K)
 Median of `--repeats` timed runs after a warm-up everywhere; ratios are paired run by run.
-Before issue 14, prefill was one dict (128 tokens) and verify one curve (context 128):
+Older files kept prefill as one dict (128 tokens) and verify as one curve (context 128):
 compare.py reads both shapes.
 """
 import gpt2np  # noqa: F401,E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 
-SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "reference", "overhead", "memory", "kernels",
+SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "policies", "reference", "overhead", "memory", "kernels",
             "hf")

@@ -45,7 +45,12 @@ def parse_args(argv):
     ap.add_argument("--K", type=int, default=4, help="draft tokens per speculative round")
     ap.add_argument("--alphas", default="0.5,0.8,1.0", help="forced acceptance rates of the benchmark drafter")
     ap.add_argument("--policy-repeats", type=int, default=1,
-                    help="repeats of the K-policy sweep (20 runs per alpha; about 10 minutes each at 355M)")
+                    help="coin seeds of the K-policy sweep, one repeat each (20 runs per alpha; ~10 minutes at 355M)")
+    ap.add_argument("--policy-alphas", default="0.3,0.6,0.8,1.0", help="forced acceptance rates of the K-policy sweep")
+    ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
+    ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")
+    ap.add_argument("--policy-drafters", default="model,lookup",
+                    help="the sweep's drafters: model (the pair's draft, forced acceptance), lookup (prompt lookup's cost)")
     ap.add_argument("--spec-tokens", type=int, default=None,
                     help="tokens per speculative/baseline run; default 6 (K+1), so that alpha = 1 runs end on a "
                          "full round (a clamped last round would bias tokens per round low)")
@@ -76,6 +81,7 @@ def make_plan(args):
         raise SystemExit(f"--kernel-rounds must be >= 1, got {args.kernel_rounds}")
     if args.policy_repeats < 1:
         raise SystemExit(f"--policy-repeats must be >= 1, got {args.policy_repeats}")
+    policy = policy_options(args)
     alphas = tuple(float(a) for a in args.alphas.split(","))
     if args.tiny:
         return tiny_plan(repeats=min(args.repeats, 2), alphas=alphas)
@@ -90,9 +96,24 @@ def make_plan(args):
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
                      policy_repeats=args.policy_repeats, spec_long_prompt=args.spec_long_prompt,
                      reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
-                     kernel_rounds=args.kernel_rounds,
+                     kernel_rounds=args.kernel_rounds, **policy,
                      configs={**PRESETS, **{name: named_config(name) for name in named}})
     return plan
+
+
+def policy_options(args):
+    """--policy-*: the K-policy sweep's alphas, fixed Ks, tokens and drafters (one-line errors)."""
+    try:
+        alphas = tuple(float(a) for a in args.policy_alphas.split(","))
+        Ks = tuple(int(K) for K in args.policy_Ks.split(",") if K.strip())
+    except ValueError as e:
+        raise SystemExit(f"--policy-alphas / --policy-Ks: {e}") from None
+    drafters = tuple(d.strip() for d in args.policy_drafters.split(",") if d.strip())
+    if not all(0 <= a <= 1 for a in alphas) or not all(1 <= K <= 8 for K in Ks) or args.policy_tokens < 2:
+        raise SystemExit("--policy-alphas must lie in [0, 1], --policy-Ks in 1..8, --policy-tokens >= 2")
+    if not drafters or set(drafters) - {"model", "lookup"}:
+        raise SystemExit(f"--policy-drafters: model and/or lookup, got {args.policy_drafters!r}")
+    return dict(policy_alphas=alphas, policy_Ks=Ks, policy_tokens=args.policy_tokens, policy_drafters=drafters)
 
 
 def named_config(name):

@@ -4,7 +4,8 @@ Bandwidth is the best of three ways of streaming one buffer larger than the last
   sum         np.sum over the flat buffer (one thread, NumPy's pairwise sum: often compute-bound)
   gemv        A @ x with A [rows, cols] C-contiguous (BLAS sgemv, all BLAS threads)
   row_matmul  x @ W with x [1, rows]: the product a decode step makes for every weight
-A naive NumPy read underestimates what the decode loop can stream (perf-notes.md), so the
+A naive NumPy read underestimates what the decode loop can stream (one thread's sum reads
+slower than BLAS's gemv on all threads), so the
 roofline uses the best of them: roofline per token = fp32 weight bytes per token / bandwidth.
 With --threads, gemv and row_matmul are measured once more with every CPU as a BLAS thread, and
 the best of all is still the roofline's bandwidth.

@@ -1,6 +1,6 @@
 """What checking the .npy cache costs: cached loads with and without each tensor's CRC32C check.
 
-    python -m bench.cache_check            # 355M (issue 16: "the cache check's cost at 355M")
+    python -m bench.cache_check            # 355M: the cache check's cost at 355M
     python -m bench.cache_check --size 124M --repeats 3
 
 Writes gpt2np.random_model(PRESETS[size])'s weights as a real-format checkpoint in a temporary

@@ -3,7 +3,8 @@
 Every section takes a Plan (what to measure, at which sizes, how often) and returns plain dicts
 that go into the JSON unchanged. Timings are medians over `repeats` runs after one warm-up run;
 ratios are taken run by run (numerator and denominator timed back to back) and then the median,
-because this shared 2-core host drifts by 30-50 % within minutes (../shared/docs/perf-notes.md).
+because a shared 2-core host drifts by 30-50 % within minutes (measured on the machines this
+project was built on: PERFORMANCE.md).
 """
 import statistics
 import sys
@@ -27,7 +28,7 @@ class Plan:
     repeats: int = 5                # timed runs per measurement, after one warm-up run
     prompt_len: int = 128           # the prompt of the reference comparison (baseline.py)
     prefill_lens: tuple = (128, 512, 1000)  # prefill is measured at each of these prompt lengths
-    prefill_target_len: int = 512   # issue 14's prefill target (numpy / HF) is stated at this length
+    prefill_target_len: int = 512   # the prefill target (numpy / HF) is stated at this length
     contexts: tuple = (128, 512, 896)  # decode s/token is measured with this many tokens cached
     verify_contexts: tuple = (128, 896)  # the verification curve is measured after each of these contexts
     verify_context: int = 128       # the context of everything else that needs one (hf decode, targets)
@@ -40,10 +41,12 @@ class Plan:
     alphas: tuple = (0.5, 0.8, 1.0)  # forced acceptance rates for the benchmark-only drafter
     pair: tuple = ("124M", "355M")  # (draft, target) shapes for the forced-acceptance runs
     policy_alphas: tuple = (0.3, 0.6, 0.8, 1.0)  # forced alphas of the K-policy sweep (policies.py)
-    policy_K_max: int = 8           # fixed K = 1..policy_K_max, and the bound of heuristic / auto
+    policy_K_max: int = 8           # the bound of heuristic / auto, and fixed K = 1..policy_K_max unless policy_Ks
+    policy_Ks: tuple = ()           # the fixed Ks of the sweep (empty: 1..policy_K_max)
+    policy_drafters: tuple = ("model", "lookup")  # the sweep's drafters (policies.py)
     policy_tokens: int = 100        # tokens per run of the sweep: at 40 (~15 rounds) auto's first, learning
                                     # rounds are a large share of every run (PERFORMANCE.md, K policies)
-    policy_repeats: int = 1         # the sweep is 20 runs per alpha (~10 min at 355M): one repeat
+    policy_repeats: int = 1         # coin seeds of the sweep (repeat r: seed r); 20 runs per alpha (~10 min at 355M)
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)
@@ -113,7 +116,7 @@ def weight_bytes_per_token(config):
 
     Per block: c_attn 3d² + 3d, attn c_proj d² + d, c_fc 4d² + 4d, mlp c_proj 4d² + d, two layer
     norms 4d. The tied output head reads all of wte (V·d) once; ln_f is 2d. The embedding rows
-    gathered for the input token (2d) are left out, as in perf-notes.md.
+    gathered for the input token (2d) are left out: two rows, negligible beside the rest.
     """
     d, L, V = config.n_embd, config.n_layer, config.n_vocab
     return BYTES_PER_FLOAT * (L * (12 * d * d + 13 * d) + V * d + 2 * d)

@@ -3,7 +3,7 @@
     python -m bench.compare bench/results/before.json bench/results/after.json
 
 Only numbers present in both files are compared, so a run of one section compares with a full run.
-Files written before issue 14 (prefill a single dict, verify a single curve) are read as results
+Older files (prefill a single dict, verify a single curve) are read as results
 at their one length / context, so their numbers line up with the same ones of a newer run.
 Absolute times drift on a shared host; prefer ratios (x roofline, M=5/M=1, speedups), or run the
 before and after back to back.

@@ -12,7 +12,7 @@ both see the same machine state:
            hf["prefill_workers"] = what each worker ran (hf_call: logits_to_keep,
            num_logits_to_keep or plain; threads; versions), or {"skipped": why} if a worker failed.
            Random weights of the size's shape in both workers, also for a named model.
-numpy_over_hf < 1 means gpt2np is faster (issue 5's target at 355M: decode <= 1; issue 14's:
+numpy_over_hf < 1 means gpt2np is faster (the target at 355M: decode <= 1; prefill's:
 prefill of 512 tokens <= 1 at 124M and 355M).
 """
 from . import prefill_pair

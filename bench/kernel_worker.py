@@ -52,7 +52,7 @@ def gemv_bandwidth(n_bytes, repeats):
 def measure(config, context, max_m, repeats, bandwidth_bytes):
     kernel = gpt2np.model.fast.matmul.KERNEL
     log(f"{kernel}: building a random model ({config.n_layer} layers, n_embd {config.n_embd})")
-    model = gpt2np.random_model(config, seed=0)
+    model = gpt2np.random_model(config, seed=0, tokenizer=None)
     cache = model.new_cache()
     fill_cache(model, cache, random_ids(context, config.n_vocab))
     extra = random_ids(max_m, config.n_vocab, seed=2)

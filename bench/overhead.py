@@ -50,7 +50,7 @@ def per_call_overhead(plan, gemm_gflops, calls):
     points = []
     for n_layer in plan.overhead_layers:
         config = GPT2Config(n_vocab=64, n_ctx=2 * context, n_embd=64, n_head=16, n_layer=n_layer)
-        model = gpt2np.random_model(config, seed=0)
+        model = gpt2np.random_model(config, seed=0, tokenizer=None)
         t = time_call(model, context, calls, max(plan.repeats, 3))
         flop_s = forward_flops(config, 1, context) / (gemm_gflops * 1e9)
         points.append({"n_layer": n_layer, "seconds": t, "flop_seconds": flop_s, "overhead_s": t - flop_s})

@@ -1,16 +1,18 @@
-"""Drafters and K policies, measured (issue 10): every fixed K against "heuristic" and "auto".
+"""Drafters and K policies, measured: every fixed K against "heuristic" and "auto".
 
 At the pair's shapes (random 124M draft -> 355M target), greedy, for each forced acceptance rate
 alpha in plan.policy_alphas, two drafters:
   model    the 124M draft around forced_draft.ForcedAcceptanceDraft: a real draft's cost (c ~ 0.35)
   lookup   ForcedLookupDrafter below: proposes like prompt lookup (one-hot q, a few microseconds,
            c ~ 0), agreeing with the target's greedy token with probability alpha
-and for each, K = 1..plan.policy_K_max fixed, then heuristic and auto (K_max = plan.policy_K_max).
-One repeat = a plain-decoding baseline, then every run of one alpha, back to back; speedups are
-per-repeat ratios, medians over repeats. Repeat r draws its forced coins with seed r, the same
-for every K of the repeat: auto's early rounds decide how it goes on, so one coin sequence for
-all repeats would measure that sequence's luck (seed 0 at alpha 0.8 rejects the very first
-draft), not the policy.
+and for each, the fixed Ks plan.policy_Ks (default 1..plan.policy_K_max), then heuristic and auto
+(K_max = plan.policy_K_max); plan.policy_drafters picks the drafters. One repeat = a plain-decoding
+baseline, then every run of one alpha, back to back; speedups are per-repeat ratios, medians over
+repeats. Repeat r draws its forced coins with seed r, the same for every K of the repeat: auto's
+early rounds decide how it goes on, so one coin sequence for all repeats would measure that
+sequence's luck (seed 0 at alpha 0.8 rejects the very first draft), not the policy. The report
+gives each policy's median and worst seed against the best fixed K (the K with the best median),
+seed by seed on the same coins.
 
 Prefill. As in spec.py, `speedup` replaces the first target call (prompt + k_1 drafts) by a
 steady call of k_1 + 1 tokens, and the draft's prompt prefill by a one-token draft call.
@@ -112,7 +114,8 @@ def combine(runs):
     """One row from a cell's repeats: median speedup and prediction; rounds and K_counts summed
     over the repeats (each repeat has its own coins, so repeat 0's K usage alone can mislead)."""
     out = dict(runs[0])
-    out["speedup"] = median([r["speedup"] for r in runs])
+    out["speedups"] = [r["speedup"] for r in runs]  # one per coin seed, in seed order
+    out["speedup"] = median(out["speedups"])
     out["rounds"] = sum(r["rounds"] for r in runs)
     out["K_counts"] = {K: sum(r["K_counts"].get(K, 0) for r in runs)
                        for K in sorted({K for r in runs for K in r["K_counts"]})}
@@ -126,14 +129,15 @@ def run(target, plan, draft_model):
     """{"rows": [...]} for every (drafter, alpha, K) of the module docstring."""
     prompt, N, K_max = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
     sequence = prompt + baseline_run(target, prompt, N)["tokens"]  # warm-up, and what greedy decoding gives
-    Ks = list(range(1, K_max + 1)) + ["heuristic", "auto"]
+    Ks = list(plan.policy_Ks or range(1, K_max + 1)) + ["heuristic", "auto"]
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
     runs = {}
     for r in range(plan.policy_repeats):
         for a in plan.policy_alphas:
-            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, alpha {a}: baseline, then K {Ks} x model, lookup")
+            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, alpha {a}: baseline, then K {Ks} x "
+                f"{', '.join(plan.policy_drafters)}")
             baseline = baseline_run(target, prompt, N)
-            for name in ("model", "lookup"):
+            for name in plan.policy_drafters:
                 for K in Ks:
                     draft_proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=r)) if name == "model" else None
                     drafter = (ModelDrafter(draft_proxy, c_prior=c_prior) if draft_proxy
@@ -141,7 +145,7 @@ def run(target, plan, draft_model):
                     one = run_one(target, drafter, draft_proxy, prompt, N, K, K_max, baseline)
                     runs.setdefault((name, a, str(K)), []).append(one)
     rows = [{"drafter": name, "alpha_nominal": a, **combine(rs)} for (name, a, _), rs in runs.items()]
-    return {"n_tokens": N, "K_max": K_max, "rows": rows}
+    return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows}
 
 
 def bundled_lookup(plan):
@@ -166,25 +170,39 @@ def bundled_lookup(plan):
     return {"prompt_tokens": len(prompt), "n_tokens": N, "rows": rows}
 
 
+def against_best_fixed(group, Ks, name):
+    """(median, worst) over seeds of policy `name`'s speedup / the best fixed K's on the same coins
+    (the best fixed K: the best median; plain decoding, 1.0, where no fixed K beats it)."""
+    best = max(Ks, key=lambda K: group[str(K)]["speedup"])
+    reference = group[str(best)]["speedups"] if group[str(best)]["speedup"] > 1 else [1.0] * len(group[name]["speedups"])
+    ratios = [x / y for x, y in zip(group[name]["speedups"], reference)]
+    return median(ratios), min(ratios)
+
+
 def print_report(result):
     if not result:
         return
-    K_max, by = result["K_max"], {}
+    Ks, by = result.get("Ks") or list(range(1, result["K_max"] + 1)), {}
     for r in result["rows"]:
         by.setdefault((r["drafter"], r["alpha_nominal"]), {})[str(r["K"])] = r
     rows = []
     for (name, a), g in by.items():
-        fixed = [g[str(K)]["speedup"] for K in range(1, K_max + 1)]
-        best = max(fixed)
+        fixed = [g[str(K)]["speedup"] for K in Ks]
         worst_err = max(abs(r["refined_error"]) for r in g.values() if r["refined_error"] is not None)
-        rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], best,
-                     g["auto"]["speedup"] / best, " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
+        auto_med, auto_worst = against_best_fixed(g, Ks, "auto")
+        rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], max(max(fixed), 1.0),
+                     auto_med, auto_worst, min(g["auto"]["speedups"]),
+                     " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
                      worst_err, all(r["exact"] for r in g.values())])
-    print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens (medians)",
-                ["drafter", "alpha", *[f"K={K}" for K in range(1, K_max + 1)], "heur", "auto", "best fixed",
-                 "auto/best", "auto's K:rounds (all repeats)", "max |err|", "exact"], rows,
-                note="model: 124M-shaped draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
-                     "(c ~ 0);\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
+    seeds = len(next(iter(result["rows"]))["speedups"]) if result["rows"] else 0
+    print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
+                f"{seeds} coin seed(s)",
+                ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best",
+                 "auto/best", "worst seed", "auto's worst", "auto's K:rounds (all seeds)", "max |err|", "exact"], rows,
+                note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
+                     "(c ~ 0);\nbest: the best fixed K's median, or plain decoding (1.0) if no fixed K beats it; "
+                     "auto/best and worst seed:\nthe median and the worst over seeds of auto / best, seed by seed on "
+                     "the same coins;\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
 
 
 def print_bundled(result):

@@ -1,4 +1,4 @@
-"""Prefill against Hugging Face transformers, in two worker processes that take turns (issue 14).
+"""Prefill against Hugging Face transformers, in two worker processes that take turns.
 
 Part of the hf section (runs only when torch and transformers import). For each size the parent
 starts two long-lived workers (prefill_worker.py): `numpy` (gpt2np.random_model of the size's

@@ -37,7 +37,7 @@ class NumpyPrefill:
     """gpt2np's prefill: one forward into a cache emptied by truncate(0), logits of the last row."""
 
     def __init__(self, config, threads):
-        self.model = gpt2np.random_model(config, seed=0)
+        self.model = gpt2np.random_model(config, seed=0, tokenizer=None)
         self.cache = self.model.new_cache()
         self.info = {"impl": "gpt2np", "call": "model.forward(ids, cache, n_logits=1)"}
 

@@ -17,7 +17,7 @@ the same run (the baseline's prefill by one one-token call; the target's first c
 (K+1)-token call; the draft's first call by one one-token draft call). `speedup_end_to_end` is the
 plain wall-time ratio, prefill included, with a short prompt (spec_prompt_len tokens).
 
-Long prompts (issue 14). The forced-acceptance runs are repeated after a prompt of
+Long prompts. The forced-acceptance runs are repeated after a prompt of
 spec_long_prompt tokens (896 by default), with their own baseline: every call then attends to
 ~900 cached tokens, so t1, c and v are those of a long context, and `speedup` (prefill calls
 replaced by steady-state ones, as above) says whether the short prompt's speedups hold there.

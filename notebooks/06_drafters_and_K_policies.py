@@ -19,7 +19,7 @@
 # Notebook 04 drafted with a second, smaller model. Two things limit that on a CPU: the draft's
 # own cost *c* (a 124M draft reads 35 % of 355M's bytes, and decoding is memory-bound), and a
 # fixed *K* that is right for one acceptance rate and wrong for the next. This notebook looks at
-# the two levers of issue 10:
+# the two levers:
 #
 # 1. **Prompt lookup** (`NgramDrafter`, `gpt2np/decoding/drafters.py`): no model at all. It proposes the
 #    tokens that followed the most recent earlier occurrence of the context's last *n* tokens.
@@ -116,8 +116,11 @@ for drafter in [NgramDrafter(n_max=3), CountingNgramDrafter(n_max=3, eps=0.1)]:
 # product path (355M on this CPU measures v(2) ≈ 1.4, v(5) ≈ 1.5). With a free drafter (c = 0)
 # drafting pays from α ≈ 0.3; with a 124M draft for 355M (c ≈ 0.35) nothing pays below α ≈ 0.65,
 # because the first draft already costs the jump to v(2) plus c. Below that `auto` chooses *K* = 0.
-# (While it has seen few positions, `auto` plans with α̂ plus one standard error, so it still
-# drafts in the first rounds and finds out.)
+# `auto` does not plan with one α̂, though: it keeps a belief about α (a Beta distribution over every
+# position examined so far), sizes *K* by the speedup averaged over that belief, and drafts at all
+# only if drafting pays at an optimistic α (the belief's mean plus √(ln(t + 1)) standard deviations
+# in round *t*). Plain rounds examine nothing, so after bad luck the belief stays put while *t*
+# grows, and `auto` tries again: it cannot lock drafting out for the rest of a run.
 
 # %%
 K_max = 8
@@ -144,8 +147,8 @@ plt.tight_layout()
 # more one-token calls than on real GPT-2 sizes, the timings are noisy, and the speedups are
 # modest and move from run to run, `auto`'s with them (it decides from timings taken during the
 # run). `auto` is built for the memory-bound regime of real sizes: `python -m bench --sections
-# speculative` runs this sweep at 124M → 355M shapes, where PERFORMANCE.md reports it against
-# every fixed *K*.
+# policies` runs this sweep at 124M → 355M shapes (`--pair 124M,1558M --sizes 1558M`: gpt2 drafting
+# for gpt2-xl), where PERFORMANCE.md reports it against every fixed *K*.
 
 # %%
 Ks = list(range(1, 9)) + ["heuristic", "auto"]
@@ -170,6 +173,37 @@ for name, sweep in sweeps.items():
           f"{auto.alpha_hat:.2f}")
 
 # %% [markdown]
+# ## Many coin seeds in a second: `auto` against a cost model
+#
+# One measured run is one sequence of coins; whether a policy locks itself out after an unlucky
+# start shows only over many. `gpt2np.teach.policy_simulation` replaces the models by the cost
+# model of Leviathan et al. with our measured v: a drafted token costs *c*, an *M*-token target
+# call v(*M*), one-token calls; position *i* is accepted when its coin says so (probability α,
+# the same coins for every policy). Here: a 124M draft for 1558M (*c* ≈ 0.09) with the verification
+# curve measured at 1558M under the SkylakeX kernel, 100 tokens, 100 seeds. The negative control
+# plans at the belief's mean without optimism: on unlucky seeds it stops drafting for good.
+
+# %%
+from gpt2np.teach.policy_simulation import GreedyAutoK, compare_policies, simulate_policy
+
+v_1558 = {1: 1.0, 2: 1.2, 3: 1.27, 4: 1.35, 5: 1.42, 6: 1.49, 7: 1.56, 8: 1.63, 9: 1.7}
+seeds = range(100)
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), sharey=True)
+for ax, a in zip(axes, [0.3, 0.6, 0.8]):
+    runs = compare_policies(a, 0.09, v_1558, 100, seeds, policies=("auto", "heuristic"))
+    greedy = [simulate_policy(GreedyAutoK(8), a, 0.09, v_1558, 100, s)["speedup"] for s in seeds]
+    medians = {K: np.median(speedups) for K, speedups in runs["fixed"].items()}
+    best = max(medians, key=medians.get)
+    series = {f"fixed K = {best}": runs["fixed"][best], "auto": runs["auto"], "heuristic": runs["heuristic"],
+              "no optimism": greedy}
+    ax.boxplot(list(series.values()), showfliers=True)
+    ax.set_xticks(range(1, 5), list(series), rotation=20)
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set(title=f"alpha {a}", ylabel="speedup over plain (simulated)")
+    print(f"alpha {a}: " + ", ".join(f"{k} median {np.median(x):.2f} worst {np.min(x):.2f}" for k, x in series.items()))
+plt.tight_layout()
+
+# %% [markdown]
 # ## What `auto` does round by round
 #
 # The stream (`gpt2np.speculative_stream`) yields one event per round, so we can watch the policy:
@@ -179,7 +213,7 @@ for name, sweep in sweeps.items():
 stream = gpt2np.speculative_stream(target, NgramDrafter(n_max=3), prompt_ids, 60, K="auto", temperature=0)
 events = list(stream)
 fig, ax = plt.subplots(figsize=(10, 2.8))
-ax.step(range(len(events)), [e.K for e in events], where="mid", label="K asked for")
+ax.step(range(len(events)), [e.K for e in events], where="mid", label="K drafted")
 ax.bar(range(len(events)), [sum(e.decisions) for e in events], alpha=0.4, color="C2", label="drafts accepted")
 ax.set(xlabel="round", ylabel="tokens")
 ax.legend(fontsize=8)

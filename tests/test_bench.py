@@ -231,7 +231,7 @@ def test_kernel_environments_are_labelled_by_where_they_come_from(monkeypatch):
 
 
 def test_weight_bytes_per_token_matches_perf_notes():
-    # ../shared/docs/perf-notes.md: 494.6 MB (124M) and 1415.1 MB (355M) read per token
+    # 494.6 MB (124M) and 1415.1 MB (355M) read per token, counted by hand from the checkpoints
     assert round(weight_bytes_per_token(PRESETS["124M"]) / 1e6, 1) == 494.6
     assert round(weight_bytes_per_token(PRESETS["355M"]) / 1e6, 1) == 1415.1
 
@@ -292,3 +292,46 @@ def test_cache_check_times_loads_with_and_without_the_crc(capsys):
     time_cached_loads("tiny", repeats=1)
     out = capsys.readouterr().out
     assert "without the CRC32C check" in out and "the check alone" in out, out
+
+
+def test_the_bench_speaks_for_itself(bench_run):
+    """What `python -m bench` prints (stdout and its --help) names no internal issue number and no
+    file outside the repository: a user has neither."""
+    import re
+    helped = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    for name, text in [("stdout", bench_run[1]), ("--help", helped.stdout)]:
+        found = re.findall(r"(?i)\bissues? \d+|perf-notes|\.\./shared", text)
+        assert not found, (name, found)
+
+
+def test_no_tracked_file_points_outside_the_repository():
+    """No committed file sends a reader to notes that are not in the repository (perf-notes.md),
+    nor to ../shared/docs; test data under ../shared/data is looked for, and skipped without."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    offenders = []
+    for name in listed.stdout.split():
+        path = REPO / name
+        if path.suffix in {".py", ".md", ".toml", ".txt", ".ipynb", ".cfg", ".ini"} and path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            offenders += [f"{name}: {m}" for m in ("perf-notes", "shared/docs", "-format.md in") if m in text and name != "tests/test_bench.py"]
+    assert not offenders, offenders
+
+
+def test_seed_table_prints_the_seed_repositories_columns_and_its_sanity_check(capsys):
+    """bench.seed_table on tiny shapes: the table's columns, every run exact, and the target
+    drafting for itself never rejected (the repositories' sanity check)."""
+    from bench.common import TINY_CONFIGS
+    from bench.seed_table import print_seed_table, sanity, seed_table
+    target, draft = (gpt2np.random_model(TINY_CONFIGS[name], seed=s) for name, s in (("tiny2", 0), ("tiny", 1)))
+    prompt = [1, 2, 3, 4]
+    times, rejections, exact = seed_table(target, draft, prompt, N=10, K=3, alpha=0.5, num_runs=3)
+    assert exact and len(times["autoregressive"]) == len(times["speculative"]) == len(rejections) == 3
+    assert 0 < sum(rejections) <= 3 * 10, rejections  # alpha 0.5: some drafts fail, never more than tokens
+    print_seed_table(times, rejections, "tiny")
+    out = capsys.readouterr().out
+    assert "method                  | num_runs |    time | +/- std | speedup" in out
+    assert "autoregressive sampling |        3 |" in out and "speculative sampling    |        3 |" in out
+    assert sanity(target, prompt, 10, 3) == 0

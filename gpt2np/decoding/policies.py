@@ -17,7 +17,8 @@ prompt lookup the drafts are a function of the context, so such a cut is a choic
 past after all, and the same tests show it stays exact.
 
 `past` is a Measurements: only what earlier rounds produced. Timing-driven policies ("auto") are
-exact for the same reason, and the tests enumerate them with scripted clocks.
+exact for the same reason, and the tests enumerate them with scripted clocks. (Simulated against
+a cost model over many coin seeds: teach/policy_simulation.py.)
 """
 import math
 from dataclasses import dataclass, field
@@ -25,16 +26,14 @@ from statistics import median
 
 import numpy as np
 
-from .theory import predicted_speedups
+from .theory import expected_speedups_under_belief, predicted_speedups
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
-ALPHA_PRIOR, ALPHA_PRIOR_WEIGHT = 0.6, 2   # auto: alpha_hat starts as if 2 positions had beta 0.6
-OPTIMISM = 1.0             # auto: plans with alpha_hat + 1 standard error (sure of alpha only once seen)
+ALPHA_PRIOR = (1.5, 1.0)   # auto: the Beta(a, b) belief about alpha before any position is examined: mean 0.6,
+                           # worth 2.5 positions (a uniform start sizes the first rounds too short at alpha 1)
+TIMING_MARGIN = 2.0        # auto: time one plain call unless the plan's best speedup is this or more (a guessed
+                           # v would have to be ~2x too low for plain decoding to win after all)
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
-FIRST_K_MAX, K_STEP_MAX = 2, 2  # auto: the first drafting round at most 2 drafts, then at most +2 a round
-EXPLORE_AFTER = 32         # auto: after this many plain rounds in a row, draft once (then 64, 128 ...): with
-                           # a model draft, exploring costs ~1.7 one-token steps at 355M (the draft catches
-                           # up on the plain stretch, drafts, then a 2-token check), ~5 % of 32 steps
 WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
                            # plan follows a machine that speeds up or slows down, and choosing costs the
                            # same microseconds at token 10 or 1,000 (on the bundled pair a round is ~1 ms)
@@ -154,21 +153,28 @@ def t1_estimate(target_durations, v):
 
 
 class AutoK:
-    """Each round, the K in 0..K_max that maximises the refined prediction from running estimates:
+    """Each round, K in 0..K_max from a belief about alpha and the measured costs (a Bayes-UCB rule).
 
-        K* = argmax_K  (1 - a^(K+1)) / ((1 - a) (K c + v(K+1))),      K* = 0 means plain decoding
+    Belief: alpha ~ Beta(a, b), with a = a0 + sum(beta) and b = b0 + sum(1 - beta) over every
+    position examined so far (beta = sum_x min(p, q), the position's chance of acceptance;
+    ALPHA_PRIOR = (a0, b0)). Costs: c = the drafter's wall seconds per drafted token (median of the
+    latest WINDOW drafting rounds; its c_prior until it has drafted) / a one-token target call;
+    v = each timed call size's median over a one-token call (v_curve; the prior for sizes never timed).
 
-    a = alpha_hat over every examined position so far, with a prior of ALPHA_PRIOR worth
-    ALPHA_PRIOR_WEIGHT positions, plus OPTIMISM standard errors sqrt(a (1 - a) / n) (n = positions
-    + prior weight): optimism while little is known, so the first rounds draft and one unlucky
-    round does not stop it, fading as positions are examined. c = the drafter's wall seconds per
-    drafted token (its forward calls, sampling and Python: on tiny models the last two are not
-    negligible; the median of the latest WINDOW drafting rounds) / target seconds per one-token
-    call (the drafter's c_prior until it has drafted). v = the target calls measured so far, each
-    size the median of its latest WINDOW calls (v_curve; the prior for sizes never timed). Two guards bound what an early guess can cost: the first drafting round asks
-    for at most FIRST_K_MAX drafts and each later one at most K_STEP_MAX more than the last
-    (an HF-style ramp), and plain rounds, which tell nothing about alpha, are interrupted after
-    EXPLORE_AFTER of them in a row by one round of K = 1, the wait doubling each time.
+    1. Draft or not: draft if some K >= 1 beats plain decoding at an optimistic alpha, the belief's
+       mean + sqrt(ln(t + 1)) standard deviations in round t. Plain rounds examine no position, so
+       they leave the belief as it is while t grows: after bad luck the bound rises again until
+       the policy tries once more. It never locks drafting out; the cheaper the draft, the lower
+       the alpha at which drafting pays, and the sooner (and more cheaply) it tries. Once many
+       positions are seen the bound sits on alpha itself, and drafting stops where it cannot pay.
+    2. How many: the K >= 1 with the best speedup averaged over the whole belief
+       (theory.expected_speedups_under_belief), not at the optimistic alpha: explore with short
+       rounds, exploit with long ones.
+    3. Timing: until a plain target call is timed, v is relative to a guess (the first timed size
+       through the prior). Where the plan's best predicted speedup is below TIMING_MARGIN that
+       guess could decide 1, so one round is plain (one call, one token) to measure it.
+
+    Deterministic: K is a function of the past alone (the round count included), as exactness needs.
     """
 
     def __init__(self, K_max=8):
@@ -176,32 +182,39 @@ class AutoK:
         self.reset()
 
     def reset(self):
-        self.plain_streak, self.explore_after, self.last_drafted_K = 0, EXPLORE_AFTER, FIRST_K_MAX - K_STEP_MAX
+        self.t = 0
 
     def estimates(self, past):
-        """(alpha, c, v) as the policy plans with them now (alpha with its optimism added)."""
-        overlaps = past.overlaps
-        n = ALPHA_PRIOR_WEIGHT + len(overlaps)
-        a = (ALPHA_PRIOR * ALPHA_PRIOR_WEIGHT + sum(overlaps)) / n
-        a = min(1.0, a + OPTIMISM * math.sqrt(max(a * (1 - a), 0.01) / n))
+        """((a, b), c, v): the Beta belief about alpha, and the costs the policy plans with now."""
+        seen = sum(past.overlaps)
+        belief = (ALPHA_PRIOR[0] + seen, ALPHA_PRIOR[1] + len(past.overlaps) - seen)
         v = v_curve(past.target_durations, self.K_max + 1)
         t1 = t1_estimate(past.target_durations, v)
         c = past.c_prior if past.draft_cost is None or not t1 else past.draft_cost / t1
-        return a, c, v
+        return belief, c, v
 
     def choose(self, past):
-        a, c, v = self.estimates(past)
-        speedups = predicted_speedups(a, c, v, self.K_max)
-        K = max(range(self.K_max + 1), key=speedups.__getitem__)  # the first maximum: fewest drafts
-        if K == 0 and self.plain_streak >= self.explore_after:
-            K, self.plain_streak, self.explore_after = 1, 0, 2 * self.explore_after
-        self.plain_streak = self.plain_streak + 1 if K == 0 else 0
-        if K > 0:
-            K = self.last_drafted_K = min(K, self.last_drafted_K + K_STEP_MAX)
-        return K
+        self.t += 1
+        (a, b), c, v = self.estimates(past)
+        planned = expected_speedups_under_belief(a, b, c, v, self.K_max)
+        if past.target_durations and 1 not in past.target_durations and max(planned) < TIMING_MARGIN:
+            return 0                                                     # 3. time one plain call
+        if max(predicted_speedups(optimistic_alpha(a, b, self.t), c, v, self.K_max)[1:]) <= 1.0:
+            return 0                                                     # 1. plain wins even so
+        return max(range(1, self.K_max + 1), key=planned.__getitem__)   # 2. the first maximum: fewest drafts
 
     def update(self, event):
         pass
+
+
+def optimistic_alpha(a, b, t):
+    """The Beta(a, b) belief's mean plus sqrt(ln(t + 1)) standard deviations, at most 1.
+
+    >>> round(optimistic_alpha(1.5, 1.0, 1), 3), round(optimistic_alpha(30.0, 70.0, 1), 3)
+    (0.818, 0.338)
+    """
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    return min(1.0, mean + math.sqrt(math.log(t + 1) * var))
 
 
 POLICIES = ("fixed", "heuristic", "auto")

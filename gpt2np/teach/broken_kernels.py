@@ -1,6 +1,6 @@
 """Deliberately broken variants of speculative sampling: negative controls for tests and classes.
 
-Each one is a bug found in public speculative-decoding code (see issue 3). Each still runs, emits
+Each one is a bug found in public speculative-decoding code. Each still runs, emits
 plausible text and accepts a plausible share of drafts; only a distribution test can tell it is
 wrong. tests/decoding/test_speculative_exact.py shows that the exact check rejects all three.
 

@@ -28,8 +28,7 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np import DownloadError
-from gpt2np.report import (OneLineErrorParser, TokenTexts, by_position, coloured, command_error_line,
+from gpt2np.report import (OneLineErrorParser, add_loading_flags, run_command, TokenTexts, by_position, coloured,
                            provenance_legend, stats_summary)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
@@ -53,12 +52,7 @@ def parse_args(argv):
 
 
 def loading_flags(p):
-    p.add_argument("--models_dir", default="weights",
-                   help="where release sizes and Hub models are downloaded to (default: weights)")
-    p.add_argument("--mirror", default=None,
-                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--hf_endpoint", default=None,
-                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else https://huggingface.co)")
+    add_loading_flags(p)
 
 
 def K_value(text):
@@ -242,17 +236,8 @@ def main(argv=None):
 
 
 def run(main=main):
-    """main() as a command: bad input is one line on stderr and status 2; Ctrl-C 130; a closed pipe 0."""
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BrokenPipeError:  # `... | head`: the reader left
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-    except (ValueError, OSError, DownloadError) as e:  # bad input, missing or corrupt files, HTTP
-        print(f"error: {command_error_line(e)}", file=sys.stderr)  # names this command's flags
-        sys.exit(2)
+    """main() as a command (report.run_command: one-line errors naming this command's flags, status 2)."""
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -17,16 +17,13 @@ Outer ring: imports only gpt2np's public API and report.py.
 """
 import json
 import math
-import os
-import sys
 import time
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/fast)
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np import DownloadError
-from gpt2np.report import OneLineErrorParser, by_position, command_error_line
+from gpt2np.report import OneLineErrorParser, add_loading_flags, by_position, run_command
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -58,12 +55,7 @@ def parse_args(argv):
     p.add_argument("--K", default=None, help="draft tokens per round, or 'heuristic' / 'auto' (default: 4)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (default)")
     p.add_argument("--seed", type=int, default=0, help="prompt i samples from np.random.default_rng([seed, i])")
-    p.add_argument("--models_dir", default="weights",
-                   help="where release sizes and Hub models are downloaded to (default: weights)")
-    p.add_argument("--mirror", default=None,
-                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--hf_endpoint", default=None,
-                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else https://huggingface.co)")
+    add_loading_flags(p)
     p.add_argument("--json", metavar="PATH", default=None, help="also write every measurement to PATH")
     return p.parse_args(argv)
 
@@ -236,17 +228,8 @@ def main(argv=None):
 
 
 def run(main=main):
-    """main() as a command: bad input is one line on stderr and status 2; Ctrl-C 130; a closed pipe 0."""
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BrokenPipeError:  # `... | head`: the reader left
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-    except (ValueError, OSError, DownloadError) as e:  # bad input, missing or corrupt files, HTTP
-        print(f"error: {command_error_line(e)}", file=sys.stderr)  # names this command's flags
-        sys.exit(2)
+    """main() as a command (report.run_command: one-line errors naming this command's flags, status 2)."""
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Plain-text reporting shared by main.py, the classroom command and the notebooks."""
 import argparse
 import codecs
+import os
+import sys
 
 import numpy as np
 
@@ -39,6 +41,33 @@ def command_error_line(error):
     for library, command in COMMAND_HINTS:
         line = line.replace(library, command)
     return line
+
+
+def add_loading_flags(p):
+    """--models_dir, --mirror, --hf_endpoint: where every command finds or downloads its models."""
+    p.add_argument("--models_dir", default="weights",
+                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
+                        "are downloaded to")
+    p.add_argument("--mirror", default=None,
+                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
+    p.add_argument("--hf_endpoint", default=None,
+                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
+                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
+
+
+def run_command(main, *args):
+    """main(*args) as a command: bad input, missing files and HTTP errors are one line on stderr
+    naming the command's flags (status 2), Ctrl-C is status 130, a closed pipe (`| head`) is 0."""
+    try:
+        return main(*args)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:  # the reader left: nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    except (ValueError, OSError, download.DownloadError) as e:
+        print(f"error: {command_error_line(e)}", file=sys.stderr)
+        sys.exit(2)
 
 
 class TokenTexts:

@@ -19,15 +19,12 @@ exits with status 2 and one line on stderr. Other repositories' flags work too (
 The command: flags.py (its flags and checks), runs.py (loading, timed runs, the text as it
 comes), compat.py (-b's lines, the table, --json), profile.py (-p). It only calls the public API.
 """
-import os
-import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/fast)
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np import DownloadError
-from gpt2np.report import command_error_line, format_stats, mean_std
+from gpt2np.report import format_stats, mean_std, run_command
 
 from .compat import benchmark_lines, rejection_lines, table, write_json
 from .flags import LLMSS, LLMSS_DEFAULTS, check_args, parse_args
@@ -81,14 +78,6 @@ def print_profiles(args, target, drafter, prompt_ids):
 
 
 def run():
-    """main() as a command: Ctrl-C, a closed pipe and bad input end it with a status, not a traceback."""
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BrokenPipeError:  # e.g. `python main.py | head`: the reader left, nothing to report
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-    except (ValueError, OSError, DownloadError) as e:  # bad input, missing or corrupt files, HTTP
-        print(f"error: {command_error_line(e)}", file=sys.stderr)
-        sys.exit(2)
+    """main() as a command (report.run_command): Ctrl-C, a closed pipe and bad input end it with a
+    status and at most one line, never a traceback."""
+    run_command(main)

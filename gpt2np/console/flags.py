@@ -4,7 +4,7 @@ import argparse
 
 from .commands import Settings, checked
 from gpt2np import bundled_models
-from ..report import OneLineErrorParser
+from ..report import OneLineErrorParser, add_loading_flags
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 
@@ -26,14 +26,7 @@ def parse_args(argv):
                    help=f"drafter: a model named like the target, or 'ngram' (prompt lookup) (default with the "
                         f"default target: {DEFAULT_DRAFT}; with another target: none until :drafter)")
     p.add_argument("--ngram_max", type=int, default=3, help="prompt lookup's longest n-gram")
-    p.add_argument("--models_dir", default="weights",
-                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
-                        "are downloaded to")
-    p.add_argument("--mirror", default=None,
-                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--hf_endpoint", default=None,
-                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
-                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
+    add_loading_flags(p)
     p.add_argument("--K", default="4", help="draft tokens per round, or 'heuristic' / 'auto'")
     p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy")

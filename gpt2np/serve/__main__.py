@@ -13,13 +13,9 @@ this command's flags, exit status 2.
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np import DownloadError
-from gpt2np.report import OneLineErrorParser
+from gpt2np.report import OneLineErrorParser, add_loading_flags, run_command
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
-# the loaders' argument names and environment variables -> this command's flags, for its messages
-API_FLAGS = {"base_url=": "--mirror", "hf_endpoint=": "--hf_endpoint", "models_dir=": "--models_dir"}
-ENV_FLAGS = {"$GPT2NP_MIRROR": "--mirror", "$HF_ENDPOINT": "--hf_endpoint"}
 
 
 def parse_args(argv):
@@ -32,13 +28,7 @@ def parse_args(argv):
                    help=f"drafter: a model named like the target, or 'ngram'; 'none': no draft model "
                         f"(default with the default target: {DEFAULT_DRAFT}, else none); 'ngram' is always served too")
     p.add_argument("--ngram_max", type=int, default=3, help="longest n-gram the 'ngram' drafter looks up")
-    p.add_argument("--models_dir", default="weights",
-                   help="where release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) are downloaded to")
-    p.add_argument("--mirror", default=None,
-                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--hf_endpoint", default=None,
-                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else https://huggingface.co; "
-                        "$HF_TOKEN, if set, is sent as a bearer token)")
+    add_loading_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     p.add_argument("--max_queue", type=int, default=16,
@@ -88,25 +78,8 @@ def main(argv=None):
 
 
 def run(argv=None):
-    """main() as a command: bad input and missing files end it with status 2 and one line."""
-    try:
-        main(argv)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except (ValueError, OSError, DownloadError) as e:
-        print(f"error: {in_flags(str(e).splitlines()[0] if str(e) else type(e).__name__)}", file=sys.stderr)
-        sys.exit(2)
-
-
-def in_flags(message):
-    """A loader's message naming this command's flags: --mirror for the API's base_url=, and beside
-    the environment variable that a flag overrides ("point --mirror (or $GPT2NP_MIRROR) at ...")."""
-    for argument, flag in API_FLAGS.items():
-        message = message.replace(argument, flag)
-    for variable, flag in ENV_FLAGS.items():
-        if variable in message and flag not in message:
-            message = message.replace(variable, f"{flag} (or {variable})", 1)
-    return message
+    """main() as a command (report.run_command: one-line errors naming this command's flags, status 2)."""
+    run_command(main, argv)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ at temperature 0, the same distribution when sampling, stop tokens included.
 The package is layered; each folder is a chapter, and imports only go downwards (import-linter
 checks it: pyproject.toml):
 
-    console/  serve/  classroom.py    the outer ring: commands that only call the layers below
+    console/  serve/  cli/            the outer ring: commands that only call the layers below: the console,
+    classroom.py  compare.py          the server, main.py (cli/), the classroom, and llama-ssp's two modes
+    latency.py                        (python -m gpt2np.compare, python -m gpt2np.latency)
     teach/                            classroom experiments, exact enumeration, chi-square, notebooks' helpers
     report.py                         coloured tokens and statistics tables
     decoding/   checkpoints/          sampling, plain and speculative decoding | files -> a ready model

@@ -10,6 +10,8 @@
     stopwatch.py           a model with a stopwatch per call size, for c and v
     run_stats.py           a speculative run's statistics: alpha, c, v, the predictions
     theory.py              alpha, expected tokens per round, the predicted speedup (Thm 3.8, refined)
+    tree_drafts.py         token trees of drafts: drawn level by level, with or without replacement; tries
+    tree_kernel.py         one round of token-tree verification: multi-draft speculative sampling
 
 May import: the model (its interface and token checks). Never checkpoints (files, downloads),
 teach, the console or the server.

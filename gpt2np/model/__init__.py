@@ -4,6 +4,7 @@
     forward.py     gelu, layer norm, attention, the transformer block, GPT2.forward with a KV cache
     kv_cache.py    the preallocated key/value cache that a forward pass appends to and rolls back
     reference.py   the slow oracle: no cache, one head at a time, its own GELU, layer norm and softmax
+    rows.py        rows at explicit positions with an attention scope: token trees, packed sequences
     fast/          speed code, fenced off: few-row products per BLAS kernel, blocked attention for
                    long inputs, the helper threads, OpenBLAS's thread timeout
 

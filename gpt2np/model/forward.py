@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from .fast.blocked_attention import attention_in_blocks
-from .kv_cache import KVCache, check_cache
+from .kv_cache import KVCache, check_cache, check_room
 from .rows import check_rows, scope_mask
 from .fast.matmul import matmul
 from .fast.threads import in_row_blocks, rowwise, threads_allowed
@@ -271,9 +271,15 @@ class GPT2:
     def __repr__(self):
         return f"GPT2({self.name!r}, {self.config})"
 
-    def new_cache(self):
+    def new_cache(self, n_ctx=None):
+        """A KVCache for n_ctx positions (default: the model's whole context). Sized for one request
+        (its prompt + the tokens it will feed) it takes n_ctx / model.n_ctx of the memory: a whole
+        355M cache is ~200 MB."""
         c = self.config
-        return KVCache.allocate(c.n_layer, c.n_head, c.n_ctx, c.d_head)
+        n_ctx = c.n_ctx if n_ctx is None else n_ctx
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)) or not 1 <= n_ctx <= c.n_ctx:
+            raise ValueError(f"new_cache needs an integer n_ctx in [1, {c.n_ctx}] (or None), got {n_ctx!r}")
+        return KVCache.allocate(c.n_layer, c.n_head, int(n_ctx), c.d_head)
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         ids = token_id_array(ids, self.n_vocab)
@@ -283,9 +289,7 @@ class GPT2:
             raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")
         c = self.config
         check_cache(cache, (c.n_layer, c.n_head, c.n_ctx, c.d_head), self.name)
-        if len(cache) + n_seq > self.n_ctx:
-            raise ValueError(
-                f"{len(cache)} cached + {n_seq} new tokens exceed the context of {self.n_ctx} tokens")
+        check_room(cache, n_seq, self.n_ctx, "tokens")
         return gpt2_forward(ids, self.params, self.config.n_head, cache, n_logits)
 
     def forward_rows(self, ids, positions, scope, cache, n_logits=None, n_shared=None):  # -> [n_logits, n_vocab]
@@ -303,7 +307,6 @@ class GPT2:
             raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")
         c = self.config
         check_cache(cache, (c.n_layer, c.n_head, c.n_ctx, c.d_head), self.name)
-        if len(cache) + n_seq > self.n_ctx:
-            raise ValueError(f"{len(cache)} cached + {n_seq} new rows exceed the context of {self.n_ctx} tokens")
+        check_room(cache, n_seq, self.n_ctx, "rows")
         positions, scope, n_shared = check_rows(positions, scope, n_seq, self.n_ctx, len(cache), n_shared)
         return gpt2_rows_forward(ids, positions, scope, self.params, c.n_head, cache, n_logits, n_shared)

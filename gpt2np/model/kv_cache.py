@@ -82,12 +82,24 @@ class KVCache:
 
 
 def check_cache(cache, shape, owner):
-    """Raise a one-line ValueError unless cache is a KVCache of `shape` (one of owner's new_cache()).
+    """Raise a one-line ValueError unless cache is a KVCache of `shape` (one of owner's new_cache()),
+    or of the same shape with fewer positions (owner's new_cache(n_ctx), sized for one request).
 
     A cache from another model would be written out of bounds or broadcast silently into wrong keys.
     """
     if not isinstance(cache, KVCache):
         raise ValueError(f"cache must be a KVCache from model.new_cache(), got {type(cache).__name__}")
-    if cache.k.shape != shape:
+    n_layer, n_head, n_ctx, d_head = shape
+    if cache.k.shape[:2] + cache.k.shape[3:] != (n_layer, n_head, d_head) or not 1 <= cache.n_ctx <= n_ctx:
         raise ValueError(f"this cache is {cache.k.shape} [n_layer, n_head, n_ctx, d_head], but {owner} "
-                         f"needs {shape}: use a cache from this model's new_cache()")
+                         f"needs {shape} (or fewer positions): use a cache from this model's new_cache()")
+
+
+def check_room(cache, n_new, n_ctx, what):
+    """Raise a one-line ValueError unless n_new more positions (`what`: "tokens", "rows") fit both the
+    model's context n_ctx and the cache (a cache from new_cache(n_ctx) may hold fewer positions)."""
+    if len(cache) + n_new > n_ctx:
+        raise ValueError(f"{len(cache)} cached + {n_new} new {what} exceed the context of {n_ctx} tokens")
+    if len(cache) + n_new > cache.n_ctx:
+        raise ValueError(f"{len(cache)} cached + {n_new} new {what} exceed this cache's {cache.n_ctx} "
+                         f"positions: allocate a larger one (model.new_cache(n_ctx))")

@@ -1,0 +1,160 @@
+"""Plain decoding of several sequences at once: one packed forward pass per step (model/batch.py).
+
+Each sequence has its own prompt, n_tokens, sampling options, rng and stop tokens, its own KV cache
+sized for it (prompt + n_tokens - 1 positions: the last token is never fed), and finishes on its own:
+from the next step on it drops out of the packed call. The sequences share only the weights' reads.
+Each token is drawn by next_token from the sequence's own logits with its own rng, in the order
+generate draws them, so every sequence gets what generate gives it alone: the same tokens when
+greedy, the same draws from an identically seeded rng when sampling. (Its logits differ from the solo
+run's only by float32 rounding, ~1e-5: an argmax or a draw could flip only at a near tie.) A model
+other than GPT2 (the toy models) runs the same loop with one forward call per sequence.
+
+Per-sequence arguments are one value for every sequence or a list with one per prompt; stop_tokens is
+per sequence only as a list of lists (or None / one id each): a flat list of ids stops every sequence,
+as in generate. Sampled sequences need one np.random.Generator each: one generator shared between
+sequences would make each one's draws depend on when the others draw.
+
+>>> from gpt2np.decoding.autoregressive import generate
+>>> from gpt2np.teach.toy_models import random_toy_model
+>>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
+>>> out = generate_batch(model, [[0], [1, 2]], n_tokens=[3, 5])
+>>> out == [generate(model, [0], 3), generate(model, [1, 2], 5)]
+True
+"""
+import time
+
+import numpy as np
+
+from ..model.batch import forward_packed, forward_separately
+from ..model.forward import GPT2
+from .autoregressive import check_generation_request, check_model, check_rng, default_temperature, stop_set
+from .sampling import check_sampling_options, next_token
+from .stream import RoundEvent
+
+USAGE = "generate_batch(model, prompts, n_tokens, ...)"
+
+
+def per_sequence(value, n, name, is_one=lambda v: not isinstance(v, (list, tuple))):  # -> [n] values
+    """value for every one of n sequences, or its list of one value per sequence (checked later)."""
+    if is_one(value):
+        return [value] * n
+    if isinstance(value, (list, tuple)) and len(value) == n:
+        return list(value)
+    raise ValueError(f"{name} must be one value for every sequence or a list of one per prompt ({n}), "
+                     f"got a {type(value).__name__} of {len(value)}")
+
+
+def is_one_stop_list(stop_tokens):
+    """None, one id, a set, or a flat sequence of ids: the same stops for every sequence."""
+    if stop_tokens is None or not isinstance(stop_tokens, (list, tuple)):
+        return True
+    return all(isinstance(t, (int, np.integer)) for t in stop_tokens)
+
+
+def check_prompts(prompts):  # -> list of prompts
+    """A list of prompts, each a list of ids; one prompt (a flat list of ints) is a one-line error."""
+    if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
+        return list(prompts)
+    if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+        raise ValueError(f"prompts must be a non-empty list of prompts (each a list of token ids), "
+                         f"got {type(prompts).__name__}")
+    if all(isinstance(p, (int, np.integer)) for p in prompts):
+        raise ValueError("prompts must be a list of prompts, got one list of ints: for one prompt pass [prompt_ids]")
+    return list(prompts)
+
+
+def check_own_generators(rngs):
+    """No np.random.Generator given to two sequences (one for all, or the same one twice)."""
+    owners = {}
+    for i, rng in enumerate(rngs):
+        if rng is not None and id(rng) in owners:
+            raise ValueError(f"rng: sequences {owners[id(rng)]} and {i} share one generator; each sampled "
+                             f"sequence needs its own (rng=[np.random.default_rng(seed_i), ...])")
+        owners.setdefault(id(rng), i)
+
+
+def check_sequence(model, prompt, n_tokens, temperature, top_k, top_p, rng, stop_tokens):  # -> options, stops
+    """One sequence's request checked as generate checks it; its sampling options and stop set."""
+    temperature = default_temperature(temperature, rng)
+    check_sampling_options(temperature, top_k, top_p)
+    check_generation_request(model, prompt, n_tokens)
+    check_rng(rng, temperature)
+    return dict(temperature=temperature, top_k=top_k, top_p=top_p), stop_set(model, stop_tokens)
+
+
+def check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_tokens):  # -> per-sequence lists
+    """Every sequence's request checked before any work; a bad one is a one-line ValueError naming it."""
+    check_model(model, "model", USAGE)
+    prompts = check_prompts(prompts)
+    n = len(prompts)
+    values = [per_sequence(v, n, name) for v, name in [(n_tokens, "n_tokens"), (temperature, "temperature"),
+                                                       (top_k, "top_k"), (top_p, "top_p"), (rng, "rng")]]
+    values.append(per_sequence(stop_tokens, n, "stop_tokens", is_one_stop_list))
+    n_tokens, temperature, top_k, top_p, rngs, stop_tokens = values
+    check_own_generators(rngs)
+    options, stops = [], []
+    for i in range(n):
+        try:
+            o, s = check_sequence(model, prompts[i], n_tokens[i], temperature[i], top_k[i], top_p[i],
+                                  rngs[i], stop_tokens[i])
+        except ValueError as error:
+            raise ValueError(f"sequence {i}: {error}") from None
+        options.append(o)
+        stops.append(s)
+    return [np.asarray(p) for p in prompts], n_tokens, options, rngs, stops
+
+
+def request_cache(model, n_fed):
+    """A KVCache for the n_fed positions one sequence will feed (a GPT2's sized one; others' default)."""
+    return model.new_cache(n_fed) if isinstance(model, GPT2) else model.new_cache()
+
+
+def packed_step(model, calls):  # [(ids_i, cache_i)] -> [[1, n_vocab]]: one logits row per sequence
+    if isinstance(model, GPT2):
+        return forward_packed(model, calls)
+    return forward_separately(model, calls)  # any model of the interface: one forward call each
+
+
+def batch_steps(model, prompts, n_tokens, options, rngs, stops):
+    """The loop as a generator: per packed call, [(sequence, RoundEvent of its one token)] for the
+    sequences in that call; returns every sequence's tokens. Finished sequences leave the call."""
+    caches = [request_cache(model, len(p) + n - 1) for p, n in zip(prompts, n_tokens)]
+    outputs = [[] for _ in prompts]
+    feeds = dict(enumerate(prompts))  # the sequences still running -> the ids they feed next (first: the prompt)
+    while feeds:
+        start, running = time.perf_counter(), list(feeds)
+        logits = packed_step(model, [(feeds[i], caches[i]) for i in running])
+        step = []
+        for i, rows in zip(running, logits):
+            outputs[i].append(next_token(rows[-1], rng=rngs[i], **options[i]))
+            step.append((i, RoundEvent(tokens=outputs[i][-1:], provenance=["target"], K=0,
+                                       n_emitted=len(outputs[i]), seconds=time.perf_counter() - start)))
+            if len(outputs[i]) == n_tokens[i] or outputs[i][-1] in stops[i]:
+                del feeds[i]  # its last token is never fed: nothing would read its logits
+            else:
+                feeds[i] = np.array(outputs[i][-1:])  # [1]
+        yield step
+    return outputs
+
+
+def batch_stream(model, prompts, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+                 stop_tokens=None):
+    """generate_batch step by step: checks every sequence now, then yields, per packed forward pass, a
+    list of (sequence index, RoundEvent) for the sequences it served; its return value (StopIteration's
+    value) is every sequence's tokens."""
+    checked = check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_tokens)
+    return batch_steps(model, *checked)
+
+
+def generate_batch(model, prompts, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+                   stop_tokens=None):
+    """generate for several prompts at once: a list of each sequence's new tokens, each exactly what
+    generate(model, prompts[i], n_tokens[i], ...) returns with the same options and an identically
+    seeded rng. Every argument is one value for all sequences or a list with one per prompt
+    (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...]."""
+    steps = batch_stream(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_tokens=stop_tokens)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

@@ -1,0 +1,151 @@
+"""Several sequences in one forward pass (model/batch.py): forward_packed against its reference,
+forward_separately (each sequence alone through GPT2.forward), on random small models and the bundled
+target; the caches afterwards; caches sized for one request (GPT2.new_cache(n_ctx)); the checks.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpt2np
+from conftest import random_params
+from gpt2np.model.batch import forward_packed, forward_separately
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2
+
+SMALL = GPT2Config(n_vocab=37, n_ctx=200, n_embd=12, n_head=3, n_layer=2)
+# A sequence's logits packed against alone: the same arithmetic, but products over more rows sum in
+# another order in float32. Measured max |difference|: random small models 2.4e-7 to 3.6e-7 (logits ~1);
+# bundled shakespeare-2.6M 4.3e-6 to 8.6e-6 (logits up to ~5), decode, prefill and 120-row prefills
+# alike, where one sequence fed a token at a time against in one call already differs by up to 1.1e-5
+# (test_tree_forward.py). Keys and values in the caches: 0 (small), up to 4.8e-6 (bundled).
+ATOL = {"random small": 2e-6, "bundled shakespeare-2.6M": 3e-5}
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {"random small": GPT2(SMALL, random_params(SMALL, seed=0)),
+            "bundled shakespeare-2.6M": gpt2np.load_model("shakespeare-2.6M")}
+
+
+def caches_after(model, prefixes, sizes=None):  # one cache per prefix, the prefix already fed
+    caches = []
+    for i, prefix in enumerate(prefixes):
+        cache = model.new_cache(None if sizes is None else sizes[i])
+        if len(prefix):
+            model.forward(prefix, cache)
+        caches.append(cache)
+    return caches
+
+
+def packed_against_alone(model, prefixes, new_ids, n_logits, which):  # -> max |diff| of logits, of k/v
+    packed_caches, alone_caches = caches_after(model, prefixes), caches_after(model, prefixes)
+    packed = forward_packed(model, list(zip(new_ids, packed_caches)), n_logits)
+    alone = forward_separately(model, list(zip(new_ids, alone_caches)), n_logits)
+    assert [p.shape for p in packed] == [a.shape for a in alone] and all(p.dtype == np.float32 for p in packed)
+    assert [len(c) for c in packed_caches] == [len(c) for c in alone_caches] == \
+        [len(p) + len(n) for p, n in zip(prefixes, new_ids)]
+    diff = max(float(np.abs(p - a).max()) for p, a in zip(packed, alone))
+    kv_diff = max(float(np.abs(getattr(p, kv)[:, :, :len(p)] - getattr(a, kv)[:, :, :len(a)]).max())
+                  for p, a in zip(packed_caches, alone_caches) for kv in "kv")
+    print(f"{which}: max |packed - alone| logits {diff:.2e}, keys/values {kv_diff:.2e}")
+    assert diff <= ATOL[which], f"{which}: max |packed - alone| logits = {diff:.2e} > {ATOL[which]}"
+    assert kv_diff <= ATOL[which], f"{which}: max |packed - alone| keys/values = {kv_diff:.2e} > {ATOL[which]}"
+    return diff
+
+
+LAYOUTS = {  # prefix lengths, new rows, n_logits
+    "decode, 1 row each": ([3, 0, 17, 30], [1, 1, 1, 1], 1),
+    "prefill, several rows each": ([0, 0, 0], [5, 12, 2], [1, 3, 2]),
+    "mixed: prefill beside decode": ([9, 0, 25, 4], [1, 7, 1, 3], [1, 7, 1, 2]),
+    "long prefills (blocked attention)": ([0, 1, 0], [120, 40, 100], [1, 40, 2]),
+    "one sequence": ([6], [4], 2),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("which", ["random small", "bundled shakespeare-2.6M"])
+def test_each_sequence_gets_what_it_gets_alone(models, which, layout):
+    model = models[which]
+    rng = np.random.default_rng(len(layout))
+    n_prefix, n_new, n_logits = LAYOUTS[layout]
+    prefixes = [rng.integers(0, model.n_vocab, n) for n in n_prefix]
+    packed_against_alone(model, prefixes, [rng.integers(0, model.n_vocab, n) for n in n_new], n_logits, which)
+
+
+@settings(deadline=None, max_examples=40)
+@given(data=st.data(), n_seqs=st.integers(1, 5), seed=st.integers(0, 2**31))
+def test_any_packing_on_a_random_model(models, data, n_seqs, seed):
+    rng = np.random.default_rng(seed)
+    n_prefix = data.draw(st.lists(st.integers(0, 12), min_size=n_seqs, max_size=n_seqs))
+    n_new = data.draw(st.lists(st.integers(1, 8), min_size=n_seqs, max_size=n_seqs))
+    n_logits = [data.draw(st.integers(1, n)) for n in n_new]
+    packed_against_alone(models["random small"], [rng.integers(0, SMALL.n_vocab, n) for n in n_prefix],
+                         [rng.integers(0, SMALL.n_vocab, n) for n in n_new], n_logits, "random small")
+
+
+def test_one_sequence_packed_is_its_forward_bit_for_bit(models):
+    model = models["bundled shakespeare-2.6M"]
+    ids = np.random.default_rng(1).integers(0, model.n_vocab, 50)
+    for n_past, n_logits in [(0, 1), (10, 3), (30, 20)]:
+        (a,), (b,) = caches_after(model, [ids[:n_past]]), caches_after(model, [ids[:n_past]])
+        np.testing.assert_array_equal(forward_packed(model, [(ids[n_past:], a)], n_logits)[0],
+                                      model.forward(ids[n_past:], b, n_logits))
+
+
+def test_decoding_goes_on_from_the_packed_caches(models):
+    """Three sequences decoded 12 steps, packed every step, against each fed alone: the caches a packed
+    call leaves are ones the next call (packed or alone) can build on."""
+    model, which = models["bundled shakespeare-2.6M"], "bundled shakespeare-2.6M"
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, model.n_vocab, n) for n in (4, 11, 1)]
+    packed, alone = caches_after(model, [[], [], []]), caches_after(model, [[], [], []])
+    feeds, worst = prompts, 0.0
+    for _ in range(12):
+        p = forward_packed(model, list(zip(feeds, packed)))
+        a = forward_separately(model, list(zip(feeds, alone)))
+        worst = max(worst, max(float(np.abs(x - y).max()) for x, y in zip(p, a)))
+        feeds = [np.array([int(np.argmax(x[-1]))]) for x in a]  # the same next tokens for both
+    print(f"12 packed decode steps: max |packed - alone| = {worst:.2e}")
+    assert worst <= ATOL[which], f"max |packed - alone| over 12 steps = {worst:.2e} > {ATOL[which]}"
+
+
+def test_a_cache_sized_for_the_request_gives_the_same_numbers(models):
+    model = models["bundled shakespeare-2.6M"]
+    ids = np.random.default_rng(2).integers(0, model.n_vocab, 20)
+    full, sized = model.new_cache(), model.new_cache(n_ctx=21)
+    assert sized.k.shape == (8, 5, 21, 32) and sized.k.nbytes * 256 == full.k.nbytes * 21
+    for cache in (full, sized):
+        model.forward(ids[:15], cache)
+    np.testing.assert_array_equal(model.forward(ids[15:], sized, 5), model.forward(ids[15:], full, 5))
+    assert model.new_cache().k.shape == (8, 5, 256, 32)  # the default is unchanged: the whole context
+    with pytest.raises(ValueError, match="20 cached \\+ 2 new tokens exceed this cache's 21 positions"):
+        model.forward([1, 2], sized)
+    with pytest.raises(ValueError, match=r"\(sequence 1\) exceed this cache's 21 positions"):
+        forward_packed(model, [([1], model.new_cache()), ([1, 2], sized)])
+
+
+@pytest.mark.parametrize("n_ctx", [0, 257, 2.0, True, "8"])
+def test_new_cache_refuses_sizes_outside_the_context(models, n_ctx):
+    with pytest.raises(ValueError, match=r"new_cache needs an integer n_ctx in \[1, 256\]"):
+        models["bundled shakespeare-2.6M"].new_cache(n_ctx)
+
+
+def test_bad_packed_calls_are_one_line_errors(models):
+    model, other = models["random small"], models["bundled shakespeare-2.6M"]
+    cache = model.new_cache()
+    bad = [
+        (lambda: forward_packed(model, []), "non-empty list"),
+        (lambda: forward_packed(model, [([1], cache), ([2], cache)]), "sequence 1's cache is also another"),
+        (lambda: forward_packed(model, [([1], cache), ([1, 40], model.new_cache())]),
+         r"sequence 1's token ids must be in \[0, 37\): 40 at position 1"),
+        (lambda: forward_packed(model, [([1], cache)], n_logits=[1, 1]), "one per sequence"),
+        (lambda: forward_packed(model, [([1, 2], cache)], n_logits=3), "sequence 0: need 1 <= n_logits"),
+        (lambda: forward_packed(model, [([1], other.new_cache())]), "this cache is"),
+        (lambda: forward_packed(object(), [([1], cache)]), "needs a GPT2 model"),
+    ]
+    for call, message in bad:
+        with pytest.raises(ValueError, match=message) as info:
+            call()
+        assert "\n" not in str(info.value)
+    assert len(cache) == 0  # nothing ran

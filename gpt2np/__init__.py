@@ -55,6 +55,7 @@ from .model import fast  # noqa: F401,I001  first: sets OpenBLAS's thread timeou
 
 from .checkpoints.download import DownloadError
 from .checkpoints.loading import RELEASE_SIZES, bundled_models, load_model, random_model
+from .decoding.batched import batch_stream, generate_batch
 from .decoding.autoregressive import check_generation_request, generate, generate_without_cache, plain_stream
 from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
 from .decoding.policies import POLICIES, make_policy
@@ -68,9 +69,9 @@ from .model.kv_cache import KVCache
 
 __all__ = [
     "DownloadError", "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "POLICIES", "PRESETS",
-    "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "blas_kernel", "bundled_models",
+    "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
-    "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
+    "generate_batch", "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
     "random_model", "sample", "sampling_distribution", "speculative_generate", "speculative_stream",
 ]
 

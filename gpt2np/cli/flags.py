@@ -14,7 +14,7 @@ import argparse
 
 import gpt2np
 from gpt2np import POLICIES
-from gpt2np.report import OneLineErrorParser
+from gpt2np.report import OneLineErrorParser, add_loading_flags
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -77,14 +77,7 @@ def model_flags(p):
     p.add_argument("--ngram_max", type=int, default=None,
                    help="with --draft_model_size ngram: the longest n-gram looked up, then shorter ones down to 1 "
                         "(default: 3)")
-    p.add_argument("--models_dir", default="weights",
-                   help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
-                        "are downloaded to")
-    p.add_argument("--mirror", default=None,
-                   help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
-    p.add_argument("--hf_endpoint", default=None,
-                   help="Hugging Face Hub endpoint for hf: names (default: $HF_ENDPOINT, else "
-                        "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
+    add_loading_flags(p)
 
 
 def decoding_flags(p):
@@ -94,6 +87,10 @@ def decoding_flags(p):
                         "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
                         "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step) "
                         "(default: 4)")
+    p.add_argument("--tree", type=tree_value, default=None, metavar="W1,W2,...",
+                   help="draft a token tree each round instead of a chain: W1 children under the newest token, W2 "
+                        "under each of those, ... (e.g. 3,2,1; a draft model draws them without replacement, prompt "
+                        "lookup proposes up to W1*W2*... earlier matches as a trie); replaces --K")
     p.add_argument("--K_max", type=int, default=None,
                    help="the largest K the heuristic and auto policies may use (default: 8)")
     p.add_argument("--temperature", type=float, default=None,
@@ -155,6 +152,18 @@ def K_value(text):
         raise argparse.ArgumentTypeError(f"invalid K {text!r}: an integer >= 1, 'heuristic' or 'auto'") from None
 
 
+def tree_value(text):
+    """--tree: children per depth, comma-separated (3,2,1)."""
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        widths = ()
+    if not widths or min(widths) < 1:
+        raise argparse.ArgumentTypeError(f"invalid tree {text!r}: children per depth, comma-separated integers >= 1, "
+                                         "e.g. 3,2,1")
+    return widths
+
+
 def flag(args, dest):
     """The flag as the user spelled it (--max_tokens, --N, ...), else main.py's own."""
     return args.spelled.get(dest, f"--{dest}")
@@ -182,8 +191,11 @@ def check_drafting_args(args):
     """--K, --K_max, --ngram_max: their ranges, and only where they mean something; then defaults."""
     drafting = args.draft_model_size is not None or args.target_model_size is None  # default: the bundled pair
     K = flag(args, "K")
-    if not drafting and args.K is not None:
-        raise ValueError(f"{K} needs a drafter: add {flag(args, 'draft_model_size')} (a model name, or ngram)")
+    if not drafting and (args.K is not None or args.tree is not None):
+        raise ValueError(f"{K if args.K is not None else '--tree'} needs a drafter: add "
+                         f"{flag(args, 'draft_model_size')} (a model name, or ngram)")
+    if args.tree is not None and args.K is not None:
+        raise ValueError(f"--tree fixes each round's drafts: leave {K} out (a tree round's K is the nodes it drafts)")
     if args.ngram_max is not None and args.draft_model_size != "ngram":
         raise ValueError("--ngram_max applies to --draft_model_size ngram only")
     if args.K_max is not None and args.K not in POLICIES[1:]:

@@ -93,7 +93,7 @@ def printer(tokenizer, prompt, style):
         texts = TokenTexts(tokenizer)
         sys.stdout.write(prompt)
         for event in stream:
-            rejected = rejected_draft(event) if style != "plain" else None
+            rejected = replaced_draft(event) if style != "plain" else None
             show.rejected += rejected is not None
             sys.stdout.write(marked(texts.pieces(event.tokens), event.provenance, style,
                                     None if rejected is None else texts.alone(rejected)))
@@ -101,6 +101,16 @@ def printer(tokenizer, prompt, style):
         sys.stdout.write(texts.flush() + "\n")
     show.rejected = 0
     return show
+
+
+def replaced_draft(event):
+    """The draft the target's token replaced (report.rejected_draft); in a token tree the first child
+    tried at the node where every child was rejected, the drafter's own first choice there."""
+    if len(set(event.parents[1:])) == len(event.parents[1:]):  # a chain (or no drafts)
+        return rejected_draft(event)
+    rejected = [node for node, ok in event.tried if not ok and event.parents[node] == ([0, *event.path])[-1]]
+    cut = len(event.tokens) < len(event.path) + 1  # the round ended at a stop token before the target's
+    return event.drafts[rejected[0] - 1] if rejected and event.provenance[-1] == "resample" and not cut else None
 
 
 def print_time(runs):
@@ -132,13 +142,14 @@ def speculative_streams(args, target, drafter, prompt_ids, calibrate=True):
     def speculative(n_tokens):
         return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, args.K_max,
                                          rng=np.random.default_rng(args.seed), calibrate=calibrate,
-                                         **sampling(args))
+                                         tree=args.tree, **sampling(args))
     return speculative
 
 
 def run_speculative(args, target, drafter, prompt_ids):
     """Speculative decoding, printed as it goes (with -v its provenance and legend), then its time."""
     K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
+    K = f"tree {','.join(map(str, args.tree))}" if args.tree else K
     print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")
     style = display_style(args)
     show = printer(target.tokenizer, args.prompt, style)

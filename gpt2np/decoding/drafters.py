@@ -11,6 +11,11 @@ The loop (speculative.py) sees a drafter only through this interface:
     drafter.cost_per_token()                       # seconds per drafted token (None until known)
     drafter.c_prior                                # c to assume before anything is measured
 
+A tree drafter (tree_drafts.py: ModelTreeDrafter, NgramTreeDrafter; speculative_generate's tree=)
+returns a DraftTree from propose (depth <= k: the round still emits at most k + 1 tokens), has a
+`depth` (each round's K policy: its depth, fixed), and is rolled back with the accepted path:
+drafter.roll_back(n, path), path = the accepted nodes of its tree.
+
 Exactness needs only this of a drafter: each draft x_i is a sample of the q_i it returns (or its
 argmax at temperature 0, as the kernel's greedy rule assumes nothing else), q_i(x_i) > 0, and
 both depend only on the context and the drafter's own randomness. The kernel then emits exactly

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.rows import tree_depths
 from .stopwatch import seconds_per_call
 from .policies import v_curve
 from .theory import predicted_speedup_mixed
@@ -40,6 +41,16 @@ class SpeculativeStats:
     an i-th draft, how many examined it (every earlier draft was accepted) and how many accepted it.
     accepted / proposed falls like alpha^i; accepted / examined estimates alpha at depth i.
 
+    Token trees (speculative.py, tree=). An examined position is a node whose children were tried
+    (the root, then each accepted node that is not a leaf); "accepted" there means one of its
+    children was. So alpha_empirical and by_position are the tree's acceptance per depth, which
+    its siblings raise above the drafter's alpha, while alpha_hat stays the drafter's: beta =
+    sum_x min(p, q) with q the law the node's FIRST child was drawn from, the chance that child
+    alone is accepted, what a chain through that node would get. K is the nodes a round drafted
+    (the most frequent count; K_counts: how often each), v the target call of K + 1 rows over a
+    one-token call. Theory's predictions are for chains: None for a run whose rounds branched.
+    by_rank: per depth, per sibling rank (the 1st, 2nd, ... child tried), (tried, accepted).
+
     With a K policy other than "fixed", K is the K used most often, K_counts says how often each
     was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs,
     with v(K+1) from policies.v_curve's line through the measured calls for a K whose call size
@@ -68,6 +79,7 @@ class SpeculativeStats:
     policy: str = "fixed"                    # the K policy: fixed / heuristic / auto
     K_counts: dict = None                    # K asked for -> rounds
     by_position: tuple = ()                  # per draft position i = 1, 2, ...: (proposed, examined, accepted)
+    by_rank: tuple = ()                      # per depth, per sibling rank j = 1, 2, ...: (tried, accepted)
 
 
 def time_one_token_calls(target, context, n_calls):
@@ -87,16 +99,55 @@ def time_one_token_calls(target, context, n_calls):
     return seconds
 
 
-def acceptance_by_position(records):  # -> ((proposed, examined, accepted) per draft position)
-    """How often the 1st, 2nd, ... draft of a round was proposed, examined and accepted.
+def is_branching(parents):  # -> True if a node has two or more children (else the tree is a chain)
+    return len(set(parents[1:])) < len(parents) - 1
+
+
+def drafted_depth(record):  # -> the deepest draft of a round: k for a chain, the tree's depth for a tree
+    parents = getattr(record, "parents", ())
+    return int(tree_depths(parents).max()) if is_branching(parents) else len(record.drafts)
+
+
+def depths_and_ranks(parents):  # -> each node's depth and its index among its parent's children
+    if not is_branching(parents):
+        return range(len(parents)), [0] * len(parents)  # a chain: node i at depth i, an only child
+    seen, ranks = {}, [0]
+    for parent in parents[1:]:
+        ranks.append(seen.get(parent, 0))
+        seen[parent] = ranks[-1] + 1
+    return tree_depths(parents), ranks
+
+
+def acceptance_by_position(records):  # -> ((proposed, examined, accepted) per draft position, or depth)
+    """How often the 1st, 2nd, ... draft of a round (a tree: depth) was proposed, examined and accepted.
 
     >>> from types import SimpleNamespace as Round
     >>> acceptance_by_position([Round(drafts=[5, 6], decisions=[True, False]), Round(drafts=[7, 8], decisions=[False])])
     ((2, 2, 1), (2, 1, 0))
     """
-    longest = max((len(r.drafts) for r in records), default=0)
-    return tuple((sum(len(r.drafts) > i for r in records), sum(len(r.decisions) > i for r in records),
-                  sum(r.decisions[i] for r in records if len(r.decisions) > i)) for i in range(longest))
+    depths = [drafted_depth(r) for r in records]
+    return tuple((sum(d > i for d in depths), sum(len(r.decisions) > i for r in records),
+                  sum(r.decisions[i] for r in records if len(r.decisions) > i)) for i in range(max(depths, default=0)))
+
+
+def acceptance_by_rank(records):  # -> per depth, per sibling rank: (tried, accepted)
+    """From each round's `tried`: how often the j-th child tried at depth d was tried and accepted.
+
+    >>> from types import SimpleNamespace as Round
+    >>> acceptance_by_rank([Round(parents=(-1, 0, 0, 1), tried=((1, False), (2, True))),
+    ...                     Round(parents=(-1, 0, 0, 1), tried=((1, True), (3, False)))])
+    (((2, 1), (1, 1)), ((1, 0),))
+    """
+    counts = {}  # (depth, rank) -> [tried, accepted]
+    for r in records:
+        if not r.tried:
+            continue
+        depths, ranks = depths_and_ranks(r.parents)
+        for node, ok in r.tried:
+            count = counts.setdefault((int(depths[node]), ranks[node]), [0, 0])
+            count[0], count[1] = count[0] + 1, count[1] + ok
+    return tuple(tuple(tuple(counts.get((d, j), (0, 0))) for j in range(1 + max(j for dd, j in counts if dd == d)))
+                 for d in range(1, 1 + max((d for d, _ in counts), default=0)))
 
 
 def ratio(a, b):
@@ -116,7 +167,7 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
     measured_v = lambda k: 1.0 if k == 0 else ratio(seconds_per_call(target.durations, k + 1), t1)  # noqa: E731
     fitted = v_curve(target.durations, max(counts, default=0) + 1)  # for a K whose call was never timed
     v_of_K = lambda k: fitted[k + 1] if measured_v(k) is None and len(counts) > 1 else measured_v(k)  # noqa: E731
-    known = alpha_hat is not None and c is not None
+    known = alpha_hat is not None and c is not None and not any(is_branching(r.parents) for r in records)
     return SpeculativeStats(
         K=K, rounds=len(records), drafted=sum(len(r.drafts) for r in records), accepted=accepted,
         rejections=rejections, alpha_hat=alpha_hat, alpha_empirical=ratio(accepted, accepted + rejections),
@@ -126,4 +177,5 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
         calibration_seconds=sum(calibration), c=c, v=measured_v(K) if K else None,
         predicted_speedup=predicted_speedup_mixed(alpha_hat, counts, c, lambda k: 1.0) if known else None,
         predicted_speedup_refined=predicted_speedup_mixed(alpha_hat, counts, c, v_of_K) if known else None,
-        drafter=drafter.name, policy=policy_name, K_counts=counts, by_position=acceptance_by_position(records))
+        drafter=drafter.name, policy=policy_name, K_counts=counts, by_position=acceptance_by_position(records),
+        by_rank=acceptance_by_rank(records))

@@ -24,6 +24,17 @@ and the target never looks past position len(prompt) + N: the context check is t
 generate's, prompt + N <= n_ctx, whatever K is. A round with no drafts (K = 0, or a drafter
 with nothing to propose) is a plain target step; its token's provenance is "target".
 
+Token trees (tree=(3, 2, 1), or a tree drafter: tree_drafts.py). A drafter may propose a DraftTree
+instead of a chain; a chain is the tree with one child per node, and the loop is the same:
+  Step 1    the drafter proposes a tree of depth <= k (k caps the depth: a round still emits at
+            most k + 1 tokens); K of a tree round = the nodes it drafted
+  Step 2    the target scores the tokens its cache lacks and every node in ONE call: a chain with
+            the plain forward (unchanged), a tree with forward_rows, each node at its depth's
+            position and seeing only its ancestors (model/rows.py)
+  Step 3-4  verify_tree (tree_kernel.py) walks down the tree, trying each node's children in turn
+  then the target cache keeps the trunk and the accepted path (KVCache.keep_rows; a chain's rows
+  are already in place, so that is its truncation), and the drafter rolls back likewise.
+
 >>> from gpt2np.teach.toy_models import random_toy_model
 >>> rng = np.random.default_rng(0)
 >>> target, draft = random_toy_model(rng, order=3), random_toy_model(rng)
@@ -48,6 +59,11 @@ from .speculative_kernel import verify_round
 from .run_stats import CALIBRATION_CALLS, SpeculativeStats, summarise, time_one_token_calls  # noqa: F401
 from .stream import RoundEvent, Stream
 from .theory import alpha
+from .tree_drafts import DraftTree, as_tree_drafter, feed_rows, keep_path_rows
+from .tree_kernel import chain_round_result, examined_nodes, node_law, verify_tree
+from ..model import rows
+
+DEFAULT_K = 4  # speculative_generate's K; a tree (tree=, or a tree drafter) fixes its drafts instead
 
 
 @dataclass(frozen=True)
@@ -67,39 +83,83 @@ def check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature
     check_generation_request(target, prompt_ids, n_tokens)
 
 
-def score(target, context, drafts, options):  # Step 2 -> p [k+1, n_vocab]
-    """One target call over the newest token and the k drafts gives p_1..p_{k+1}."""
-    new_ids = context[len(target.cache):] + drafts  # [1 + k] ([prompt + k] in the first round)
-    logits = target.feed(new_ids, n_logits=len(drafts) + 1)  # [k+1, n_vocab]
+def propose(drafter, context, k, options, rng):  # Step 1 -> drafts [k], q, tree (None for a chain)
+    """The drafter's proposal: a chain (drafts, q [k, n_vocab]) or a DraftTree (drafts: its nodes 1..K)."""
+    proposal = drafter.propose(context, k, options, rng)
+    if isinstance(proposal, DraftTree):
+        return list(proposal.tokens[1:]), proposal.q, proposal
+    return proposal[0], proposal[1], None
+
+
+def score(target, context, drafts, tree, options):  # Step 2 -> p [k+1, n_vocab], one row per node
+    """One target call over the tokens its cache lacks (the newest; the prompt in the first round)
+    and the drafts: a chain with the plain forward, a tree's nodes each at its depth's position,
+    seeing its ancestors only (rows.py)."""
+    new_ids = context[len(target.cache):] + drafts  # [n_trunk + k]
+    if tree is None or tree.is_chain():
+        logits = target.feed(new_ids, n_logits=len(drafts) + 1)  # [k+1, n_vocab]
+    else:
+        parents = rows.trunk_and_tree(tree.parents, len(new_ids) - len(drafts))
+        logits = feed_rows(target, new_ids, rows.tree_positions(parents, len(target.cache)), rows.tree_scope(parents),
+                           n_logits=len(drafts) + 1)
     return distribution(logits, **options)  # checked once, in check_speculative_request
 
 
-def round_tokens(drafts, result, stops):
+def verify(drafts, q, tree, p, rng, options, kernels):  # Steps 3-4 -> TreeRoundResult
+    kernel, tree_kernel = kernels
+    greedy = is_greedy(options["temperature"])
+    if tree is None:
+        return chain_round_result(drafts, kernel(drafts, q, p, rng, greedy=greedy))
+    return tree_kernel(tree, p, rng, greedy=greedy)
+
+
+def round_tokens(result, stops):
     """The tokens a kernel result adds, with provenance, cut just after the first stop token
     (end-of-text or one of stop_tokens), as plain decoding stops there."""
-    emitted = drafts[:result.n_accepted] + [result.next_token]
-    provenance = ["draft"] * result.n_accepted + [result.kind if drafts else "target"]
+    emitted = list(result.tokens)
+    provenance = result.provenance if result.tried else ["target"]  # nothing tried: a plain target step
     end = next((i + 1 for i, token in enumerate(emitted) if token in stops), len(emitted))
     return emitted[:end], provenance[:end]  # a stop can be an accepted draft: keep it, drop what follows
 
 
-def speculative_round(target, drafter, context, k, options, rng, kernel, keep_rows, stops):
-    """Steps 1-4 and the roll-back; returns the round's RoundEvent (the loop adds K, n_emitted, seconds)."""
+def keep_accepted(target, n_past, n_trunk, path, n_keep):
+    """The target cache after a round: the trunk's rows and the accepted path's (a tree's nodes lie
+    anywhere among its rows: keep_rows moves them down), at most n_keep positions."""
+    kept = (list(range(n_trunk)) + [n_trunk - 1 + node for node in path])[:n_keep - n_past]
+    keep_path_rows(target.cache, n_past, kept)
+    target.roll_back(n_keep)
+
+
+def tree_view(drafts, q, tree, p, result):  # -> q_at_drafts, p_at_drafts, overlaps, parents
+    """What a RoundEvent says of the drafts, the same for a chain and a tree (stream.py)."""
+    examined = examined_nodes(result)
+    if tree is None:
+        return ([float(q[i, x]) for i, x in enumerate(drafts)], [float(p[i, x]) for i, x in enumerate(drafts)],
+                alpha(p[:len(examined)], q[:len(examined)]).tolist(), tuple(range(-1, len(drafts))) if drafts else ())
+    children = tree.children()
+    return ([float(node_law(tree, i)[x]) for i, x in enumerate(drafts, 1)],
+            [float(p[tree.parents[i], x]) for i, x in enumerate(drafts, 1)],
+            [float(alpha(p[e], node_law(tree, children[e][0]))) for e in examined], tuple(tree.parents))
+
+
+def speculative_round(target, drafter, context, k, options, rng, kernels, keep_rows, stops):
+    """Steps 1-4 and the roll-back; returns the round's RoundEvent (the loop adds n_emitted, seconds)."""
     start = time.perf_counter()
-    drafts, q = drafter.propose(context, k, options, rng)                # Step 1
+    drafts, q, tree = propose(drafter, context, k, options, rng)        # Step 1
     propose_seconds = time.perf_counter() - start
-    p = score(target, context, drafts, options)                          # Step 2
-    result = kernel(drafts, q, p, rng, greedy=is_greedy(options["temperature"]))  # Steps 3-4
-    emitted, provenance = round_tokens(drafts, result, stops)
-    target.roll_back(len(context) + len(emitted) - 1)  # the invariant: new context[:-1]
-    drafter.roll_back(len(context) + len(emitted) - 1)
-    decisions = [True] * result.n_accepted + [False] * (result.kind == "resample")
+    n_past = len(target.cache)
+    p = score(target, context, drafts, tree, options)                    # Step 2
+    result = verify(drafts, q, tree, p, rng, options, kernels)           # Steps 3-4
+    emitted, provenance = round_tokens(result, stops)
+    n_keep = len(context) + len(emitted) - 1  # the invariant: new context[:-1]
+    keep_accepted(target, n_past, len(context) - n_past, result.path, n_keep)
+    drafter.roll_back(n_keep) if tree is None else drafter.roll_back(n_keep, result.path)
+    q_at, p_at, overlaps, parents = tree_view(drafts, q, tree, p, result)
     return RoundEvent(
-        tokens=emitted, provenance=provenance, K=len(drafts), n_emitted=0, drafts=drafts,
-        q_at_drafts=[float(q[i, x]) for i, x in enumerate(drafts)],
-        p_at_drafts=[float(p[i, x]) for i, x in enumerate(drafts)], decisions=decisions,
-        overlaps=alpha(p[:len(decisions)], q[:len(decisions)]).tolist(),
-        q=q if keep_rows else None, p=p if keep_rows else None, propose_seconds=propose_seconds)
+        tokens=emitted, provenance=provenance, K=len(drafts), n_emitted=0, drafts=drafts, q_at_drafts=q_at,
+        p_at_drafts=p_at, decisions=[True] * len(result.path) + [False] * (result.kind == "resample"),
+        overlaps=overlaps, q=q if keep_rows else None, p=p if keep_rows else None, propose_seconds=propose_seconds,
+        parents=parents, path=result.path, tried=result.tried)
 
 
 def observe(past, event, target, first_round):
@@ -114,7 +174,7 @@ def observe(past, event, target, first_round):
         past.add_draft_cost(event.propose_seconds / len(event.drafts))
 
 
-def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace, calibrate,
+def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace, calibrate,
                        stops):
     """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult. It ends after
     n_tokens, or after the first token in `stops` (eot_id and the stop tokens), as plain decoding."""
@@ -127,12 +187,12 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         start = time.perf_counter()
         K = policy.choose(past)                                          # Step 0: from the past only
         k = min(K, n_tokens - len(provenance) - 1)  # K clamped: never emit more than asked for
-        event = speculative_round(timed_target, drafter, context, k, options, rng, kernel, trace, stops)
+        event = speculative_round(timed_target, drafter, context, k, options, rng, kernels, trace, stops)
         context += event.tokens
         provenance += event.provenance
         event = replace(event, n_emitted=len(provenance), seconds=time.perf_counter() - start)
         records.append(event)
-        Ks.append(K)
+        Ks.append(event.K if getattr(drafter, "depth", None) else K)  # a tree: the nodes it drafted
         policy.update(event)
         observe(past, event, timed_target, first_round=len(records) == 1)
         yield event
@@ -142,24 +202,37 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)
 
 
+def drafter_and_policy(drafter, tree, K, K_max):  # -> (drafter, K policy)
+    """tree= turns the drafter into a tree drafter; a tree drafter's depth is each round's K (the
+    most tokens it may emit from drafts), so K must stay at its default."""
+    drafter = as_tree_drafter(drafter, tree) if tree is not None else drafter
+    depth = getattr(drafter, "depth", None)
+    if depth is None:
+        return drafter, make_policy(K, K_max)
+    if isinstance(K, bool) or K != DEFAULT_K:
+        raise ValueError(f"a tree fixes each round's drafts ({drafter.name}): leave K at its default, got K={K!r} "
+                         f"(a tree round's K is the number of nodes it drafts)")
+    return drafter, make_policy(depth, K_max)
+
+
 def open_speculative(name, target, draft, prompt_ids, n_tokens, K, K_max, temperature, top_k, top_p, rng,
-                     trace, kernel, draft_sampler, calibrate, stop_tokens):
+                     trace, kernels, draft_sampler, calibrate, stop_tokens, tree):
     """The Stream behind speculative_stream and speculative_generate (`name`, for the errors), after
     every check: the arguments' types first, so that another repository's order is named as such."""
     usage = f"{name}(target, draft, prompt_ids, n_tokens, ...)"
     check_model(target, "target", usage)
-    drafter = as_drafter(draft, draft_sampler, usage)
-    policy, temperature = make_policy(K, K_max), default_temperature(temperature, rng)
+    drafter, policy = drafter_and_policy(as_drafter(draft, draft_sampler, usage), tree, K, K_max)
+    temperature = default_temperature(temperature, rng)
     check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng)
     options, stops = dict(temperature=temperature, top_k=top_k, top_p=top_p), stop_set(target, stop_tokens)
     prompt = [int(t) for t in prompt_ids]
-    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernel, trace,
+    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace,
                                      calibrate, stops))
 
 
-def speculative_stream(target, draft, prompt_ids, n_tokens, K=4, K_max=8, temperature=None, top_k=None,
+def speculative_stream(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, K_max=8, temperature=None, top_k=None,
                        top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                       calibrate=False, *, stop_tokens=None):
+                       calibrate=False, *, stop_tokens=None, tree=None, tree_kernel=verify_tree):
     """Speculative decoding as a Stream of RoundEvents; `.result` is speculative_generate's result.
 
     draft: a drafter (drafters.py) or a model (wrapped as a ModelDrafter). K: an int (the same K
@@ -170,22 +243,30 @@ def speculative_stream(target, draft, prompt_ids, n_tokens, K=4, K_max=8, temper
     time that many more after it, so that c and v are measured (the stats' calibration_seconds);
     by default the run makes only the calls its rounds need, and c and v are None where it made
     no call to measure them by.
+
+    tree=(3, 2, 1): each round drafts a token tree of that shape (children per node at each depth,
+    drawn without replacement) from a draft model, or from prompt lookup up to 3 * 2 * 1 earlier
+    matches of up to 3 tokens as a trie (tree_drafts.py); K must then stay at its default. A
+    tree drafter may also be passed as the draft. tree_kernel: verify_tree, or for teaching a broken
+    one (teach/broken_tree_kernels.py).
     """
     return open_speculative("speculative_stream", target, draft, prompt_ids, n_tokens, K, K_max, temperature,
-                            top_k, top_p, rng, trace, kernel, draft_sampler, calibrate, stop_tokens)
+                            top_k, top_p, rng, trace, (kernel, tree_kernel), draft_sampler, calibrate, stop_tokens,
+                            tree)
 
 
-def speculative_generate(target, draft, prompt_ids, n_tokens, K=4, temperature=None, top_k=None,
+def speculative_generate(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
                          top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                         K_max=8, calibrate=False, *, stop_tokens=None):
+                         K_max=8, calibrate=False, *, stop_tokens=None, tree=None, tree_kernel=verify_tree):
     """Sample n_tokens from `target` (exactly its distribution), using `draft` to go faster.
 
     Same sampling options, defaults and output distribution as generate(target, ...); stops early
     only at target.eot_id or one of stop_tokens (kept as the last token). draft: a model or a
     drafter; K: drafts per round, or a K policy name ("heuristic", "auto"). trace=True keeps one
     RoundEvent per round, with the full p and q rows. kernel and draft_sampler exist for teaching:
-    pass a broken one (broken_kernels.py) and watch the exact tests fail. calibrate: see
-    speculative_stream. Returns a SpeculativeResult.
+    pass a broken one (broken_kernels.py) and watch the exact tests fail. calibrate, tree and
+    tree_kernel: see speculative_stream. Returns a SpeculativeResult.
     """
     return open_speculative("speculative_generate", target, draft, prompt_ids, n_tokens, K, K_max, temperature,
-                            top_k, top_p, rng, trace, kernel, draft_sampler, calibrate, stop_tokens).run()
+                            top_k, top_p, rng, trace, (kernel, tree_kernel), draft_sampler, calibrate, stop_tokens,
+                            tree).run()

@@ -26,21 +26,33 @@ class RoundEvent:
     """One round: the tokens it emitted, where each came from, what the kernel decided, what it cost.
 
     The one round type: the stream yields it, the K policies learn from it, the run's statistics
-    sum it, and speculative_generate(..., trace=True) keeps it (then with the full rows q and p)."""
-    tokens: list                  # tokens emitted this round (1 .. K+1): accepted drafts, then the target's
+    sum it, and speculative_generate(..., trace=True) keeps it (then with the full rows q and p).
+
+    A round may draft a token tree (speculative.py, tree=): a chain is the tree with one child per
+    node, and every field below means the same for both; parents, path and tried describe the tree.
+    """
+    tokens: list                  # tokens emitted this round (1 .. depth+1): accepted drafts, then the target's
     provenance: list              # per token: "draft" / "resample" / "bonus" / "target" (no drafts)
     K: int                        # drafts proposed this round: at most the K asked for (0: a plain target step,
-                                  # also when prompt lookup found nothing to propose)
+                                  # also when prompt lookup found nothing to propose); a tree: its nodes
     n_emitted: int                # tokens emitted so far, this round included
-    drafts: list = field(default_factory=list)       # x_1..x_k the drafter proposed (k <= K)
-    decisions: list = field(default_factory=list)    # accept (True) / reject (False) per examined draft
-    q_at_drafts: list = field(default_factory=list)  # q_i(x_i) per draft
-    p_at_drafts: list = field(default_factory=list)  # p_i(x_i) per draft
-    overlaps: list = field(default_factory=list)     # beta_i = sum_x min(p_i, q_i) per examined position (Thm 3.5)
-    q: object = None              # [k, n_vocab] draft distributions (trace=True only)
-    p: object = None              # [k+1, n_vocab] target distributions (trace=True only)
+    drafts: list = field(default_factory=list)       # x_1..x_k the drafter proposed (k <= K); a tree: its
+                                                     # nodes 1..K in level order (node i is drafts[i - 1])
+    decisions: list = field(default_factory=list)    # accept (True) / reject (False) per examined position
+                                                     # (a tree: per depth, True if one of the children was)
+    q_at_drafts: list = field(default_factory=list)  # q_i(x_i) per draft (a tree: q after the node's parent)
+    p_at_drafts: list = field(default_factory=list)  # p_i(x_i) per draft (a tree: p after the node's parent)
+    overlaps: list = field(default_factory=list)     # beta_i = sum_x min(p_i, q_i) per examined position (Thm 3.5;
+                                                     # a tree: with q the law of the node's first child)
+    q: object = None              # [k, n_vocab] draft distributions (trace=True only; a tree: [K+1], per node)
+    p: object = None              # [k+1, n_vocab] target distributions (trace=True only; a tree: per node)
     propose_seconds: float = 0.0  # wall time of Step 1 (the drafter), sampling and Python included
     seconds: float = 0.0          # wall time of the round
+    parents: tuple = ()           # the drafted tree: node 0 is the context's newest token (-1), node i >= 1 is
+                                  # drafts[i - 1] and parents[i] its parent; a chain (-1, 0, 1, ..., k-1)
+    path: tuple = ()              # the accepted nodes, the root's child first (a chain: 1, ..., n accepted)
+    tried: tuple = ()             # (node, accepted?) per child the kernel tested, in order: acceptance by depth
+                                  # and sibling rank (run_stats.acceptance_by_depth_and_rank)
 
 
 class Stream:

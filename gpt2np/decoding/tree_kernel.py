@@ -137,6 +137,28 @@ def finish(tree, path, t, kind, tried):
     return TreeRoundResult(tuple(path), tuple(tree.tokens[i] for i in path) + (int(t),), kind, tuple(tried))
 
 
+def chain_round_result(drafts, result):  # speculative_kernel.RoundResult -> TreeRoundResult
+    """A chain's result as its tree's (node i is x_i): what verify_tree gives on that chain, coin for coin.
+
+    >>> from gpt2np.decoding.speculative_kernel import RoundResult
+    >>> chain_round_result([4, 5], RoundResult(n_accepted=1, next_token=7, kind="resample"))
+    TreeRoundResult(path=(1,), tokens=(4, 7), kind='resample', tried=((1, True), (2, False)))
+    """
+    path = tuple(range(1, result.n_accepted + 1))
+    rejected = ((result.n_accepted + 1, False),) if result.kind == "resample" and drafts else ()
+    return TreeRoundResult(path, tuple(drafts[:result.n_accepted]) + (int(result.next_token),), result.kind,
+                           tuple((node, True) for node in path) + rejected)
+
+
+def examined_nodes(result):  # -> the nodes whose children were tried: the root, then the path (not a leaf)
+    nodes = (0, *result.path)
+    return nodes if result.kind == "resample" else nodes[:-1]
+
+
+def node_law(tree, node):  # -> [n_vocab]: the law node was drawn from (before its earlier siblings left it)
+    return tree.drawn_from[node] if tree.drawn_from is not None else tree.q[tree.parents[node]]
+
+
 def node_output_distribution(p, q, m, replacement):  # [n_vocab], [n_vocab] -> [n_vocab]
     """The exact law of the token one node emits when its m children are drawn from q and tried
     in turn (the module docstring's proof, as a recursion over the first child x_1 ~ q):

@@ -163,6 +163,6 @@ def test_exact_check_fails_when_a_round_keeps_drafts_after_a_stop_token(monkeypa
     expected = plain_distribution(target, [0], 4, [1])
     honest = speculative.round_tokens
     monkeypatch.setattr(speculative, "round_tokens",
-                        lambda drafts, result, stops: honest(drafts, result, frozenset()))
+                        lambda result, stops: honest(result, frozenset()))
     broken = speculative_distribution(target, draft, [0], 4, 3, [1])
     assert total_variation(broken, expected) > 0.05, total_variation(broken, expected)  # measured: 0.38

@@ -46,13 +46,9 @@ def parse_args(argv):
     p.add_argument("--K", default="4", help="draft tokens per round, or a K policy: 'heuristic' or 'auto' (default: 4)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator (default: 0)")
-    loading_flags(p)
+    add_loading_flags(p)
     p.add_argument("--json", metavar="PATH", default=None, help="also write the runs and statistics to PATH")
     return p.parse_args(argv)
-
-
-def loading_flags(p):
-    add_loading_flags(p)
 
 
 def K_value(text):

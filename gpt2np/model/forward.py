@@ -282,14 +282,7 @@ class GPT2:
         return KVCache.allocate(c.n_layer, c.n_head, int(n_ctx), c.d_head)
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
-        ids = token_id_array(ids, self.n_vocab)
-        n_seq = len(ids)
-        if isinstance(n_logits, bool) or not isinstance(n_logits, (int, np.integer)) \
-                or n_seq == 0 or not 1 <= n_logits <= n_seq:
-            raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")
-        c = self.config
-        check_cache(cache, (c.n_layer, c.n_head, c.n_ctx, c.d_head), self.name)
-        check_room(cache, n_seq, self.n_ctx, "tokens")
+        ids = self.checked_call(ids, cache, n_logits, "tokens")
         return gpt2_forward(ids, self.params, self.config.n_head, cache, n_logits)
 
     def forward_rows(self, ids, positions, scope, cache, n_logits=None, n_shared=None):  # -> [n_logits, n_vocab]
@@ -299,14 +292,20 @@ class GPT2:
         cache then holds every row, in row order: cache.keep_rows(n_past, path) keeps an accepted
         path. A tree: forward_rows(tokens, rows.tree_positions(parents, n_past), rows.tree_scope(parents), cache).
         """
+        n_logits = len(ids) if n_logits is None else n_logits
+        ids = self.checked_call(ids, cache, n_logits, "rows")
+        positions, scope, n_shared = check_rows(positions, scope, len(ids), self.n_ctx, len(cache), n_shared)
+        return gpt2_rows_forward(ids, positions, scope, self.params, self.config.n_head, cache, n_logits, n_shared)
+
+    def checked_call(self, ids, cache, n_logits, what):
+        """forward's and forward_rows' checks: the ids, 1 <= n_logits <= len(ids), the cache's shape
+        and its room for len(ids) more `what` (one-line ValueErrors). Returns the ids as an array."""
         ids = token_id_array(ids, self.n_vocab)
         n_seq = len(ids)
-        n_logits = n_seq if n_logits is None else n_logits
         if isinstance(n_logits, bool) or not isinstance(n_logits, (int, np.integer)) \
                 or n_seq == 0 or not 1 <= n_logits <= n_seq:
             raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")
         c = self.config
         check_cache(cache, (c.n_layer, c.n_head, c.n_ctx, c.d_head), self.name)
-        check_room(cache, n_seq, self.n_ctx, "rows")
-        positions, scope, n_shared = check_rows(positions, scope, n_seq, self.n_ctx, len(cache), n_shared)
-        return gpt2_rows_forward(ids, positions, scope, self.params, c.n_head, cache, n_logits, n_shared)
+        check_room(cache, n_seq, self.n_ctx, what)
+        return ids

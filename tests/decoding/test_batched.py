@@ -16,6 +16,7 @@ from gpt2np.decoding.batched import batch_stream, generate_batch
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
 from gpt2np.teach.toy_models import random_toy_model
+from test_autoregressive import NoWork
 
 SMALL = GPT2Config(n_vocab=37, n_ctx=64, n_embd=12, n_head=3, n_layer=2)
 PROMPTS = ["ROMEO:\nBut soft", "First Citizen:\nBefore we proceed any further, hear me speak.", "O", "JULIET:\n"]
@@ -111,17 +112,6 @@ def test_a_generator_shared_between_sequences_is_refused_and_would_break_exactne
     batch = generate_batch(target, prompts, 30, temperature=1.0, rng=[SameCoins(shared), SameCoins(shared)])
     solo = [generate(target, p, 30, temperature=1.0, rng=np.random.default_rng(7)) for p in prompts]
     assert batch[0] != solo[0] or batch[1] != solo[1], "shared coins matched the solo runs: the test could not fail"
-
-
-class NoWork:
-    """A model that passes every check but fails the test if asked to do any work."""
-    n_vocab, n_ctx, eot_id = 5, 10, None
-
-    def new_cache(self):
-        raise AssertionError("new_cache() called before the request was checked")
-
-    def forward(self, ids, cache, n_logits=1):
-        raise AssertionError("forward() called before the request was checked")
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -87,10 +87,12 @@ def decoding_flags(p):
                         "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
                         "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step) "
                         "(default: 4)")
-    p.add_argument("--tree", type=tree_value, default=None, metavar="W1,W2,...",
+    p.add_argument("--tree", type=tree_value, default=None, metavar="W1,W2,...|auto",
                    help="draft a token tree each round instead of a chain: W1 children under the newest token, W2 "
                         "under each of those, ... (e.g. 3,2,1; a draft model draws them without replacement, prompt "
-                        "lookup proposes up to W1*W2*... earlier matches as a trie); replaces --K")
+                        "lookup proposes up to W1*W2*... earlier matches as a trie); 'auto': each round the shape with the best "
+                        "predicted speedup from this run's acceptance by depth and sibling rank and the measured "
+                        "call times (a draft model only); replaces --K")
     p.add_argument("--K_max", type=int, default=None,
                    help="the largest K the heuristic and auto policies may use (default: 8)")
     p.add_argument("--temperature", type=float, default=None,
@@ -153,14 +155,16 @@ def K_value(text):
 
 
 def tree_value(text):
-    """--tree: children per depth, comma-separated (3,2,1)."""
+    """--tree: children per depth, comma-separated (3,2,1), or auto."""
+    if text == "auto":
+        return text
     try:
         widths = tuple(int(w) for w in text.split(","))
     except ValueError:
         widths = ()
     if not widths or min(widths) < 1:
         raise argparse.ArgumentTypeError(f"invalid tree {text!r}: children per depth, comma-separated integers >= 1, "
-                                         "e.g. 3,2,1")
+                                         "e.g. 3,2,1, or auto")
     return widths
 
 

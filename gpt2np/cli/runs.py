@@ -149,7 +149,7 @@ def speculative_streams(args, target, drafter, prompt_ids, calibrate=True):
 def run_speculative(args, target, drafter, prompt_ids):
     """Speculative decoding, printed as it goes (with -v its provenance and legend), then its time."""
     K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
-    K = f"tree {','.join(map(str, args.tree))}" if args.tree else K
+    K = f"tree {args.tree if args.tree == 'auto' else ','.join(map(str, args.tree))}" if args.tree else K
     print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")
     style = display_style(args)
     show = printer(target.tokenizer, args.prompt, style)

@@ -61,6 +61,7 @@ from .stream import RoundEvent, Stream
 from .theory import alpha
 from .tree_drafts import DraftTree, as_tree_drafter, feed_rows, keep_path_rows
 from .tree_kernel import chain_round_result, examined_nodes, node_law, verify_tree
+from .tree_policy import auto_tree
 from ..model import rows
 
 DEFAULT_K = 4  # speculative_generate's K; a tree (tree=, or a tree drafter) fixes its drafts instead
@@ -205,14 +206,21 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
 def drafter_and_policy(drafter, tree, K, K_max):  # -> (drafter, K policy)
     """tree= turns the drafter into a tree drafter; a tree drafter's depth is each round's K (the
     most tokens it may emit from drafts), so K must stay at its default."""
+    if isinstance(tree, str) and tree == "auto":
+        check_default_K(K, "tree='auto' picks each round's tree")
+        return auto_tree(drafter, K_max)
     drafter = as_tree_drafter(drafter, tree) if tree is not None else drafter
     depth = getattr(drafter, "depth", None)
     if depth is None:
         return drafter, make_policy(K, K_max)
-    if isinstance(K, bool) or K != DEFAULT_K:
-        raise ValueError(f"a tree fixes each round's drafts ({drafter.name}): leave K at its default, got K={K!r} "
-                         f"(a tree round's K is the number of nodes it drafts)")
+    check_default_K(K, f"a tree fixes each round's drafts ({drafter.name})")
     return drafter, make_policy(depth, K_max)
+
+
+def check_default_K(K, why):
+    if isinstance(K, bool) or K != DEFAULT_K:
+        raise ValueError(f"{why}: leave K at its default, got K={K!r} (a tree round's K is the number of nodes "
+                         f"it drafts)")
 
 
 def open_speculative(name, target, draft, prompt_ids, n_tokens, K, K_max, temperature, top_k, top_p, rng,

@@ -244,12 +244,15 @@ class ModelTreeDrafter(ModelDrafter):
     again), one draft call per level (LevelFeeder). At temperature 0 a node's children are the
     draft's top tokens (ranked at temperature 1) and q is one-hot, as the chain drafter's.
     A round asked for k < len(widths) tokens drafts widths[:k]. Its K is the nodes it drafts.
+    shape: a function giving each round's widths instead (tree_policy.AutoTree.current; depth
+    at most len(widths)).
     """
 
-    def __init__(self, model, widths, replacement=False, c_prior=None):
+    def __init__(self, model, widths, replacement=False, c_prior=None, shape=None):
         super().__init__(model, c_prior=c_prior)
-        self.widths, self.replacement = check_widths(widths), bool(replacement)
-        self.depth, self.name = len(self.widths), f"{self.name}, tree {self.widths}"
+        self.widths, self.replacement, self.shape = check_widths(widths), bool(replacement), shape
+        self.depth = len(self.widths)
+        self.name = f"{self.name}, tree {'auto' if shape else self.widths}"
         self.levels, self.drafted = None, 0
 
     def reset(self, target):
@@ -262,7 +265,8 @@ class ModelTreeDrafter(ModelDrafter):
             return DraftTree((int(context[-1]),), (-1,), np.zeros((1, self.model.n_vocab)), self.replacement)
         greedy = is_greedy(options["temperature"])
         self.levels = LevelFeeder(self.timed, context, dict(options, temperature=1.0) if greedy else options)
-        tree = draft_tree(context, self.widths[:k], self.levels, rng, self.replacement, greedy,
+        widths = self.shape() if self.shape else self.widths
+        tree = draft_tree(context, widths[:k], self.levels, rng, self.replacement, greedy,
                           max_nodes=self.n_ctx - len(context))  # the rows both caches have room for
         self.drafted += len(tree.tokens) - 1
         if greedy:  # q as the target's p will be: one-hot at the argmax (leaves' rows stay 0)

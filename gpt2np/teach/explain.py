@@ -270,14 +270,16 @@ def sample_speculative(target, draft, prompt_ids, n_tokens, K, n_samples, seed=0
 
 def tree_sweep(target, draft, prompt_ids, n_tokens, shapes, temperature=0.0, seed=0, repeats=3):
     """Tokens per target call and tokens/s of speculative decoding with each shape: an int K is a
-    chain of K drafts, a tuple a token tree (speculative_generate's tree=). Runs interleaved (one of
+    chain of K drafts, a tuple a token tree (speculative_generate's tree=), "auto" the shape chosen
+    each round (tree="auto"), "auto K" the auto K policy's chains. Runs interleaved (one of
     each shape, then again: a busy spell slows them all), the fastest of `repeats` per shape.
 
     Returns one row per shape: {"shape", "tokens_per_target_call", "tokens_per_second",
     "drafted_per_round", "alpha_empirical"}, the statistics from the last run of each.
     """
     def run(shape):
-        kwargs = dict(tree=shape) if isinstance(shape, tuple) else dict(K=shape)
+        kwargs = dict(tree=shape) if isinstance(shape, tuple) or shape == "auto" else \
+            dict(K="auto") if shape == "auto K" else dict(K=shape)
         return speculative_generate(target, draft, prompt_ids, n_tokens, temperature=temperature,
                                     rng=np.random.default_rng(seed), **kwargs)
     seconds, stats = {shape: float("inf") for shape in shapes}, {}
@@ -293,11 +295,13 @@ def tree_sweep(target, draft, prompt_ids, n_tokens, shapes, temperature=0.0, see
 
 def tree_sweep_lines(rows):
     """tree_sweep's rows as a table, each against the best chain (by tokens/s)."""
-    chains = [r for r in rows if not isinstance(r["shape"], tuple)]
+    chains = [r for r in rows if isinstance(r["shape"], int)]
     best = max(chains, key=lambda r: r["tokens_per_second"]) if chains else None
     lines = [f"{'shape':<14} {'tokens/call':>11} {'tokens/s':>9} {'vs best chain':>13} {'drafted/round':>13}"]
     for r in rows:
-        name = f"tree {','.join(map(str, r['shape']))}" if isinstance(r["shape"], tuple) else f"chain K={r['shape']}"
+        name = f"tree {','.join(map(str, r['shape']))}" if isinstance(r["shape"], tuple) else \
+            f"chain K={r['shape']}" if isinstance(r["shape"], int) else f"{r['shape']}" if r["shape"] == "auto K" \
+            else f"tree {r['shape']}"
         ratio = f"{r['tokens_per_second'] / best['tokens_per_second']:.2f}x" if best else "-"
         lines.append(f"{name:<14} {r['tokens_per_target_call']:>11.2f} {r['tokens_per_second']:>9.1f} {ratio:>13} "
                      f"{r['drafted_per_round']:>13.1f}")

@@ -34,6 +34,7 @@ class Settings:
     """Everything a prompt's runs depend on; every run draws from np.random.default_rng(seed)."""
     K: object = 4                 # drafts per round, or a K policy: "heuristic" / "auto"
     K_max: int = 8                # the bound of the heuristic and auto policies
+    tree: object = None           # a token tree instead of a chain: widths per depth (3, 2, 1), "auto", or None
     temperature: float = 0.0      # 0: greedy (argmax)
     top_k: int | None = None
     top_p: float | None = None
@@ -124,6 +125,24 @@ def set_K(s, args):
     return replace(s, K=integer(args[0], "K (draft tokens per round; or heuristic / auto)", 1))
 
 
+def tree_widths(text):
+    """A tree as :tree and --tree take it: '3,2,1' -> (3, 2, 1), 'auto', or 'off' / 'none' -> None."""
+    if text.lower() in ("off", "none", "auto"):
+        return None if text.lower() != "auto" else "auto"
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        widths = ()
+    if not widths or min(widths) < 1:
+        raise CommandError(f"tree must be children per depth, comma-separated integers >= 1 (e.g. 3,2,1), "
+                           f"auto or off, got {text!r}")
+    return widths
+
+
+def set_tree(s, args):
+    return replace(s, tree=tree_widths(exactly(args, 1, ":tree W1,W2,...|auto|off")[0]))
+
+
 def optional(args, name, parse):
     """top_k / top_p: a value, or off / none to keep every token."""
     value = exactly(args, 1, f":{name} VALUE|off")[0]
@@ -195,6 +214,7 @@ def set_top_p(s, args):
 # name -> (usage, what it does, handler(settings, args) -> settings); ACTIONS are done by the console
 COMMANDS = {
     "K": (":K N|heuristic|auto [K_max]", "drafts per round, or a K policy", set_K),
+    "tree": (":tree W1,W2,...|auto|off", "draft a token tree (children per depth) instead of K drafts", set_tree),
     "temperature": (":temperature T", "0 = greedy",
                     set_value("temperature", "temperature", lambda v: number(v, "temperature"))),
     "top_k": (":top_k N|off", "keep the N most likely tokens", set_top_k),
@@ -267,14 +287,20 @@ def sampling_mode(s):
 
 
 def K_words(s):
+    if s.tree is not None:
+        return f"tree {tree_words(s.tree)}"
     return f"K={s.K}" if isinstance(s.K, int) else f"K {s.K} <= {s.K_max}"
+
+
+def tree_words(tree):
+    return "off" if tree is None else tree if tree == "auto" else ",".join(map(str, tree))
 
 
 def setting_values(s):
     """{command: its setting's value in words}, for help and for what a command changed."""
     on = lambda flag: "on" if flag else "off"  # noqa: E731
     K = str(s.K) if isinstance(s.K, int) else f"{s.K} <= {s.K_max}"
-    return {"K": K, "temperature": f"{s.temperature:g}", "top_k": str(s.top_k or "off"),
+    return {"K": K, "tree": tree_words(s.tree), "temperature": f"{s.temperature:g}", "top_k": str(s.top_k or "off"),
             "top_p": f"{s.top_p:g}" if s.top_p else "off", "sampling": sampling_mode(s), "seed": str(s.seed),
             "tokens": str(s.n_tokens), "speculative": on(s.speculative), "target": on(s.target),
             "draft": on(s.draft), "compare": on(s.compare), "trace": on(s.trace),

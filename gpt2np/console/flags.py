@@ -2,7 +2,7 @@
 --mirror, --hf_endpoint as every command has them), and the first settings they give."""
 import argparse
 
-from .commands import Settings, checked
+from .commands import Settings, checked, tree_widths
 from gpt2np import bundled_models
 from ..report import OneLineErrorParser, add_loading_flags
 
@@ -29,6 +29,9 @@ def parse_args(argv):
     add_loading_flags(p)
     p.add_argument("--K", default="4", help="draft tokens per round, or 'heuristic' / 'auto'")
     p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
+    p.add_argument("--tree", default=None, metavar="W1,W2,...|auto",
+                   help="draft a token tree each round instead of K drafts: children per depth (3,2,1), or 'auto' "
+                        "(each round's shape from the run's acceptance and measured costs; a draft model only)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy")
     p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (default: all)")
     p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
@@ -53,7 +56,8 @@ def initial_settings(args):
     if n_tokens < 1:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {n_tokens}")
     K = args.K if args.K in ("heuristic", "auto") else int(args.K) if args.K.lstrip("-").isdigit() else args.K
-    return checked(Settings(K=K, K_max=args.K_max, temperature=args.temperature, top_k=args.top_k,
+    tree = tree_widths(args.tree) if args.tree is not None else None
+    return checked(Settings(K=K, K_max=args.K_max, tree=tree, temperature=args.temperature, top_k=args.top_k,
                             top_p=args.top_p, seed=args.seed, n_tokens=n_tokens, drafter=drafter,
                             speculative=drafter is not None, target=drafter is None))
 

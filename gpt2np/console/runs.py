@@ -83,9 +83,13 @@ def open_stream(generator, target, drafter, prompt_ids, settings, use_cache=True
     rng = generator_rng(settings)
     if generator == "speculative":
         if not use_cache:
+            if settings.tree is not None:
+                raise ValueError("a token tree runs with the KV cache only (its rows are kept per path): "
+                                 ":cache on, or :tree off")
             target, drafter = Recomputing(target), without_cache(drafter)
-        return speculative_stream(target, drafter, prompt_ids, settings.n_tokens, settings.K, settings.K_max,
-                                  rng=rng, calibrate=True, **settings.sampling)  # the summary shows c, v
+        K = dict(tree=settings.tree) if settings.tree is not None else dict(K=settings.K)  # a tree fixes K
+        return speculative_stream(target, drafter, prompt_ids, settings.n_tokens, K_max=settings.K_max, rng=rng,
+                                  calibrate=True, **K, **settings.sampling)  # the summary shows c, v
     model = target if generator == "target" else drafter.model
     return plain_stream(model, prompt_ids, settings.n_tokens, rng=rng, use_cache=use_cache, **settings.sampling)
 

@@ -208,3 +208,22 @@ def test_seeded_speculative_runs_repeat_with_and_without_the_cache(pair):
     want = text_of(target, gpt2np.speculative_generate(target, draft, ids, 20, K=4, temperature=0.9,
                                                        rng=np.random.default_rng(11)).tokens)
     assert sections(out.stdout) == {"speculative": [want], "speculative, no KV cache": [want]}
+
+
+def test_tree_command_and_flag_draft_token_trees_and_keep_the_greedy_text(pair):
+    """:tree 3,2 and --tree auto (issue 28, item 6): the target's greedy text, the tree named in the
+    run's header; bad shapes and a tree without the KV cache are one-line errors."""
+    target, _ = pair
+    want = text_of(target, gpt2np.generate(target, target.tokenizer.encode(PROMPT), 24, temperature=0))
+    out = run_console(f":tokens 24\n:tree 3,2\n{PROMPT}\n:tree x\n:cache off\n{PROMPT}\n:tree off\n:help\n")
+    assert out.returncode == 0 and sections(out.stdout)["speculative"][0] == want, out.stdout
+    assert "tree: 3,2" in out.stdout and "tree 3,2" in out.stdout.split("=== speculative")[1].split("\n")[0]
+    assert out.stderr.splitlines() == [
+        "error: tree must be children per depth, comma-separated integers >= 1 (e.g. 3,2,1), auto or off, got 'x'",
+        "error: a token tree runs with the KV cache only (its rows are kept per path): :cache on, or :tree off"]
+    assert re.search(r":tree W1,W2,...\|auto\|off\s+off\s+draft a token tree", out.stdout), out.stdout
+    auto = run_console(f"{PROMPT}\n", "--tree", "auto", "--n_tokens_to_generate", "24")
+    assert auto.returncode == 0 and sections(auto.stdout) == {"speculative": [want]}, auto.stderr
+    assert "tree auto" in auto.stdout
+    bad = run_console("", "--tree", "3,0")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "tree must be children per depth" in bad.stderr

@@ -56,6 +56,7 @@ from .model import fast  # noqa: F401,I001  first: sets OpenBLAS's thread timeou
 from .checkpoints.download import DownloadError
 from .checkpoints.loading import RELEASE_SIZES, bundled_models, load_model, random_model
 from .decoding.batched import batch_stream, generate_batch
+from .decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from .decoding.autoregressive import check_generation_request, generate, generate_without_cache, plain_stream
 from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
 from .decoding.policies import POLICIES, make_policy
@@ -72,7 +73,8 @@ __all__ = [
     "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
     "generate_batch", "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
-    "random_model", "sample", "sampling_distribution", "speculative_generate", "speculative_stream",
+    "random_model", "sample", "sampling_distribution", "speculative_batch_stream", "speculative_generate",
+    "speculative_generate_batch", "speculative_stream",
 ]
 
 

@@ -1,0 +1,218 @@
+"""Speculative decoding of several sequences at once: packed draft calls, ONE packed target call per round.
+
+Leviathan et al. 2023 (Algorithm 1), the single-sequence loop of speculative.py, run for a batch the
+way batched.py runs plain decoding (Orca's selective batching, model/batch.py). One round, for every
+sequence still running (the step numbers of Algorithm 1):
+  Step 0    k_i = min(K_i, tokens still wanted - 1), as speculative.py clamps K (K_i = 0: a plain step)
+  Step 1    draft step j = 1..max k_i: ONE packed draft call for the sequences with k_i >= j, each
+            feeding what its draft cache lacks (its first step: the prompt, or the 1-2 tokens it is
+            behind), then x_j ~ q_j from its own rng
+  Step 2    ONE packed target call: sequence i feeds the newest token (the prompt in its first round)
+            and its k_i drafts, and gets its k_i + 1 rows p_1..p_{k_i+1}
+  Step 3-4  each sequence's verify_round (speculative_kernel.py), with its own rng and options
+  then each sequence rolls back its own target and draft caches to its own new context[:-1].
+
+Exactness. The rng of sequence i is drawn only for sequence i, and in the order speculative.py draws
+it: x_1..x_k, then the coins, then the target's token. So with an identically seeded rng each
+sequence gets exactly what speculative_generate(target, draft, prompts[i], n_tokens[i], K_i, ...)
+gives it alone (with K_i = 0: what generate gives it), and the sequences are independent: the joint
+law of the batch is the product of the target's laws (tests/decoding/test_batched_speculative.py
+enumerates it). As in batched.py, a GPT2's packed logits differ from the solo run's only by float32
+rounding (~1e-5): a draw flips only at a near tie. Toy models (teach/toy_models.py) run one forward
+call per sequence (forward_separately): the solo run, bit for bit.
+
+Both caches are sized prompt + n_tokens - 1 (batched.request_cache): the target holds context[:-1]
+plus at most k drafts, and k <= tokens still wanted - 1, so it never needs more than plain decoding.
+A sequence's RoundEvent is speculative.py's (no q and p rows); its seconds and propose_seconds are
+the whole batch round's, shared by the sequences in it.
+
+>>> from gpt2np.decoding.autoregressive import generate
+>>> from gpt2np.teach.toy_models import random_toy_model
+>>> rng = np.random.default_rng(0)
+>>> target, draft = random_toy_model(rng, n_vocab=4, order=3), random_toy_model(rng, n_vocab=4)
+>>> out = speculative_generate_batch(target, draft, [[0], [1, 2]], n_tokens=[5, 3], K=[2, 0])
+>>> out == [generate(target, [0], 5), generate(target, [1, 2], 3)]
+True
+"""
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..model.batch import forward_packed, forward_separately
+from ..model.forward import GPT2
+from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
+from .batched import check_batch, per_sequence, request_cache
+from .drafters import check_same_vocabulary
+from .sampling import distribution, is_greedy, sample
+from .speculative import DEFAULT_K, round_tokens, tree_view
+from .speculative_kernel import verify_round
+from .stream import RoundEvent
+from .tree_kernel import chain_round_result
+
+USAGE = "speculative_generate_batch(target, draft, prompts, n_tokens, ...)"
+
+
+@dataclass
+class Sequence:
+    """One request of the batch and where it stands: its context grows by each round's tokens."""
+    prompt: list
+    n_tokens: int
+    K: int
+    options: dict         # temperature, top_k, top_p (checked)
+    rng: object
+    stops: frozenset      # eot_id and its stop tokens
+    target_cache: object
+    draft_cache: object
+    context: list = field(default_factory=list)     # prompt + tokens emitted so far
+    provenance: list = field(default_factory=list)  # one per emitted token
+
+    def running(self):  # speculative_rounds' loop condition
+        return len(self.provenance) < self.n_tokens and not (self.provenance and self.context[-1] in self.stops)
+
+    def k(self):  # Step 0: K clamped, never more tokens than asked for
+        return min(self.K, self.n_tokens - len(self.provenance) - 1)
+
+
+def packed_call(model, calls, n_logits):  # [(ids_i, cache_i)], [B] -> B x [n_logits_i, n_vocab]
+    """A GPT2 in one packed forward pass; any other model of the interface one forward call each."""
+    if isinstance(model, GPT2):
+        return forward_packed(model, calls, n_logits)
+    return forward_separately(model, calls, n_logits)
+
+
+def check_Ks(K, n):  # -> [n] ints >= 0
+    """K: one int >= 0 for every sequence or one per prompt (0: that sequence decodes plainly)."""
+    Ks = per_sequence(K, n, "K")
+    for i, k in enumerate(Ks):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"sequence {i}: K (draft tokens per round) must be an integer >= 0 "
+                             f"(0: plain decoding), got {k!r}")
+    return [int(k) for k in Ks]
+
+
+def check_draft(target, draft, prompts, n_tokens, Ks):
+    """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
+    if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
+        raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model; prompt lookup is "
+                         f"not batched), got {type(draft).__name__}: {USAGE}")
+    check_same_vocabulary(target, draft)
+    for i in (i for i, k in enumerate(Ks) if k > 0):  # K = 0: the draft never sees that sequence
+        try:
+            check_generation_request(draft, prompts[i], n_tokens[i])
+        except ValueError as error:
+            raise ValueError(f"sequence {i}: draft: {error}") from None
+
+
+def open_sequences(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng, stop_tokens):
+    """Every sequence's request checked (batched.check_batch, then K and the draft) before any work."""
+    check_model(target, "target", USAGE)
+    prompts, n_tokens, options, rngs, stops = check_batch(target, prompts, n_tokens, temperature, top_k, top_p,
+                                                          rng, stop_tokens)
+    Ks = check_Ks(K, len(prompts))
+    check_draft(target, draft, prompts, n_tokens, Ks)
+    return [Sequence([int(t) for t in p], n, k, o, r, s, request_cache(target, len(p) + n - 1),
+                     request_cache(draft, len(p) + n - 1), context=[int(t) for t in p])
+            for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
+
+
+def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}
+    """x_1..x_{k_i} for every sequence, one packed draft call per draft step for all that still draft;
+    each draws from its own q with its own rng (ModelDrafter.propose, sequence by sequence)."""
+    drafts, q = {i: [] for i in ks}, {i: [] for i in ks}
+    for j in range(max(ks.values(), default=0)):
+        active = [i for i in ks if ks[i] > j]
+        calls = [(seqs[i].context[len(seqs[i].draft_cache):] if j == 0 else drafts[i][-1:], seqs[i].draft_cache)
+                 for i in active]  # x_k is never fed: the round ends before anyone needs q_{k+1}
+        for i, logits in zip(active, packed_call(draft, calls, 1)):
+            s, q_i = seqs[i], distribution(logits[-1], **seqs[i].options)  # [n_vocab]
+            drafts[i].append(int(np.argmax(q_i)) if is_greedy(s.options["temperature"]) else sample(q_i, s.rng))
+            q[i].append(q_i)
+    return drafts, {i: np.array(q[i], dtype=np.float64).reshape(ks[i], draft.n_vocab) for i in ks}
+
+
+def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}
+    """ONE packed target call: each sequence's uncached tokens and drafts, its last k_i + 1 rows."""
+    running = list(drafts)
+    calls = [(seqs[i].context[len(seqs[i].target_cache):] + drafts[i], seqs[i].target_cache) for i in running]
+    logits = packed_call(target, calls, [len(drafts[i]) + 1 for i in running])
+    return {i: distribution(rows, **seqs[i].options) for i, rows in zip(running, logits)}
+
+
+def verify_each(rounds, rngs):  # Steps 3-4: [(drafts, q, p, greedy)] -> [RoundResult]
+    """Each sequence's own verify_round with its own rng: the batch's sequences stay independent."""
+    return [verify_round(drafts, q, p, rng, greedy=greedy) for (drafts, q, p, greedy), rng in zip(rounds, rngs)]
+
+
+def roll_back_each(pairs):  # [(cache, n_keep)]
+    """Each cache forgets what follows its own sequence's accepted context (nothing if it is shorter)."""
+    for cache, n_keep in pairs:
+        cache.truncate(min(n_keep, len(cache)))
+
+
+def round_event(s, drafts, q, p, result, propose_seconds):  # -> (RoundEvent, n_keep)
+    """A sequence's round as speculative.speculative_round reports it, and its new context[:-1] length."""
+    result = chain_round_result(drafts, result)
+    emitted, provenance = round_tokens(result, s.stops)
+    n_keep = len(s.context) + len(emitted) - 1
+    s.context += emitted
+    s.provenance += provenance
+    q_at, p_at, overlaps, parents = tree_view(drafts, q, None, p, result)
+    decisions = [True] * len(result.path) + [False] * (result.kind == "resample")
+    return RoundEvent(
+        tokens=emitted, provenance=provenance, K=len(drafts), n_emitted=len(s.provenance), drafts=drafts,
+        q_at_drafts=q_at, p_at_drafts=p_at, decisions=decisions, overlaps=overlaps, propose_seconds=propose_seconds,
+        parents=parents, path=result.path, tried=result.tried), n_keep
+
+
+def batch_round(target, draft, seqs, running, verify, roll_back):  # -> [(i, RoundEvent)]
+    """One round of every running sequence: Steps 0-4, then each rolls its own caches back."""
+    start = time.perf_counter()
+    ks = {i: seqs[i].k() for i in running}                                        # Step 0
+    drafts, q = draft_all(draft, seqs, ks)                                        # Step 1
+    propose_seconds = time.perf_counter() - start
+    p = score_all(target, seqs, drafts)                                           # Step 2
+    results = verify([(drafts[i], q[i], p[i], is_greedy(seqs[i].options["temperature"])) for i in running],
+                     [seqs[i].rng for i in running])                              # Steps 3-4
+    step = [(i, *round_event(seqs[i], drafts[i], q[i], p[i], r, propose_seconds)) for i, r in zip(running, results)]
+    roll_back([(seqs[i].target_cache, n_keep) for i, _, n_keep in step])
+    roll_back([(seqs[i].draft_cache, n_keep) for i, _, n_keep in step])
+    seconds = time.perf_counter() - start
+    return [(i, replace(event, seconds=seconds)) for i, event, _ in step]
+
+
+def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_each):
+    """The loop as a generator: per round, [(sequence, RoundEvent)] for the sequences in it; returns
+    every sequence's tokens. A sequence leaves after n_tokens or its first stop token."""
+    running = list(range(len(seqs)))
+    while running:
+        yield batch_round(target, draft, seqs, running, verify, roll_back)
+        running = [i for i in running if seqs[i].running()]
+    return [s.context[len(s.prompt):] for s in seqs]
+
+
+def speculative_batch_stream(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
+                             top_p=None, rng=None, *, stop_tokens=None, verify=verify_each,
+                             roll_back=roll_back_each):
+    """speculative_generate_batch round by round: checks every sequence now, then yields, per round (one
+    packed target call), a list of (sequence index, RoundEvent) for the sequences it served; its return
+    value (StopIteration's value) is every sequence's tokens. verify and roll_back exist for teaching:
+    pass a broken one (teach/broken_batch_kernels.py) and watch the exact tests fail."""
+    seqs = open_sequences(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng, stop_tokens)
+    return batch_rounds(target, draft, seqs, verify, roll_back)
+
+
+def speculative_generate_batch(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
+                               top_p=None, rng=None, *, stop_tokens=None, **teaching):
+    """speculative_generate for several prompts at once: a list of each sequence's new tokens, each
+    exactly what speculative_generate(target, draft, prompts[i], n_tokens[i], K[i], ...).tokens returns
+    with the same options and an identically seeded rng (K[i] = 0: generate's). draft: a model (the
+    draft model's calls are packed too). Every argument is one value for all sequences or a list with
+    one per prompt (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...]."""
+    steps = speculative_batch_stream(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng,
+                                     stop_tokens=stop_tokens, **teaching)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

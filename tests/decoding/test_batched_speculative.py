@@ -1,0 +1,294 @@
+"""speculative_generate_batch (decoding/batched_speculative.py): every sequence of a batch gets what
+speculative_generate gives it alone (greedy: the target's own greedy tokens; sampled: the same draws from
+an identically seeded rng), the batch's joint law is the product of the target's laws (exact enumeration,
+1e-12), each broken batch variant (teach/broken_batch_kernels.py) is caught, one packed target call per
+round, and every bad request is a one-line error naming the sequence before any work.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpt2np
+from conftest import random_params
+from gpt2np.decoding import batched_speculative
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
+from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2
+from gpt2np.teach.broken_batch_kernels import BROKEN_BATCH_VARIANTS
+from gpt2np.teach.exact import exact_distribution, exact_target_distribution, max_abs_difference, total_variation
+from gpt2np.teach.toy_models import random_toy_model
+from test_autoregressive import NoWork
+
+EXACT = 1e-12
+SMALL = GPT2Config(n_vocab=37, n_ctx=64, n_embd=12, n_head=3, n_layer=2)
+PROMPTS = ["ROMEO:\nBut soft", "First Citizen:\nBefore we proceed any further, hear me speak.", "O", "JULIET:\n"]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    names = gpt2np.bundled_models()
+    if not {"shakespeare-2.6M", "shakespeare-260K"} <= set(names):
+        pytest.skip(f"the bundled pair is not installed (found {names})")
+    return gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
+
+
+def rng_of(seed):
+    return None if seed is None else np.random.default_rng(seed)
+
+
+def alone(target, draft, prompts, n_tokens, Ks, options, seeds, stops):  # each sequence by itself
+    return [generate(target, p, n, rng=rng_of(s), stop_tokens=stop, **o) if K == 0 else
+            speculative_generate(target, draft, p, n, K, rng=rng_of(s), stop_tokens=stop, **o).tokens
+            for p, n, K, o, s, stop in zip(prompts, n_tokens, Ks, options, seeds, stops)]
+
+
+def together(target, draft, prompts, n_tokens, Ks, options, seeds, stops):  # the same requests in one batch
+    per = {key: [o.get(key) for o in options] for key in ("temperature", "top_k", "top_p")}
+    return speculative_generate_batch(target, draft, prompts, n_tokens, K=Ks, rng=[rng_of(s) for s in seeds],
+                                      stop_tokens=stops, **per)
+
+
+def assert_same(batch, solo, what):
+    for i, (b, s) in enumerate(zip(batch, solo)):
+        first = next((j for j, (x, y) in enumerate(zip(b, s)) if x != y), min(len(b), len(s)))
+        assert b == s, f"{what}: sequence {i} differs from its solo run at token {first} of {len(s)}"
+
+
+# ---- (1) greedy: the target's own greedy tokens ------------------------------------------------------
+
+def test_greedy_batch_equals_the_targets_greedy_generate_on_the_bundled_pair(pair):
+    target, draft = pair
+    prompts = [target.tokenizer.encode(p) for p in PROMPTS]
+    newline, space = target.tokenizer.encode("\n"), target.tokenizer.encode(" ")
+    requests = (prompts, [60, 25, 80, 40], [4, 2, 0, 3], [{}] * 4, [None] * 4, [None, newline, space, None])
+    solo = [generate(target, p, n, stop_tokens=stop) for p, n, stop in zip(*requests[:2], requests[-1])]
+    assert len({len(s) for s in solo}) > 1, "the sequences should finish at different rounds"
+    assert_same(together(target, draft, *requests), solo, "greedy, bundled pair")
+
+
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), n_seqs=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_greedy_batch_on_random_toy_and_small_gpt2_pairs(data, n_seqs, seed):
+    rng = np.random.default_rng(seed)
+    if data.draw(st.booleans(), "gpt2"):
+        target, draft = GPT2(SMALL, random_params(SMALL, seed=seed % 5)), GPT2(SMALL, random_params(SMALL, seed=9))
+    else:
+        n_vocab = data.draw(st.integers(2, 6), "n_vocab")
+        target, draft = random_toy_model(rng, n_vocab, order=3), random_toy_model(rng, n_vocab, order=2)
+    prompts = [rng.integers(0, target.n_vocab, data.draw(st.integers(1, 8))).tolist() for _ in range(n_seqs)]
+    n_tokens = [data.draw(st.integers(1, 20)) for _ in range(n_seqs)]
+    Ks = [data.draw(st.integers(0, 5)) for _ in range(n_seqs)]
+    stops = [data.draw(st.none() | st.lists(st.integers(0, target.n_vocab - 1), max_size=2)) for _ in range(n_seqs)]
+    batch = speculative_generate_batch(target, draft, prompts, n_tokens, K=Ks, stop_tokens=stops)
+    assert_same(batch, [generate(target, p, n, stop_tokens=s) for p, n, s in zip(prompts, n_tokens, stops)],
+                "greedy, random pair")
+
+
+# ---- (2) seeded sampling: the solo run's draws ------------------------------------------------------
+
+def test_sampled_batch_draws_what_each_sequence_draws_alone_on_the_bundled_pair(pair):
+    target, draft = pair
+    prompts = [target.tokenizer.encode(p) for p in PROMPTS]
+    options = [dict(temperature=0.8), dict(temperature=1.2, top_k=20), dict(temperature=0), dict(top_p=0.9)]
+    requests = (prompts, [50, 70, 30, 45], [4, 0, 2, 3], options, [11, 12, None, 13], [None, None, None, [10]])
+    assert_same(together(target, draft, *requests), alone(target, draft, *requests), "sampled, bundled pair")
+
+
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), n_seqs=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_sampled_batch_on_random_toy_pairs_equals_each_solo_run(data, n_seqs, seed):
+    rng = np.random.default_rng(seed)
+    n_vocab = data.draw(st.integers(2, 6), "n_vocab")
+    eot = data.draw(st.none() | st.just(n_vocab - 1), "eot")
+    target = random_toy_model(rng, n_vocab, order=3, zero_fraction=0.3, eot_id=eot)
+    draft = random_toy_model(rng, n_vocab, order=2, eot_id=eot)
+    prompts = [rng.integers(0, n_vocab, data.draw(st.integers(1, 5))).tolist() for _ in range(n_seqs)]
+    n_tokens = [data.draw(st.integers(1, 15)) for _ in range(n_seqs)]
+    Ks = [data.draw(st.integers(0, 4)) for _ in range(n_seqs)]
+    options = [data.draw(st.sampled_from([{}, dict(temperature=0.6), dict(top_k=2), dict(top_p=0.8)]))
+               for _ in range(n_seqs)]
+    seeds = [data.draw(st.none() | st.integers(0, 99)) for _ in range(n_seqs)]
+    options = [o if s is not None else {} for o, s in zip(options, seeds)]  # greedy where no generator
+    requests = (prompts, n_tokens, Ks, options, seeds, [None] * n_seqs)
+    assert_same(together(target, draft, *requests), alone(target, draft, *requests), "sampled, toy pair")
+
+
+# ---- (3) and (4): the exact joint law of a 2-sequence batch, and the broken variants -----------------
+
+class RngView:
+    """One sequence's generator, drawing from the ScriptedRng of the enumeration: every draw of either
+    sequence is one enumerated random outcome, independent of all the others (as with two generators)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def choice(self, a, p):
+        return self.rng.choice(a, p=p)
+
+
+BATCHES = {  # two sequences: other prompts, lengths, K, options; end-of-text in the first pair
+    "3 tokens, eot=2": dict(seed=1, n_vocab=3, eot_id=2, prompts=[[0], [1, 0]], n_tokens=[3, 2], K=[2, 1],
+                            options=[dict(temperature=1.0), dict(temperature=0.7)]),
+    "4 tokens, zeros, K=0": dict(seed=2, n_vocab=4, zero_fraction=0.3, prompts=[[1], [2]], n_tokens=[2, 3],
+                                 K=[3, 0], options=[dict(top_k=3), dict(temperature=1.4, top_p=0.9)]),
+    "2 tokens, both K=3": dict(seed=3, n_vocab=2, prompts=[[1], [0]], n_tokens=[3, 3], K=[3, 3],
+                               options=[dict(temperature=1.0), dict(temperature=1.0)]),
+}
+
+
+def toy_batch(seed, n_vocab, prompts, n_tokens, K, options, zero_fraction=0.0, eot_id=None):
+    rng = np.random.default_rng(seed)
+    target = random_toy_model(rng, n_vocab, order=3, zero_fraction=zero_fraction, eot_id=eot_id)
+    draft = random_toy_model(rng, n_vocab, order=2, zero_fraction=zero_fraction, eot_id=eot_id)
+    return target, draft, prompts, n_tokens, K, options
+
+
+def batch_law(target, draft, prompts, n_tokens, K, options, **teaching):  # {(tokens_0, tokens_1): P}
+    per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]
+           for key in ("temperature", "top_k", "top_p")}
+
+    def run(rng):
+        out = speculative_generate_batch(target, draft, prompts, n_tokens, K=K, rng=[RngView(rng), RngView(rng)],
+                                         **per, **teaching)
+        return tuple(tuple(tokens) for tokens in out)
+    return exact_distribution(run)
+
+
+def product_of_target_laws(target, prompts, n_tokens, options):  # independent sequences: P_0(a) P_1(b)
+    first, second = (exact_target_distribution(target, p, n, **o) for p, n, o in zip(prompts, n_tokens, options))
+    return {(a, b): pa * pb for a, pa in first.items() for b, pb in second.items()}
+
+
+@pytest.mark.parametrize("name", BATCHES)
+def test_the_joint_law_of_a_two_sequence_batch_is_the_product_of_the_targets_laws(name):
+    target, draft, prompts, n_tokens, K, options = toy_batch(**BATCHES[name])
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    got = batch_law(target, draft, prompts, n_tokens, K, options)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+
+
+@pytest.mark.parametrize("variant", sorted(BROKEN_BATCH_VARIANTS))
+def test_the_exact_check_rejects_each_broken_batch_variant(variant):
+    # the negative control: the same comparison, which passes above, must fail for every known bug
+    target, draft, prompts, n_tokens, K, options = toy_batch(**BATCHES["3 tokens, eot=2"])
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    assert max_abs_difference(batch_law(target, draft, prompts, n_tokens, K, options), expected) <= EXACT
+    try:
+        broken = batch_law(target, draft, prompts, n_tokens, K, options, **BROKEN_BATCH_VARIANTS[variant])
+    except ValueError as error:  # a cache kept too long: some round has nothing left to feed
+        print(f"{variant}: the model refused a call: {error}")
+        assert variant == "next_sequence_length", f"{variant} raised {error}"
+        return
+    tv = total_variation(broken, expected)
+    print(f"{variant}: total variation from the target's joint law {tv:.4f}")
+    assert tv > 0.01, f"{variant} was not caught: total variation {tv:.3g}"
+
+
+def test_the_shared_uniform_keeps_each_sequences_own_law_only_the_joint_law_catches_it():
+    target, draft, prompts, n_tokens, K, options = toy_batch(**BATCHES["2 tokens, both K=3"])
+    broken = batch_law(target, draft, prompts, n_tokens, K, options, **BROKEN_BATCH_VARIANTS["shared_uniform"])
+    for i in (0, 1):
+        marginal = {}
+        for outcome, probability in broken.items():
+            marginal[outcome[i]] = marginal.get(outcome[i], 0.0) + probability
+        expected = exact_target_distribution(target, prompts[i], n_tokens[i], **options[i])
+        assert max_abs_difference(marginal, expected) <= EXACT, f"sequence {i}'s own law is off"
+    tv = total_variation(broken, product_of_target_laws(target, prompts, n_tokens, options))
+    print(f"shared uniform, joint law: total variation {tv:.4f}")
+    assert tv > 0.01
+
+
+# ---- the rounds: one packed target call each; events; caches ------------------------------------------
+
+def test_one_packed_target_call_per_round_and_draft_calls_only_for_drafting_sequences(monkeypatch):
+    rng = np.random.default_rng(4)
+    target, draft = GPT2(SMALL, random_params(SMALL, seed=1)), GPT2(SMALL, random_params(SMALL, seed=2))
+    calls = []
+
+    def recording(model, pairs, n_logits):  # (which model, [(n_ids, n_logits, cache.n_ctx)])
+        calls.append((model is target, [(len(ids), n, cache.n_ctx) for (ids, cache), n in
+                                        zip(pairs, n_logits if isinstance(n_logits, list) else [1] * len(pairs))]))
+        return packed_call(model, pairs, n_logits)
+    packed_call = batched_speculative.packed_call
+    monkeypatch.setattr(batched_speculative, "packed_call", recording)
+    prompts = [rng.integers(0, 37, n).tolist() for n in (3, 1, 2)]
+    steps = list(speculative_batch_stream(target, draft, prompts, [6, 1, 4], K=[2, 3, 0]))
+    target_calls = [c for is_target, c in calls if is_target]
+    assert len(target_calls) == len(steps), f"{len(target_calls)} target calls for {len(steps)} rounds"
+    assert target_calls[0] == [(3 + 2, 3, 3 + 6 - 1), (1, 1, 1 + 1 - 1), (2, 1, 2 + 4 - 1)]  # K clamped: 1 token
+    assert [len(c) for is_target, c in calls[:3]] == [1, 1, 3]  # draft steps: sequence 0 only (K 3 clamped, K 0)
+    for step in steps:
+        for i, event in step:
+            assert len(event.tokens) == len(event.provenance) <= event.K + 1
+    assert [event.n_emitted for step in steps for i, event in step if i == 0][-1] == 6
+
+
+def test_stream_events_add_up_to_the_tokens_and_sequences_leave_when_done():
+    rng = np.random.default_rng(5)
+    target, draft = random_toy_model(rng, 4, order=3), random_toy_model(rng, 4)
+    stream = speculative_batch_stream(target, draft, [[0], [1], [2]], [9, 2, 5], K=[3, 1, 2],
+                                      rng=[np.random.default_rng(s) for s in range(3)])
+    seen, rounds = [[], [], []], []
+    while True:
+        try:
+            step = next(stream)
+        except StopIteration as done:
+            result = done.value
+            break
+        rounds.append([i for i, _ in step])
+        for i, event in step:
+            seen[i] += event.tokens
+    assert seen == result and [len(t) for t in result] == [9, 2, 5]
+    assert all(rounds[r + 1] == [i for i in rounds[r] if i in rounds[r + 1]] for r in range(len(rounds) - 1))
+
+
+# ---- (5) bad input: one-line errors naming the sequence, before any work ------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(prompts=[1, 2, 3]), "for one prompt pass \\[prompt_ids\\]"),
+    (dict(K=[1, 2]), "K must be one value for every sequence or a list of one per prompt \\(3\\)"),
+    (dict(K=[1, -1, 2]), "sequence 1: K \\(draft tokens per round\\) must be an integer >= 0"),
+    (dict(K=[1, 2, True]), "sequence 2: K .* got True"),
+    (dict(K="auto"), "sequence 0: K .* got 'auto'"),
+    (dict(temperature=[0, 0, 0.5]), "sequence 2: sampling \\(temperature 0.5 > 0\\) needs rng"),
+    (dict(n_tokens=[3, 3, 9]), "sequence 2: prompt \\(2 tokens\\) \\+ n_tokens \\(9\\) = 11 exceeds"),
+    (dict(n_tokens=[3, 7, 3]), "sequence 1: draft: prompt \\(2 tokens\\) \\+ n_tokens \\(7\\) = 9 exceeds .* of 8"),
+    (dict(prompts=[[1], [7], [2]]), "sequence 1: prompt token ids must be in \\[0, 5\\): 7 at position 0"),
+    (dict(stop_tokens=[None, [9], 2]), "sequence 1: stop_tokens must be in \\[0, 5\\)"),
+    (dict(rng="shared"), "sequences 0 and 1 share one generator"),
+])
+def test_bad_requests_are_one_line_errors_naming_the_sequence(kwargs, message):
+    class SmallDraft(NoWork):
+        n_ctx = 8
+    arguments = dict(prompts=[[1], [2, 3], [4, 0]], n_tokens=3) | kwargs
+    if arguments.get("rng") == "shared":
+        arguments["rng"] = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=message) as info:
+        speculative_generate_batch(NoWork(), SmallDraft(), arguments.pop("prompts"), arguments.pop("n_tokens"),
+                                   **arguments)
+    assert "\n" not in str(info.value)
+
+
+def test_n_tokens_past_the_draft_is_fine_for_a_plain_sequence():
+    rng = np.random.default_rng(6)
+    target, draft = random_toy_model(rng, 3, n_ctx=20), random_toy_model(rng, 3, n_ctx=4)
+    assert speculative_generate_batch(target, draft, [[0], [1]], [3, 10], K=[1, 0]) == \
+        [generate(target, [0], 3), generate(target, [1], 10)]
+
+
+@pytest.mark.parametrize("args, message", [
+    ("draft_first", "target must be a model"),
+    ("drafter", "draft must be a model .* got NgramDrafter"),
+    ("vocabulary", "draft and target must share a vocabulary: n_vocab 4 vs 3"),
+])
+def test_the_models_are_checked_first(args, message):
+    rng = np.random.default_rng(0)
+    target, draft = random_toy_model(rng, 3), random_toy_model(rng, 3)
+    calls = {"draft_first": ([[1, 2]], target, draft), "drafter": (target, gpt2np.NgramDrafter(), [[1]]),
+             "vocabulary": (target, random_toy_model(rng, 4), [[1]])}
+    with pytest.raises(ValueError, match=message) as info:
+        speculative_generate_batch(*calls[args], 3)
+    assert "\n" not in str(info.value)

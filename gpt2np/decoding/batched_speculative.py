@@ -42,6 +42,7 @@ import numpy as np
 from ..model.batch import forward_packed, forward_separately
 from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
+from .batch_policy import BatchAutoK
 from .batched import check_batch, per_sequence, request_cache
 from .drafters import check_same_vocabulary
 from .sampling import distribution, is_greedy, sample
@@ -81,13 +82,18 @@ def packed_call(model, calls, n_logits):  # [(ids_i, cache_i)], [B] -> B x [n_lo
     return forward_separately(model, calls, n_logits)
 
 
-def check_Ks(K, n):  # -> [n] ints >= 0
-    """K: one int >= 0 for every sequence or one per prompt (0: that sequence decodes plainly)."""
+def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most the policy may ask)
+    """K: one int >= 0 for every sequence or one per prompt (0: that sequence decodes plainly), or
+    "auto" for all (batch_policy.BatchAutoK, at most K_max drafts a round)."""
+    if isinstance(K, str) and K == "auto":
+        if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
+            raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
+        return [int(K_max)] * n
     Ks = per_sequence(K, n, "K")
     for i, k in enumerate(Ks):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"sequence {i}: K (draft tokens per round) must be an integer >= 0 "
-                             f"(0: plain decoding), got {k!r}")
+                             f"(0: plain decoding), or 'auto' for every sequence, got {k!r}")
     return [int(k) for k in Ks]
 
 
@@ -104,12 +110,12 @@ def check_draft(target, draft, prompts, n_tokens, Ks):
             raise ValueError(f"sequence {i}: draft: {error}") from None
 
 
-def open_sequences(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng, stop_tokens):
+def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):
     """Every sequence's request checked (batched.check_batch, then K and the draft) before any work."""
     check_model(target, "target", USAGE)
     prompts, n_tokens, options, rngs, stops = check_batch(target, prompts, n_tokens, temperature, top_k, top_p,
                                                           rng, stop_tokens)
-    Ks = check_Ks(K, len(prompts))
+    Ks = check_Ks(K, len(prompts), K_max)
     check_draft(target, draft, prompts, n_tokens, Ks)
     return [Sequence([int(t) for t in p], n, k, o, r, s, request_cache(target, len(p) + n - 1),
                      request_cache(draft, len(p) + n - 1), context=[int(t) for t in p])
@@ -131,12 +137,15 @@ def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vo
     return drafts, {i: np.array(q[i], dtype=np.float64).reshape(ks[i], draft.n_vocab) for i in ks}
 
 
-def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}
+def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed, seconds of the call
     """ONE packed target call: each sequence's uncached tokens and drafts, its last k_i + 1 rows."""
     running = list(drafts)
     calls = [(seqs[i].context[len(seqs[i].target_cache):] + drafts[i], seqs[i].target_cache) for i in running]
+    start = time.perf_counter()
     logits = packed_call(target, calls, [len(drafts[i]) + 1 for i in running])
-    return {i: distribution(rows, **seqs[i].options) for i, rows in zip(running, logits)}
+    seconds = time.perf_counter() - start
+    p = {i: distribution(rows, **seqs[i].options) for i, rows in zip(running, logits)}
+    return p, sum(len(ids) for ids, _ in calls), seconds
 
 
 def verify_each(rounds, rngs):  # Steps 3-4: [(drafts, q, p, greedy)] -> [RoundResult]
@@ -165,52 +174,67 @@ def round_event(s, drafts, q, p, result, propose_seconds):  # -> (RoundEvent, n_
         parents=parents, path=result.path, tried=result.tried), n_keep
 
 
-def batch_round(target, draft, seqs, running, verify, roll_back):  # -> [(i, RoundEvent)]
+def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> [(i, RoundEvent)]
     """One round of every running sequence: Steps 0-4, then each rolls its own caches back."""
     start = time.perf_counter()
-    ks = {i: seqs[i].k() for i in running}                                        # Step 0
+    K = policy.choose(len(running)) if policy else None                          # Step 0: from the past only
+    ks = {i: seqs[i].k() if K is None else min(K, seqs[i].k()) for i in running}
     drafts, q = draft_all(draft, seqs, ks)                                        # Step 1
     propose_seconds = time.perf_counter() - start
-    p = score_all(target, seqs, drafts)                                           # Step 2
+    p, rows, target_seconds = score_all(target, seqs, drafts)                     # Step 2
     results = verify([(drafts[i], q[i], p[i], is_greedy(seqs[i].options["temperature"])) for i in running],
                      [seqs[i].rng for i in running])                              # Steps 3-4
     step = [(i, *round_event(seqs[i], drafts[i], q[i], p[i], r, propose_seconds)) for i, r in zip(running, results)]
     roll_back([(seqs[i].target_cache, n_keep) for i, _, n_keep in step])
     roll_back([(seqs[i].draft_cache, n_keep) for i, _, n_keep in step])
     seconds = time.perf_counter() - start
+    if policy:
+        policy.update([b for _, event, _ in step for b in event.overlaps], rows, target_seconds, len(running),
+                      max(ks.values()), propose_seconds, first_round=policy.t == 1)
     return [(i, replace(event, seconds=seconds)) for i, event, _ in step]
 
 
-def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_each):
+def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_each, policy=None):
     """The loop as a generator: per round, [(sequence, RoundEvent)] for the sequences in it; returns
-    every sequence's tokens. A sequence leaves after n_tokens or its first stop token."""
+    every sequence's tokens. A sequence leaves after n_tokens or its first stop token. policy: a
+    BatchAutoK choosing each round's K for all (K="auto"), or None for each sequence's own K."""
     running = list(range(len(seqs)))
     while running:
-        yield batch_round(target, draft, seqs, running, verify, roll_back)
+        yield batch_round(target, draft, seqs, running, verify, roll_back, policy)
         running = [i for i in running if seqs[i].running()]
     return [s.context[len(s.prompt):] for s in seqs]
 
 
+def parameter_ratio(draft, target):  # -> the draft's parameters / the target's (c before anything is timed)
+    sizes = [getattr(getattr(m, "config", None), "n_params", None) for m in (draft, target)]
+    return sizes[0]() / sizes[1]() if all(sizes) else 0.5
+
+
 def speculative_batch_stream(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
-                             top_p=None, rng=None, *, stop_tokens=None, verify=verify_each,
+                             top_p=None, rng=None, *, stop_tokens=None, K_max=8, verify=verify_each,
                              roll_back=roll_back_each):
     """speculative_generate_batch round by round: checks every sequence now, then yields, per round (one
     packed target call), a list of (sequence index, RoundEvent) for the sequences it served; its return
     value (StopIteration's value) is every sequence's tokens. verify and roll_back exist for teaching:
     pass a broken one (teach/broken_batch_kernels.py) and watch the exact tests fail."""
-    seqs = open_sequences(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng, stop_tokens)
-    return batch_rounds(target, draft, seqs, verify, roll_back)
+    seqs = open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens)
+    auto = isinstance(K, str) and K == "auto"
+    policy = BatchAutoK(int(K_max), parameter_ratio(draft, target)) if auto else None
+    return batch_rounds(target, draft, seqs, verify, roll_back, policy)
 
 
 def speculative_generate_batch(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
-                               top_p=None, rng=None, *, stop_tokens=None, **teaching):
+                               top_p=None, rng=None, *, stop_tokens=None, K_max=8, **teaching):
     """speculative_generate for several prompts at once: a list of each sequence's new tokens, each
     exactly what speculative_generate(target, draft, prompts[i], n_tokens[i], K[i], ...).tokens returns
     with the same options and an identically seeded rng (K[i] = 0: generate's). draft: a model (the
     draft model's calls are packed too). Every argument is one value for all sequences or a list with
-    one per prompt (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...]."""
+    one per prompt (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...].
+    K="auto": each round one K for every running sequence, the batch's best goodput from its measured
+    costs (batch_policy.BatchAutoK, at most K_max), so that a full batch stops drafting where its
+    rows cannot pay; a sequence then gets the target's law, not its solo run's draws."""
     steps = speculative_batch_stream(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng,
-                                     stop_tokens=stop_tokens, **teaching)
+                                     stop_tokens=stop_tokens, K_max=K_max, **teaching)
     while True:
         try:
             next(steps)

@@ -252,7 +252,7 @@ def test_stream_events_add_up_to_the_tokens_and_sequences_leave_when_done():
     (dict(K=[1, 2]), "K must be one value for every sequence or a list of one per prompt \\(3\\)"),
     (dict(K=[1, -1, 2]), "sequence 1: K \\(draft tokens per round\\) must be an integer >= 0"),
     (dict(K=[1, 2, True]), "sequence 2: K .* got True"),
-    (dict(K="auto"), "sequence 0: K .* got 'auto'"),
+    (dict(K="heuristic"), "sequence 0: K .* got 'heuristic'"),
     (dict(temperature=[0, 0, 0.5]), "sequence 2: sampling \\(temperature 0.5 > 0\\) needs rng"),
     (dict(n_tokens=[3, 3, 9]), "sequence 2: prompt \\(2 tokens\\) \\+ n_tokens \\(9\\) = 11 exceeds"),
     (dict(n_tokens=[3, 7, 3]), "sequence 1: draft: prompt \\(2 tokens\\) \\+ n_tokens \\(7\\) = 9 exceeds .* of 8"),
@@ -292,3 +292,81 @@ def test_the_models_are_checked_first(args, message):
     with pytest.raises(ValueError, match=message) as info:
         speculative_generate_batch(*calls[args], 3)
     assert "\n" not in str(info.value)
+
+
+# ---- K="auto": one K for the batch from its measured costs (batch_policy.BatchAutoK) -----------------
+
+class BatchClock:
+    """time.perf_counter's stand-in for batched_speculative: every reading advances by the next of a
+    fixed, uneven series, so measured costs (and auto's K) vary yet replay identically on every path."""
+
+    def __init__(self):
+        self.now, self.readings = 0.0, 0
+
+    def perf_counter(self):
+        self.readings += 1
+        self.now += 1e-3 * (1 + (self.readings * 7919) % 13)
+        return self.now
+
+
+def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
+    target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]
+           for key in ("temperature", "top_k", "top_p")}
+    used = set()
+
+    def run(rng):
+        monkeypatch.setattr(batched_speculative, "time", BatchClock())
+        rounds = speculative_batch_stream(target, draft, prompts, n_tokens, K="auto", K_max=3,
+                                          rng=[RngView(rng), RngView(rng)], **per)
+        while True:
+            try:
+                used.update(event.K for _, event in next(rounds))
+            except StopIteration as done:
+                return tuple(tuple(tokens) for tokens in done.value)
+    got = exact_distribution(run)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+    assert len(used) >= 2, used  # K really varied between rounds: not the fixed case again
+
+
+def test_auto_K_batch_gives_the_targets_greedy_tokens_on_the_bundled_pair(pair):
+    target, draft = pair
+    prompts = [target.tokenizer.encode(p) for p in PROMPTS]
+    out = speculative_generate_batch(target, draft, prompts, [40, 25, 60, 10], K="auto")
+    assert out == [generate(target, p, n, temperature=0) for p, n in zip(prompts, [40, 25, 60, 10])]
+
+
+def scripted_policy(rows_seconds, draft_step_seconds, alpha, B, rounds=60):
+    """A BatchAutoK run for `rounds` rounds of B sequences against these costs (noise-free), each
+    examined position's overlap alpha: the K it asks for after them."""
+    from gpt2np.decoding.batch_policy import BatchAutoK
+    policy = BatchAutoK(K_max=8, c_prior=0.05)
+    for t in range(rounds):
+        k = policy.choose(B)
+        policy.update([alpha] * (B * k), B * (k + 1), rows_seconds(B * (k + 1)), B, k, k * draft_step_seconds(B),
+                      first_round=t == 0)
+    return policy.choose(B)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.8])
+def test_auto_K_drafts_less_as_the_batch_fills_and_stops_where_rows_cannot_pay(alpha):
+    """Rows nearly free up to 16, then each costs a tenth of a one-row pass (this CPU's shape):
+    a lone sequence drafts long rounds, a full batch none."""
+    rows = lambda M: 0.03 * (1 + 0.05 * min(M - 1, 15) + 0.1 * max(M - 16, 0))  # noqa: E731
+    step = lambda B: 0.1 * rows(B)  # noqa: E731  (a draft 10x cheaper, rows priced alike)
+    from gpt2np.decoding.batch_policy import goodputs
+    tokens = [sum(alpha ** j for j in range(K + 1)) for K in range(9)]
+    for B in (1, 2, 4, 8, 16):
+        K, truth = scripted_policy(rows, step, alpha, B), goodputs(tokens, B, step(B), rows)
+        assert truth[K] >= 0.97 * max(truth), (B, K, [round(g, 1) for g in truth])  # the rule with the true costs
+    Ks = [scripted_policy(rows, step, alpha, B) for B in (1, 2, 4, 8, 16)]
+    assert Ks[0] >= 2 and Ks[-1] == 0 and all(a >= b for a, b in zip(Ks, Ks[1:])), Ks
+
+
+def test_auto_K_is_refused_per_sequence_and_K_max_is_checked():
+    target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
+    with pytest.raises(ValueError, match="or 'auto' for every sequence"):
+        speculative_generate_batch(target, draft, prompts, n_tokens, K=["auto", 2])
+    with pytest.raises(ValueError, match="K_max must be an integer >= 1, got 0"):
+        speculative_generate_batch(target, draft, prompts, n_tokens, K="auto", K_max=0)

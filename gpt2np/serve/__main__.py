@@ -3,12 +3,17 @@
     python -m gpt2np.serve                                   # bundled pair, http://127.0.0.1:8000/
     python -m gpt2np.serve --target_model_size 355M --draft_model_size 124M --port 8080
     python -m gpt2np.serve --draft_model_size ngram          # prompt lookup, no draft model
+    python -m gpt2np.serve --max_batch 1                     # one generation at a time
 
 Models are named as in main.py (a release size, a bundled name, hf:owner/name[@revision], a folder,
 or "ngram" for the drafter); a model from a folder is served under the folder's name, never its
 path. When the drafter is a model, the prompt-lookup drafter "ngram" is served beside it (it costs
 nothing), and a request picks one with the field "drafter". Bad flags or models: one line naming
 this command's flags, exit status 2.
+
+Up to --max_batch generations run at once (continuous batching, engine.py): plain requests share one
+forward pass per token, speculative ones run one round each per step; more wait in a queue of
+--max_queue, and past that the server answers 429 with Retry-After.
 """
 import sys
 
@@ -31,8 +36,14 @@ def parse_args(argv):
     add_loading_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--max_batch", type=int, default=8,
+                   help="generations running at once; plain ones share one forward pass per token, so on a CPU "
+                        "8 cost about 1.7 passes of one (1: one at a time; default: %(default)s)")
+    p.add_argument("--prefill_chunk", type=int, default=256,
+                   help="the most prompt tokens a newly admitted request feeds per step, so the running ones "
+                        "are not held up long by a long prompt (default: %(default)s)")
     p.add_argument("--max_queue", type=int, default=16,
-                   help="requests waiting beyond the running one; more are answered 429 (default: %(default)s)")
+                   help="requests waiting beyond the running ones; more are answered 429 (default: %(default)s)")
     p.add_argument("--max_body_bytes", type=int, default=256 * 1024, help="larger request bodies get 413")
     p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: as main.py)")
     return p.parse_args(argv)
@@ -42,8 +53,9 @@ def load_engine(args):
     """The target, its drafters by name, and the Engine around them (every check before serving)."""
     from gpt2np.serve.engine import Engine
     from gpt2np.serve.names import served_name
-    if args.max_queue < 1 or args.ngram_max < 1 or args.max_body_bytes < 1:
-        raise ValueError("--max_queue, --ngram_max and --max_body_bytes must be at least 1")
+    for name in ("max_queue", "max_batch", "prefill_chunk", "ngram_max", "max_body_bytes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     target = gpt2np.load_model(args.target_model_size, args.models_dir, **sources)
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
@@ -58,7 +70,8 @@ def load_engine(args):
         drafters[name] = drafter
     if "ngram" not in drafters:
         drafters["ngram"] = gpt2np.NgramDrafter(n_max=args.ngram_max)
-    return Engine(target, drafters, max_queue=args.max_queue)  # a folder's name, never its path (names.py)
+    return Engine(target, drafters, max_queue=args.max_queue, max_batch=args.max_batch,
+                  prefill_chunk=args.prefill_chunk)  # a folder's name, never its path (names.py)
 
 
 def main(argv=None):
@@ -72,8 +85,8 @@ def main(argv=None):
     if args.threads or engine.target.config.n_embd < 512:  # as main.py: one thread is faster for small models
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads or 1, user_api="blas")
-    print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on http://{args.host}:{args.port}/",
-          file=sys.stderr)
+    print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on http://{args.host}:{args.port}/ "
+          f"(up to {engine.max_batch} at once, {engine.max_queue} waiting)", file=sys.stderr)
     uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
 
 

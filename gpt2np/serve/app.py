@@ -259,12 +259,15 @@ async def models(request: Request):
                    "drafters": list(engine.drafters), "default_drafter": engine.default_drafter}}]}
 
 
-@routes.get("/health", summary="Liveness: the worker is running; queue depth")
+@routes.get("/health", summary="Liveness: the worker is running; generations active and queued")
 async def health(request: Request):
+    """For a reverse proxy: 200 while the worker runs (503 when not); active of max_batch running,
+    queued of max_queue waiting (a full queue answers 429)."""
     engine = request.app.state.engine
     body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
-            "queued": engine.queued, "max_queue": engine.max_queue, "busy": engine.busy,
-            "served": engine.served, "cancelled": engine.cancelled}
+            "active": engine.active, "max_batch": engine.max_batch, "queued": engine.queued,
+            "max_queue": engine.max_queue, "busy": engine.busy, "served": engine.served,
+            "cancelled": engine.cancelled}
     return JSONResponse(body, status_code=200 if engine.alive else 503)
 
 

@@ -1,19 +1,30 @@
-"""The generation engine: one worker thread owns the models and runs one stream at a time.
+"""The generation engine: one worker thread owns the models and runs up to max_batch generations at once.
 
 The models and drafters keep KV caches and are not thread-safe, so every generation goes through
-a bounded queue to a single worker (a server with one GPU does the same, batching aside). The
-worker turns each round of gpt2np's round stream (gpt2np/decoding/stream.py) into a message for the
-request that asked for it; a request whose client has gone sets `job.cancelled`, and the worker
-then closes the stream (Stream.close) after the round it is in, or skips the job if it has not
-started. `open_stream` is the one place that calls the package's decoders.
+a bounded queue to a single worker (a server with one GPU does the same). The worker is a
+continuous-batching scheduler (Orca's iteration-level scheduling, vLLM's continuous batching): it
+keeps up to `max_batch` jobs active and, at every step boundary, admits jobs that waited and drops
+jobs that finished or whose client has gone (`job.cancelled`). One step is
+
+  * one packed forward pass over every active plain (target-only) job: gpt2np.ContinuousBatch, in
+    which a newly admitted job's prompt rows ride with the others' last tokens (prefill joins the
+    step; a long prompt is fed prefill_chunk rows a step, so the others' steps stay short), and
+  * one round of each active speculative job (a request that names a drafter), run as its own
+    stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other: correct and
+    simple; its rows are not packed with the others'.
+
+Each round becomes a message for the request that asked for it, as it comes. Every job gets the
+tokens it would get alone: each sequence of the packed pass keeps its own cache, options and rng.
+`open_stream` (speculative) and ContinuousBatch.add (plain) are the places that call the decoders.
 """
 import asyncio
+import copy
 import logging
 import queue
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,7 +71,7 @@ class Generation:
 class Job:
     """A generation and the channel its messages go back on (an asyncio queue of the request's loop).
 
-    Messages: ("round", event, pieces, live) per round, then ("done", result, tail), or
+    Messages: ("round", event, pieces, live) per round, then ("done", result, tail, live), or
     ("error", status, message), or ("cancelled",).
     """
 
@@ -111,12 +122,26 @@ def new_seed():
     return secrets.randbits(63)
 
 
-class Engine:
-    """The served target, its drafters by name, and the worker that runs generations one at a time."""
+@dataclass(eq=False)
+class Active:
+    """A job the worker is running: its place in the packed batch (plain) or its own stream (speculative)."""
+    texts: TokenTexts
+    started: float
+    handle: int | None = None     # a plain job's handle in the ContinuousBatch
+    stream: object = None         # a speculative job's Stream of rounds
+    live: LiveStats = field(default_factory=LiveStats)
 
-    def __init__(self, target, drafters, model_id=None, max_queue=16):
+
+class Engine:
+    """The served target, its drafters by name, and the worker that runs up to max_batch generations."""
+
+    def __init__(self, target, drafters, model_id=None, max_queue=16, max_batch=8, prefill_chunk=256):
         """drafters: name -> drafter. Models loaded from a folder are served by the folder's name
-        (names.py): the ids, the drafter names and the statistics never show a local path."""
+        (names.py): the ids, the drafter names and the statistics never show a local path.
+        max_batch: generations running at once (1: one at a time); prefill_chunk: the most prompt
+        rows a newcomer feeds per step (None: its whole prompt in one step)."""
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         self.target = hide_path(target)
         self.drafters = {served_name(name): hide_drafter_path(d) for name, d in drafters.items()}
         if len(self.drafters) < len(drafters):
@@ -124,9 +149,11 @@ class Engine:
         self.default_drafter = next(iter(self.drafters), None)
         self.model_id = served_name(model_id or getattr(target, "name", "gpt2np"))
         self.tokenizer, self.n_ctx = target.tokenizer, target.n_ctx
-        self.max_queue = max_queue
+        self.max_queue, self.max_batch, self.prefill_chunk = max_queue, max_batch, prefill_chunk
         self._waiting = queue.Queue(maxsize=max_queue)
-        self._thread, self._running = None, False
+        self._thread, self._stopping = None, False
+        self._active, self._plain = {}, {}  # job -> Active; a plain job's batch handle -> its job
+        self._batch = gpt2np.ContinuousBatch(self.target, prefill_chunk)
         self._seconds_per_job = 1.0  # running mean, for Retry-After
         self.served = self.cancelled = 0  # generations run; generations stopped or skipped: their client left
 
@@ -134,20 +161,27 @@ class Engine:
     def start(self):
         if self._thread is None:
             self.warm_up()
+            self._stopping = False
             self._thread = threading.Thread(target=self._work, name="gpt2np-worker", daemon=True)
             self._thread.start()
         return self
 
     def warm_up(self):
-        """One short generation per decoder before serving: the first request should not pay for
-        first calls (allocations, BLAS start-up), or a comparison made with it would be unfair."""
-        prompt = (self.target.eot_id or 0,)
-        for drafter in [None, *self.drafters]:
-            g = Generation(prompt, max_tokens=min(6, self.n_ctx - 1), drafter=drafter)
+        """One short generation per decoder before serving (the packed pass with two sequences): the
+        first request should not pay for first calls (allocations, BLAS start-up), or a comparison
+        made with it would be unfair."""
+        prompt, n = [self.target.eot_id or 0], min(6, self.n_ctx - 1)
+        batch = gpt2np.ContinuousBatch(self.target)
+        for _ in range(min(2, self.max_batch)):
+            batch.add(prompt, n)
+        while batch:
+            batch.step()
+        for drafter in self.drafters:
+            g = Generation(tuple(prompt), max_tokens=n, drafter=drafter)
             type(self).open_stream(self, g).run()  # the class's adapter, whatever a test put on the instance
 
     def stop(self):
-        """Refuse what still waits (503), let the running generation end, stop the worker."""
+        """Refuse what still waits (503), let the running generations end, stop the worker."""
         while True:
             try:
                 job = self._waiting.get_nowait()
@@ -170,8 +204,13 @@ class Engine:
         return self._waiting.qsize()
 
     @property
+    def active(self):
+        """Generations running now (at most max_batch)."""
+        return len(self._active)
+
+    @property
     def busy(self):
-        return self._running
+        return bool(self._active)
 
     # requests -----------------------------------------------------------------------------------
     def encode(self, prompt):
@@ -214,8 +253,8 @@ class Engine:
         return job
 
     def retry_after(self):
-        """Whole seconds until the queue has likely drained a slot: at least 1."""
-        return max(1, int(np.ceil(self._seconds_per_job)))
+        """Whole seconds until a slot is likely free (max_batch jobs end per mean job time): at least 1."""
+        return max(1, int(np.ceil(self._seconds_per_job / self.max_batch)))
 
     # the worker ---------------------------------------------------------------------------------
     def open_stream(self, g):
@@ -224,46 +263,94 @@ class Engine:
         sampling = dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, rng=rng)
         if g.drafter is None:
             return gpt2np.plain_stream(self.target, list(g.prompt_ids), g.max_tokens, **sampling)
-        return gpt2np.speculative_stream(self.target, self.drafters[g.drafter], list(g.prompt_ids),
+        drafter = copy.copy(self.drafters[g.drafter])  # its own state (a cache, an index): streams interleave
+        return gpt2np.speculative_stream(self.target, drafter, list(g.prompt_ids),
                                          g.max_tokens, K=g.K, K_max=g.K_max, calibrate=True,  # the reply's
                                          **sampling)                                          # stats hold c, v
 
     def _work(self):
-        while True:
-            job = self._waiting.get()
-            if job is None:
-                return
-            if job.cancelled.is_set():  # its client left while it waited
-                self.cancelled += 1
-                continue
-            start, self._running = time.perf_counter(), True
+        while self._admit():
             try:
-                self._run(job)
+                self._step()
             except Exception:  # the worker must outlive any request
                 log.exception("generation failed")
-                job.put(("error", 500, "internal error while generating"))
-            finally:
-                self._running, self.served = False, self.served + 1
-                self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * (time.perf_counter() - start)
+                for job in list(self._active):
+                    self._leave(job, ("error", 500, "internal error while generating"))
+                self._batch = gpt2np.ContinuousBatch(self.target, self.prefill_chunk)
 
-    def _run(self, job):
+    def _admit(self):  # -> False once stopping and nothing is left to run
+        """At a step boundary: jobs that waited join, up to max_batch active; waits only when idle."""
+        while len(self._active) < self.max_batch and not self._stopping:
+            try:
+                job = self._waiting.get(block=not self._active)
+            except queue.Empty:
+                break
+            if job is None:
+                self._stopping = True  # stop(): finish what runs, admit nothing more
+            elif job.cancelled.is_set():  # its client left while it waited
+                self.cancelled += 1
+            else:
+                self._open(job)
+        return bool(self._active) or not self._stopping
+
+    def _open(self, job):
+        """Start a job: a plain one joins the packed batch, a speculative one gets its own stream."""
+        g, active = job.generation, Active(TokenTexts(self.tokenizer), time.perf_counter())
         try:
-            stream = self.open_stream(job.generation)
+            if g.drafter is None:
+                active.handle = self._batch.add(list(g.prompt_ids), g.max_tokens, g.temperature, g.top_k, g.top_p,
+                                                rng=np.random.default_rng(g.seed))
+                self._plain[active.handle] = job
+            else:
+                active.stream = self.open_stream(g)
         except ValueError as e:  # check() should have caught it; still the client's error
             job.put(("error", 400, str(e).splitlines()[0]))
             return
-        texts, live = TokenTexts(self.tokenizer), LiveStats()
-        eot = self.target.eot_id
-        for event in stream:
-            if job.cancelled.is_set():
-                stream.close()
-                self.cancelled += 1
-                job.put(("cancelled",))
-                return
-            live.add(event)
-            pieces = ["" if t == eot else p for t, p in zip(event.tokens, texts.pieces(event.tokens))]
-            job.put(("round", event, pieces, live.as_dict()))
-        job.put(("done", stream.result, texts.flush(), live.as_dict()))
+        self._active[job] = active
+
+    def _step(self):
+        """One scheduler step: drop the jobs whose client left, one packed pass for the plain jobs,
+        one round of each speculative job; every round goes to its request as it comes."""
+        for job in [job for job in self._active if job.cancelled.is_set()]:
+            self._leave(job, ("cancelled",))
+        if len(self._batch):
+            for handle, event in self._batch.step():
+                job = self._plain[handle]
+                self._deliver(job, event)
+                if handle not in self._batch:  # finished: it has left the batch already
+                    self._leave(job, ("done", self._batch.pop_tokens(handle)))
+        for job, active in [(job, a) for job, a in self._active.items() if a.stream is not None]:
+            try:
+                self._deliver(job, next(active.stream))
+            except StopIteration:
+                self._leave(job, ("done", active.stream.result))
+            except Exception:  # this job's decoder failed: the others go on
+                log.exception("generation failed")
+                self._leave(job, ("error", 500, "internal error while generating"))
+
+    def _deliver(self, job, event):
+        """A round -> ("round", event, pieces, live) for its request (<|endoftext|> shows as "")."""
+        active, eot = self._active[job], self.target.eot_id
+        active.live.add(event)
+        pieces = ["" if t == eot else p for t, p in zip(event.tokens, active.texts.pieces(event.tokens))]
+        job.put(("round", event, pieces, active.live.as_dict()))
+
+    def _leave(self, job, message):
+        """The job leaves the active set at once: done (its tail and live statistics added),
+        cancelled (its decoder stopped where it is), or failed."""
+        active = self._active.pop(job)
+        if active.handle is not None:
+            self._batch.cancel(active.handle)
+            self._plain.pop(active.handle)
+        elif message[0] != "done":
+            active.stream.close()
+        if message[0] == "done":
+            message = (*message, active.texts.flush(), active.live.as_dict())
+        elif message[0] == "cancelled":
+            self.cancelled += 1
+        job.put(message)
+        self.served += 1
+        self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * (time.perf_counter() - active.started)
 
 
 def hide_drafter_path(drafter):

@@ -1,0 +1,142 @@
+"""Continuous batching: sequences join and leave a running batch at any step (Orca, Yu et al. 2022,
+"iteration-level scheduling"; vLLM calls it continuous batching).
+
+batched.py decodes a fixed list of prompts. A server never has one: requests arrive while others
+are half done. ContinuousBatch keeps a set of running sequences; `add` puts one in at any time,
+`cancel` takes one out, and every `step` is one packed forward pass (model/batch.py) over all of
+them, in which a sequence added since the last step feeds its whole prompt (prefill joins the step:
+the others do not wait for it in a pass of their own) and every other sequence feeds its last token:
+
+    step t      [prompt of c (n_c rows) | last of a (1 row) | last of b (1 row)]  -> one token each
+    step t + 1  [last of c | last of b]              a finished at step t: it left at once
+
+Each sequence keeps its own KV cache (sized for prompt + n_tokens - 1 positions), its own sampling
+options, rng and stops, and draws its token from its own logits in the order generate draws them; so
+it gets exactly the tokens generate gives it alone, greedy token for token and sampled draw for draw,
+whatever joins or leaves around it (its logits differ from the solo run's only by float32 rounding,
+~1e-5, as in batched.py). prefill_chunk=n feeds a long prompt n rows per step instead (the others'
+steps stay short; no token is drawn until the whole prompt is in).
+
+>>> from gpt2np.decoding.autoregressive import generate
+>>> from gpt2np.teach.toy_models import random_toy_model
+>>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
+>>> batch = ContinuousBatch(model)
+>>> a = batch.add([0], 3)
+>>> first = batch.step()                    # a alone: its prompt, its first token
+>>> b = batch.add([1, 2], 2)                # b joins the running batch
+>>> while batch:
+...     _ = batch.step()
+>>> batch.tokens_of(a) == generate(model, [0], 3), batch.tokens_of(b) == generate(model, [1, 2], 2)
+(True, True)
+"""
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .autoregressive import check_model
+from .batched import check_sequence, packed_step, request_cache
+from .sampling import next_token
+from .stream import RoundEvent
+
+USAGE = "ContinuousBatch(model).add(prompt_ids, n_tokens, ...)"
+
+
+@dataclass
+class Sequence:
+    """One running request: what it feeds next, what it has drawn, and how it draws."""
+    prompt: np.ndarray            # [n_prompt] ids
+    n_tokens: int
+    options: dict                 # temperature, top_k, top_p
+    rng: object
+    stops: frozenset
+    cache: object                 # its own KVCache, prompt + n_tokens - 1 positions
+    fed: int = 0                  # prompt rows fed so far
+    tokens: list = field(default_factory=list)
+
+    def feed(self, chunk):  # -> [n_rows] ids for this step: prompt rows (prefill), else the last token
+        if self.fed < len(self.prompt):
+            return self.prompt[self.fed:self.fed + (chunk or len(self.prompt))]
+        return np.array(self.tokens[-1:])  # [1]
+
+    def finished(self):
+        return len(self.tokens) == self.n_tokens or (self.tokens and self.tokens[-1] in self.stops)
+
+
+class ContinuousBatch:
+    """Running sequences decoded together, one packed forward pass per step; any may join or leave.
+
+    add(...) -> a handle (an int); step() -> [(handle, RoundEvent)] for the sequences that drew a token
+    in that pass; a sequence that finished (n_tokens, a stop token, eot_id) has left when step returns
+    (`handle in batch` is False) and its tokens stay readable once with pop_tokens(handle)."""
+
+    def __init__(self, model, prefill_chunk=None):
+        check_model(model, "model", USAGE)
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or
+                                          not isinstance(prefill_chunk, (int, np.integer)) or prefill_chunk < 1):
+            raise ValueError(f"prefill_chunk must be None (whole prompts) or an integer >= 1, got {prefill_chunk!r}")
+        self.model, self.prefill_chunk = model, prefill_chunk
+        self._running, self._finished, self._next = {}, {}, 0
+
+    def add(self, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *, stop_tokens=None):
+        """Check one request as generate checks it (one-line ValueError) and put it in the batch; it
+        feeds its prompt in the next step. Returns its handle."""
+        options, stops = check_sequence(self.model, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
+                                        stop_tokens)
+        if rng is not None and any(s.rng is rng for s in self._running.values()):
+            raise ValueError("rng: a running sequence already draws from this generator; each sampled "
+                             "sequence needs its own (np.random.default_rng(seed))")
+        prompt = np.asarray(prompt_ids)
+        handle, self._next = self._next, self._next + 1
+        self._running[handle] = Sequence(prompt, int(n_tokens), options, rng, stops,
+                                         request_cache(self.model, len(prompt) + n_tokens - 1))
+        return handle
+
+    def cancel(self, handle):
+        """Take a running sequence out now (its client left); True if it was running."""
+        return self._running.pop(handle, None) is not None
+
+    def step(self):  # -> [(handle, RoundEvent)]
+        """One packed forward pass over every running sequence; each that has fed its whole prompt
+        draws one token; finished sequences leave before step returns."""
+        if not self._running:
+            return []
+        start, handles = time.perf_counter(), list(self._running)
+        feeds = [self._running[h].feed(self.prefill_chunk) for h in handles]
+        logits = packed_step(self.model, [(ids, self._running[h].cache) for h, ids in zip(handles, feeds)])
+        seconds = time.perf_counter() - start
+        return [event for h, ids, rows in zip(handles, feeds, logits)
+                if (event := self._advance(h, len(ids), rows[-1], seconds)) is not None]
+
+    def _advance(self, handle, n_fed, logits, seconds):  # logits [n_vocab] -> (handle, RoundEvent) or None
+        """The sequence's bookkeeping after a pass: prompt rows counted, else its token drawn."""
+        seq = self._running[handle]
+        if seq.fed < len(seq.prompt):
+            seq.fed += n_fed
+            if seq.fed < len(seq.prompt):
+                return None  # a chunk of a long prompt: no token until the whole prompt is in
+        seq.tokens.append(next_token(logits, rng=seq.rng, **seq.options))
+        if seq.finished():
+            del self._running[handle]  # it leaves now: its last token is never fed
+            self._finished[handle] = seq.tokens
+        return handle, RoundEvent(tokens=seq.tokens[-1:], provenance=["target"], K=0,
+                                  n_emitted=len(seq.tokens), seconds=seconds)
+
+    def tokens_of(self, handle):
+        """The tokens a sequence has drawn so far (running or finished and not yet popped)."""
+        seq = self._running.get(handle)
+        return list(seq.tokens) if seq is not None else list(self._finished[handle])
+
+    def pop_tokens(self, handle):
+        """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
+        return self._finished.pop(handle)
+
+    @property
+    def running(self):  # -> [handle] in the order they joined
+        return list(self._running)
+
+    def __contains__(self, handle):
+        return handle in self._running
+
+    def __len__(self):
+        return len(self._running)

@@ -1,0 +1,252 @@
+"""gpt2np.serve with continuous batching (--max_batch 4, the bundled pair): many clients decoded together,
+each answered exactly as if it had been served alone.
+
+A real uvicorn server on 127.0.0.1 (tests/serve_helpers.py). The worker's packed step is wrapped by
+HeldSteps, which records the batch at every step and can hold a step until the test lets it run, so
+"requests join a running batch", "the queue is full" and "a client leaves mid-way" happen at known
+moments; no test asserts a duration. Every expected text comes from gpt2np.generate on separately
+loaded models (greedy: a speculative request gives the same tokens).
+"""
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
+pytest.importorskip("uvicorn", reason="the server needs uvicorn (pip install -r requirements-serve.txt)")
+openai = pytest.importorskip("openai", reason="the client tests need the openai package (requirements-dev.txt)")
+import requests  # noqa: E402
+
+import gpt2np  # noqa: E402
+from serve_helpers import DRAFT, TARGET, running_server  # noqa: E402
+from test_serve_load import complete, wait_until  # noqa: E402
+
+PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo", "KING HENRY:\nOnce more", "First Citizen:\nBefore we", "MERCUTIO:\n",
+           "HAMLET:\nTo be", "LADY MACBETH:\nOut", "\n"]
+
+
+def batching_engine(max_batch=4, max_queue=16, prefill_chunk=256):
+    from gpt2np.serve.engine import Engine
+    target, drafter = gpt2np.load_model(TARGET), gpt2np.load_drafter(DRAFT)
+    return Engine(target, {drafter.name: drafter, "ngram": gpt2np.NgramDrafter()}, max_queue=max_queue,
+                  max_batch=max_batch, prefill_chunk=prefill_chunk)
+
+
+class HeldSteps:
+    """Wraps the engine's packed step: records (sequences in the batch, jobs active) at every step; while
+    not free(), each step waits for a permit (allow(n)); delay: seconds added to every step."""
+
+    def __init__(self, engine, delay=0.0):
+        self.engine, self.batch, self.delay = engine, engine._batch, delay
+        self.permits, self.released, self.seen = threading.Semaphore(0), threading.Event(), []
+        self.step, engine._batch.step = engine._batch.step, self
+
+    def __call__(self):
+        self.seen.append((len(self.batch), self.engine.active))
+        while not self.released.is_set() and not self.permits.acquire(timeout=0.02):
+            pass
+        time.sleep(self.delay)
+        return self.step()
+
+    def allow(self, n=1):
+        self.permits.release(n)
+
+    def free(self):
+        self.released.set()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return gpt2np.load_model(TARGET)
+
+
+def expected(target, prompt, n, temperature=0, seed=None):
+    rng = None if seed is None else np.random.default_rng(seed)
+    tokens = gpt2np.generate(target, target.tokenizer.encode(prompt), n, temperature=temperature, rng=rng)
+    return target.tokenizer.decode([t for t in tokens if t != target.eot_id])
+
+
+def ask_openai(url, body, stream):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    extra = {k: body[k] for k in ("speculative",) if k in body}
+    answer = client.completions.create(model=TARGET, prompt=body["prompt"], max_tokens=body["max_tokens"],
+                                       temperature=body["temperature"], seed=body.get("seed"), stream=stream,
+                                       extra_body=extra)
+    chunks = list(answer) if stream else [answer]
+    return 200, "".join(c.choices[0].text for c in chunks), None
+
+
+def logged_errors(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "gpt2np.serve" and r.levelno >= logging.ERROR]
+
+
+def test_eight_clients_four_at_a_time_each_answered_as_alone(reference, caplog):
+    """8 concurrent clients (half streaming; requests and openai; 2 speculative, 2 sampled with a seed,
+    the rest greedy): at most 4 run at once, queued ones join the running batch as others finish, and
+    every text equals generate's for the same request (the same seed: the same draws)."""
+    bodies = [{"prompt": p, "max_tokens": 12 + 7 * i, "temperature": 0, "speculative": i in (2, 5)}
+              for i, p in enumerate(PROMPTS)]
+    for i in (3, 6):
+        bodies[i] |= {"temperature": 0.9, "seed": 40 + i}
+    texts = [expected(reference, b["prompt"], b["max_tokens"], b["temperature"], b.get("seed")) for b in bodies]
+    engine, joined = batching_engine(), []
+    held, open_job = HeldSteps(engine), engine._open
+    engine._open = lambda job: joined.append(engine.active) or open_job(job)  # how many ran when each joined
+    with running_server(engine) as url, ThreadPoolExecutor(8) as pool:
+        clients = [pool.submit(ask_openai if i % 4 < 2 else complete, url, b, i % 2 == 1) for i, b in enumerate(bodies)]
+        arrived = lambda: held.seen and engine.active + engine.queued + engine.served == 8  # noqa: E731
+        assert wait_until(arrived), "the 8 requests did not all arrive"      # the worker is held in a step
+        health = requests.get(url + "/health", timeout=10).json()
+        assert (health["active"], health["queued"], health["max_batch"]) == (engine.active, engine.queued, 4)
+        assert health["active"] >= 1 and health["busy"]
+        held.free()
+        answers = [c.result(timeout=120) for c in clients]
+        after = requests.get(url + "/health", timeout=10).json()
+    wrong = [(i, status, text, texts[i]) for i, (status, text, _) in enumerate(answers)
+             if (status, text) != (200, texts[i])]
+    assert not wrong, f"{len(wrong)} of 8 answers differ from generate's, e.g. {wrong[0]}"
+    actives = [active for _, active in held.seen]
+    assert max(actives) == 4, f"never 4 at once: {actives}"
+    assert len(joined) == 8 and sum(n > 0 for n in joined) >= 3, f"running when each joined: {joined}"
+    assert (after["active"], after["queued"], after["served"], after["cancelled"]) == (0, 0, 8, 0), after
+    assert not logged_errors(caplog)
+
+
+def test_a_full_queue_answers_busy_while_four_run(reference, caplog):
+    """max_batch 4, max_queue 2: with 4 running and 2 waiting, the next request (streaming or not) is 429."""
+    engine = batching_engine(max_queue=2)
+    held = HeldSteps(engine)
+    body = {"prompt": "ROMEO:\n", "max_tokens": 10, "temperature": 0, "speculative": False}
+    with running_server(engine) as url, ThreadPoolExecutor(6) as pool:
+        sent = [pool.submit(complete, url, body, False)]
+        assert wait_until(lambda: len(held.seen) == 1)                    # 1 running, its step held
+        sent += [pool.submit(complete, url, body, i == 1) for i in range(2)]
+        assert wait_until(lambda: engine.queued == 2)
+        held.allow()                                                      # the 2 join: 3 running
+        assert wait_until(lambda: len(held.seen) == 2)
+        sent += [pool.submit(complete, url, body, i == 0) for i in range(2)]
+        assert wait_until(lambda: engine.queued == 2)
+        held.allow()                                                      # 1 joins: 4 running, 1 waits
+        assert wait_until(lambda: len(held.seen) == 3 and engine.queued == 1)
+        sent.append(pool.submit(complete, url, body, True))
+        assert wait_until(lambda: engine.queued == 2)
+        health = requests.get(url + "/health", timeout=10).json()
+        assert (health["active"], health["queued"], health["max_queue"]) == (4, 2, 2), health
+        for stream in (False, True):
+            status, error, retry_after = complete(url, body, stream)
+            assert status == 429 and error["error"]["code"] == "queue_full" and int(retry_after) >= 1, error
+        held.free()
+        answers = [f.result(timeout=60) for f in sent]
+    text = expected(reference, body["prompt"], body["max_tokens"])
+    assert [(status, t) for status, t, _ in answers] == [(200, text)] * 6
+    assert not logged_errors(caplog)
+
+
+def test_a_streaming_client_leaving_does_not_disturb_the_others(reference, caplog):
+    engine = batching_engine()
+    held = HeldSteps(engine, delay=0.01)  # 200 tokens take > 2 s: the leaver is still running when it leaves
+    bodies = [{"prompt": p, "max_tokens": 40 + 10 * i, "temperature": 0, "speculative": False}
+              for i, p in enumerate(PROMPTS[:3])]
+    with running_server(engine) as url, ThreadPoolExecutor(3) as pool:
+        leaver = requests.post(url + "/v1/completions", json={"model": TARGET, "prompt": "HAMLET:\n", "max_tokens": 200,
+                               "temperature": 0, "speculative": False, "stream": True}, stream=True, timeout=60)
+        assert wait_until(lambda: len(held.seen) == 1)
+        stayers = [pool.submit(complete, url, b, i % 2 == 0) for i, b in enumerate(bodies)]
+        assert wait_until(lambda: engine.queued == 3)
+        held.allow()                                    # the leaver's first token; then the 3 join it
+        assert wait_until(lambda: len(held.seen) == 2)  # held: 4 in the batch
+        first = next(line for line in leaver.iter_lines(decode_unicode=True) if line.startswith("data: "))
+        assert json.loads(first[6:])["choices"][0]["text"] is not None
+        leaver.close()  # leaves after its first event, with 3 others in the batch
+        held.free()
+        assert wait_until(lambda: engine.cancelled == 1), "the leaver's generation went on"
+        answers = [f.result(timeout=60) for f in stayers]
+    assert max(size for size, _ in held.seen) == 4 and held.seen[-1][0] < 4, held.seen
+    texts = [expected(reference, b["prompt"], b["max_tokens"]) for b in bodies]
+    assert [(status, text) for status, text, _ in answers] == [(200, t) for t in texts]
+    assert engine.served == 4 and not logged_errors(caplog)
+
+
+def test_speculative_requests_run_a_round_each_beside_the_packed_step(reference, caplog):
+    """Four greedy speculative requests (two with the draft model, two by prompt lookup) active with a
+    plain one: each
+    has its own drafter state, round by round interleaved, and gives generate's text."""
+    engine = batching_engine()
+    held = HeldSteps(engine)
+    plain = {"prompt": PROMPTS[0], "max_tokens": 30, "temperature": 0, "speculative": False}
+    drafting = [{"prompt": p, "max_tokens": 40, "temperature": 0, "drafter": d}
+                for p, d in zip(PROMPTS[1:5], [DRAFT, DRAFT, "ngram", "ngram"])]
+    with running_server(engine) as url, ThreadPoolExecutor(5) as pool:
+        sent = [pool.submit(complete, url, plain, False)]
+        assert wait_until(lambda: len(held.seen) == 1)  # the plain one holds the worker: the others queue
+        sent += [pool.submit(complete, url, b, i % 2 == 0) for i, b in enumerate(drafting)]
+        assert wait_until(lambda: engine.queued == 4)  # 3 join at the next boundary (max_batch 4), 1 later
+        held.free()
+        answers = [f.result(timeout=60) for f in sent]
+    assert [active for _, active in held.seen].count(4) >= 10, held.seen  # four ran side by side
+    texts = [expected(reference, b["prompt"], b["max_tokens"]) for b in [plain, *drafting]]
+    assert [(status, text) for status, text, _ in answers] == [(200, t) for t in texts]
+    assert not logged_errors(caplog)
+
+
+def test_a_long_prompt_is_fed_in_chunks_beside_a_running_request(reference, monkeypatch):
+    from gpt2np.decoding import batched
+    rows, packed = [], batched.forward_packed
+    monkeypatch.setattr(batched, "forward_packed", lambda model, calls: rows.append([len(i) for i, _ in calls])
+                        or packed(model, calls))
+    engine = batching_engine(prefill_chunk=16)
+    held = HeldSteps(engine)
+    running = {"prompt": "ROMEO:\n", "max_tokens": 60, "temperature": 0, "speculative": False}
+    long = {"prompt": "First Citizen:\nBefore we proceed any further, hear me speak. " * 3, "max_tokens": 20,
+            "temperature": 0, "speculative": False}
+    n_long = len(reference.tokenizer.encode(long["prompt"]))
+    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
+        sent = [pool.submit(complete, url, running, True)]
+        assert wait_until(lambda: len(held.seen) == 1)
+        sent.append(pool.submit(complete, url, long, False))
+        assert wait_until(lambda: engine.queued == 1)
+        held.free()
+        answers = [f.result(timeout=60) for f in sent]
+    texts = [expected(reference, b["prompt"], b["max_tokens"]) for b in (running, long)]
+    assert [text for _, text, _ in answers] == texts
+    chunks = [call[1] for call in rows if len(call) == 2 and call[1] > 1]  # the long prompt's rows beside the other's 1
+    assert sum(chunks) == n_long and max(chunks) == 16 and len(chunks) == -(-n_long // 16), (n_long, rows[:12])
+
+
+def test_a_failing_packed_step_answers_500_and_the_server_goes_on(reference, caplog):
+    engine = batching_engine()
+
+    def broken():
+        raise RuntimeError("a bug in the packed step")
+    engine._batch.step = broken  # the worker replaces its batch after a failure
+    body = {"prompt": "KING:", "max_tokens": 12, "temperature": 0, "speculative": False}
+    with running_server(engine) as url:
+        status, error, _ = complete(url, body, False)
+        assert status == 500 and error["error"]["type"] == "server_error" and "Traceback" not in str(error)
+        assert complete(url, body, True)[:2] == (200, expected(reference, "KING:", 12))
+        assert requests.get(url + "/health", timeout=10).json()["status"] == "ok"
+    assert any("generation failed" in m for m in logged_errors(caplog))
+
+
+def test_max_batch_one_serves_one_at_a_time_with_the_same_text(reference):
+    engine = batching_engine(max_batch=1)
+    held = HeldSteps(engine)
+    held.free()
+    bodies = [{"prompt": p, "max_tokens": 15, "temperature": 0, "speculative": False} for p in PROMPTS[:4]]
+    with running_server(engine) as url, ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda b: complete(url, b, False), bodies))
+    assert [text for _, text, _ in answers] == [expected(reference, b["prompt"], 15) for b in bodies]
+    assert max(active for _, active in held.seen) == 1 and max(size for size, _ in held.seen) == 1
+
+
+@pytest.mark.parametrize("flags", [["--max_batch", "0"], ["--prefill_chunk", "-1"], ["--max_batch", "many"]])
+def test_bad_batch_flags_are_one_line_errors(flags):
+    bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", *flags], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert flags[0] in bad.stderr and "Traceback" not in bad.stderr

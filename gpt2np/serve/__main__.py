@@ -58,6 +58,10 @@ def load_engine(args):
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     target = gpt2np.load_model(args.target_model_size, args.models_dir, **sources)
+    if target.tokenizer is None:  # random weights without GPT-2's BPE files: the server reads and writes text
+        raise ValueError(f"--target_model_size {args.target_model_size}: the model has no tokenizer, and the "
+                         f"server answers in text: put OpenAI's encoder.json and vocab.bpe in a folder of "
+                         f"--models_dir ({args.models_dir}; any downloaded release size has them)")
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
     drafters = {}
     if draft != "none":

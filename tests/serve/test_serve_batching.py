@@ -250,3 +250,12 @@ def test_bad_batch_flags_are_one_line_errors(flags):
     bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", *flags], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert flags[0] in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path):
+    """random:124M with no GPT-2 BPE files in --models_dir: the server speaks text, so it says so at
+    start (it used to answer every request 500)."""
+    bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", "--target_model_size", "random:124M",
+                          "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "random:124M: the model has no tokenizer" in bad.stderr and "--models_dir" in bad.stderr, bad.stderr

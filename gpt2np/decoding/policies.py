@@ -32,7 +32,16 @@ HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR = (1.5, 1.0)   # auto: the Beta(a, b) belief about alpha before any position is examined: mean 0.6,
                            # worth 2.5 positions (a uniform start sizes the first rounds too short at alpha 1)
 TIMING_MARGIN = 2.0        # auto: time one plain call unless the plan's best speedup is this or more (a guessed
-                           # v would have to be ~2x too low for plain decoding to win after all)
+                           # v would have to be ~2x too low for plain decoding to win after all) ...
+CLOCK_AGREEMENT = 1.3      # ... or the drafter's clock agrees with the guess: its seconds per drafted token
+                           # over its c_prior give a one-token target call within this factor of the guessed one
+EXPLORE_PRICE = 3.0        # auto: draft against the belief only if the optimistic plan gains more than this
+                           # many times what the belief expects the round to lose ...
+PATIENCE = 3.0             # ... a price divided by 1 + (plain rounds waited) / PATIENCE, so that bad luck
+                           # early costs a few plain rounds, never the run (simulated: price 3 and patience 3
+                           # trade alpha 0.3 under Haswell against lock-outs at 0.6-0.8; teach/policy_simulation)
+FIRST_ROUND_RISK = 0.75    # auto: the first round drafts at most the K whose round, if its first draft fails,
+                           # costs this many one-token calls more than a plain step (K c + v(K + 1) - 1)
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
 WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
                            # plan follows a machine that speeds up or slows down, and choosing costs the
@@ -162,19 +171,28 @@ class AutoK:
     v = each timed call size's median over a one-token call (v_curve; the prior for sizes never timed).
 
     1. Draft or not: draft if some K >= 1 beats plain decoding at an optimistic alpha, the belief's
-       mean + sqrt(ln(t + 1)) standard deviations in round t. Plain rounds examine no position, so
-       they leave the belief as it is while t grows: after bad luck the bound rises again until
-       the policy tries once more. It never locks drafting out; the cheaper the draft, the lower
-       the alpha at which drafting pays, and the sooner (and more cheaply) it tries. Once many
-       positions are seen the bound sits on alpha itself, and drafting stops where it cannot pay.
+       mean + sqrt(ln(t + 1)) standard deviations in round t, and what it gains there is more than
+       EXPLORE_PRICE times what the belief expects it to lose (nothing, where the belief itself
+       says drafting pays), a price that falls with every plain round waited (PATIENCE). Plain
+       rounds examine no position, so they leave the belief as it is while t grows and the price
+       falls: after bad luck the policy tries once more within a few rounds. It
+       never locks drafting out; the cheaper the draft, the lower the alpha at which drafting
+       pays, and the sooner (and more cheaply) it tries. Where a try costs much against what it
+       could find (alpha 0.3 under a steep v), the price keeps it from probing round after round.
     2. How many: the K >= 1 with the best speedup averaged over the whole belief
        (theory.expected_speedups_under_belief), not at the optimistic alpha: explore with short
-       rounds, exploit with long ones.
+       rounds, exploit with long ones. The first round, blind, drafts at most the K whose failure
+       at its first draft costs FIRST_ROUND_RISK one-token calls (3 drafts at c 0.09, 6 at c 0).
     3. Timing: until a plain target call is timed, v is relative to a guess (the first timed size
        through the prior). Where the plan's best predicted speedup is below TIMING_MARGIN that
-       guess could decide 1, so one round is plain (one call, one token) to measure it.
+       guess could decide 1, so one round is plain (one call, one token) to measure it, unless the
+       drafter's own clock vouches for the guess: a model drafter's c_prior is its share of a
+       target call (the ratio of parameters), so its measured seconds per token over c_prior are
+       a one-token target call, and where they agree with the guess to CLOCK_AGREEMENT, the
+       guess holds (a kernel without a few-row path, v twice the prior, disagrees by 2x).
 
-    Deterministic: K is a function of the past alone (the round count included), as exactness needs.
+    Deterministic: K is a function of the past alone (the round count and the plain rounds waited
+    included), as exactness needs.
     """
 
     def __init__(self, K_max=8):
@@ -182,7 +200,7 @@ class AutoK:
         self.reset()
 
     def reset(self):
-        self.t = 0
+        self.t, self.waited = 0, 0  # rounds so far; plain rounds since the last that drafted
 
     def estimates(self, past):
         """((a, b), c, v): the Beta belief about alpha, and the costs the policy plans with now."""
@@ -197,14 +215,42 @@ class AutoK:
         self.t += 1
         (a, b), c, v = self.estimates(past)
         planned = expected_speedups_under_belief(a, b, c, v, self.K_max)
-        if past.target_durations and 1 not in past.target_durations and max(planned) < TIMING_MARGIN:
+        if needs_timing(past, c, max(planned)):
             return 0                                                     # 3. time one plain call
-        if max(predicted_speedups(optimistic_alpha(a, b, self.t), c, v, self.K_max)[1:]) <= 1.0:
-            return 0                                                     # 1. plain wins even so
-        return max(range(1, self.K_max + 1), key=planned.__getitem__)   # 2. the first maximum: fewest drafts
+        optimistic = max(predicted_speedups(optimistic_alpha(a, b, self.t), c, v, self.K_max)[1:])
+        price = EXPLORE_PRICE * (1.0 - max(planned[1:])) / (1 + self.waited / PATIENCE)
+        if optimistic - 1.0 <= max(0.0, price):
+            self.waited += 1
+            return 0                                                     # 1. plain wins, or a try costs too much
+        self.waited = 0
+        longest = self.K_max if past.overlaps else first_round_cap(c, v, self.K_max)
+        return max(range(1, longest + 1), key=planned.__getitem__)      # 2. the first maximum: fewest drafts
 
     def update(self, event):
         pass
+
+
+def needs_timing(past, c, best_planned):
+    """Whether a plain round must time a one-token call before the plan can be trusted (AutoK, 3.):
+    calls were timed but none of one token, the plan's best is under TIMING_MARGIN, and the
+    drafter's clock does not vouch for the guessed one-token call (c / c_prior off by more than
+    CLOCK_AGREEMENT; c here is the drafter's seconds per token over the guessed call)."""
+    if not past.target_durations or 1 in past.target_durations or best_planned >= TIMING_MARGIN:
+        return False
+    vouched = past.c_prior > 0 and past.draft_cost is not None and \
+        1 / CLOCK_AGREEMENT <= c / past.c_prior <= CLOCK_AGREEMENT
+    return not vouched
+
+
+def first_round_cap(c, v, K_max):
+    """The most drafts of a first round: the largest K with K c + v(K + 1) - 1 <= FIRST_ROUND_RISK
+    (what the round costs beyond a plain step if its first draft fails), at least 1.
+
+    >>> v = prior_v_curve(9)
+    >>> first_round_cap(0.09, v, 8), first_round_cap(0.0, v, 8), first_round_cap(0.3, v, 8)
+    (3, 6, 1)
+    """
+    return max([1] + [K for K in range(1, K_max + 1) if K * c + v[K + 1] - 1 <= FIRST_ROUND_RISK])
 
 
 def optimistic_alpha(a, b, t):

@@ -18,7 +18,15 @@ prediction; what a policy loses to it is what it pays for learning alpha, c and 
 >>> run = simulate_policy(make_policy(4), alpha=1.0, c=0.1, v=v, n_tokens=50, seed=0)
 >>> run["K_counts"], round(run["speedup"], 3)  # 10 rounds of 5 tokens at 0.4 + 1.54 each
 ({4: 10}, 2.577)
+
+`python -m gpt2np.teach.policy_simulation` prints auto against the best fixed K for both kernels'
+measured v (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
+with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
+alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins.
 """
+import sys
+from functools import lru_cache
+
 import numpy as np
 
 from ..decoding.policies import AutoK, Measurements, make_policy
@@ -85,3 +93,102 @@ class GreedyAutoK(AutoK):
         (a, b), c, v = self.estimates(past)
         planned = expected_speedups_under_belief(a, b, c, v, self.K_max)
         return max(range(self.K_max + 1), key=planned.__getitem__)
+
+
+# v(M) measured per BLAS kernel and target size (PERFORMANCE.md; sizes not measured are interpolated):
+# 1558M SkylakeX "K policies, third look" (v(2) 1.2, v(5) 1.42), 1558M Haswell `rows` (v(2) 1.36,
+# v(3) 1.52, v(5) 1.85, v(8) 2.23), 355M SkylakeX the verification curve, 355M Haswell `rows`.
+MEASURED_V = {
+    ("SkylakeX", "1558M"): (1.2, 1.27, 1.35, 1.42, 1.49, 1.56, 1.63, 1.7),
+    ("Haswell", "1558M"): (1.36, 1.52, 1.69, 1.85, 1.98, 2.1, 2.23, 2.35),
+    ("SkylakeX", "355M"): (1.39, 1.40, 1.37, 1.50, 1.60, 1.77, 1.75, 2.01),
+    ("Haswell", "355M"): (1.49, 1.56, 1.68, 1.79, 2.05, 2.30, 2.41, 2.62),
+}
+DRAFTERS = (("1558M", "124M", 0.09), ("1558M", "lookup", 0.0), ("355M", "124M", 0.3), ("355M", "lookup", 0.0))
+
+
+def measured_v(kernel, target):
+    """{M: v(M)} for M = 1..9 from MEASURED_V."""
+    return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[kernel, target], start=2)}}
+
+
+def table_row(policy, alpha, c, v, n_tokens, seeds):
+    """One row: the best fixed K by median (0 = plain decoding, where no K beats it) and `policy`'s
+    speedups over it seed by seed, and over plain decoding."""
+    runs = compare_policies(alpha, c, v, n_tokens, seeds, policies=())
+    medians = {K: np.median(s) for K, s in runs["fixed"].items()}
+    best = max(medians, key=medians.get)
+    best = best if medians[best] > 1.0 else 0
+    reference = np.array(runs["fixed"][best]) if best else np.ones(len(seeds))  # [seeds]
+    mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s)["speedup"] for s in seeds])  # [seeds]
+    ratio = mine / reference
+    return {"best_K": best, "best_median": float(np.median(reference)), "median": float(np.median(ratio)),
+            "p5": float(np.quantile(ratio, 0.05)), "worst": float(ratio.min()),
+            "worst_of_plain": float(mine.min())}
+
+
+def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100)):
+    """The markdown table of `policy` against the best fixed K, every kernel x drafter x tokens x alpha."""
+    print("| kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
+          " | 5 % of seeds | worst seed | auto / plain: worst seed |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for kernel in ("SkylakeX", "Haswell"):
+        for target, drafter, c in DRAFTERS:
+            for n_tokens in tokens:
+                for alpha in alphas:
+                    r = table_row(policy, alpha, c, measured_v(kernel, target), n_tokens, seeds)
+                    best = f"K={r['best_K']} {r['best_median']:.2f}" if r["best_K"] else "plain"
+                    print(f"| {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} | {r['median']:.3f}"
+                          f" | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
+
+
+def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8):
+    """Expected cost (one-token calls) of n_tokens at each alpha under the Bayes-optimal K policy for a
+    prior over the given alphas only, which knows c, v and n_tokens: a bound no causal policy beats
+    on average over that prior (dynamic programming over tokens left and the successes and failures
+    seen). [len(alphas)]
+
+    >>> v = {M: 1.0 if M == 1 else 1.3 + 0.08 * (M - 2) for M in range(1, 10)}
+    >>> [round(float(x), 2) for x in bayes_optimal_costs([1.0], [1.0], 0.1, v, 10)]  # K = 8, then plain
+    [3.66]
+    """
+    alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
+
+    @lru_cache(maxsize=None)
+    def cost(n, s, f):  # n tokens left, s accepted and f rejected positions seen -> [A]
+        if n == 0:
+            return np.zeros(len(alphas))
+        belief = prior * alphas ** s * (1 - alphas) ** f
+        belief = belief / belief.sum() if belief.sum() > 0 else prior  # the posterior ([A]; any, where impossible)
+        best = None
+        for K in range(min(K_max, n - 1) + 1):
+            total = np.full(len(alphas), K * c + v[K + 1])
+            for j in range(K + 1):  # j drafts accepted: probability alpha^j (1 - alpha) or alpha^K
+                total = total + alphas ** j * ((1 - alphas) if j < K else 1) * cost(n - j - 1, s + j, f + (j < K))
+            if best is None or belief @ total < belief @ best - 1e-12:
+                best = total
+        return best
+
+    return cost(n_tokens, 0, 0)
+
+
+def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range(200)):
+    """The Bayes-optimal policy's expected cost against the best fixed K's (or plain decoding's), per
+    alpha, for a 124M draft into 1558M under `kernel` and a uniform prior over `alphas`."""
+    v, c = measured_v(kernel, "1558M"), 0.09
+    optimal = bayes_optimal_costs(alphas, [1.0] * len(alphas), c, v, n_tokens)
+    for alpha, cost in zip(alphas, optimal):
+        fixed = compare_policies(alpha, c, v, n_tokens, seeds, policies=())["fixed"]
+        reference = min([n_tokens] + [np.mean([n_tokens / x for x in s]) for s in fixed.values()])
+        print(f"{kernel}, {n_tokens} tokens, alpha {alpha}: Bayes-optimal / best (expected cost) "
+              f"{reference / cost:.3f}")
+
+
+if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound]: the table over 200 seeds (~30 s)
+    if sys.argv[1:] not in ([], ["--bound"]):
+        sys.exit(f"usage: python -m gpt2np.teach.policy_simulation [--bound]; got {' '.join(sys.argv[1:])}")
+    if sys.argv[1:]:
+        for kernel, n in (("SkylakeX", 40), ("Haswell", 40), ("Haswell", 100)):
+            print_bound(kernel, n)
+    else:
+        print_table(AutoK(8), range(200))

@@ -136,7 +136,7 @@ def generation(engine, body, ids):
     g = Generation(prompt_ids=tuple(ids), max_tokens=body.new_tokens(len(ids)), temperature=body.temperature,
                    top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
                    seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,
-                   drafter=drafter)
+                   drafter=drafter, tree=tuple(body.tree) if isinstance(body.tree, list) else body.tree)
     try:
         engine.check(g)
     except RequestError as e:  # about max_tokens: name the field as the request spelled it

@@ -74,8 +74,11 @@ def token_entries(event, pieces):
 
 
 def round_entry(event):
-    return {"K": event.K, "drafts": [int(x) for x in event.drafts], "decisions": list(event.decisions),
-            "n_emitted": event.n_emitted, "seconds": event.seconds}
+    entry = {"K": event.K, "drafts": [int(x) for x in event.drafts], "decisions": list(event.decisions),
+             "n_emitted": event.n_emitted, "seconds": event.seconds}
+    if len(set(event.parents)) < len(event.parents):  # a tree round: a node with two or more children
+        entry.update(parents=list(event.parents), path=[int(n) for n in event.path])
+    return entry
 
 
 class Completion:

@@ -66,6 +66,7 @@ class Generation:
     K: int | str = 4             # an int, "heuristic" or "auto"
     K_max: int = 8
     drafter: str | None = None   # a served drafter's name; None: target only
+    tree: tuple | str | None = None  # children per depth, "auto", or None: chains of K
 
 
 class Job:
@@ -230,6 +231,11 @@ class Engine:
         if g.drafter is not None and g.drafter not in self.drafters:
             raise RequestError("drafter", f"drafter must be one of {sorted(self.drafters)} (or speculative "
                                           f"false), got {g.drafter!r}")
+        if g.tree is not None and g.drafter is None:
+            raise RequestError("tree", "tree: a token tree is drafted: leave speculative true")
+        if g.tree == "auto" and isinstance(self.drafters[g.drafter], gpt2np.NgramDrafter):
+            raise RequestError("tree", f"tree: 'auto' picks the shapes a draft model grows; the drafter "
+                                       f"{g.drafter!r} takes a fixed shape (e.g. [3, 1])")
         room = self.n_ctx - len(g.prompt_ids)
         if g.max_tokens > room:
             raise RequestError("max_tokens", f"prompt ({len(g.prompt_ids)} tokens) + max_tokens ({g.max_tokens})"
@@ -264,9 +270,9 @@ class Engine:
         if g.drafter is None:
             return gpt2np.plain_stream(self.target, list(g.prompt_ids), g.max_tokens, **sampling)
         drafter = copy.copy(self.drafters[g.drafter])  # its own state (a cache, an index): streams interleave
-        return gpt2np.speculative_stream(self.target, drafter, list(g.prompt_ids),
-                                         g.max_tokens, K=g.K, K_max=g.K_max, calibrate=True,  # the reply's
-                                         **sampling)                                          # stats hold c, v
+        K = dict(K=g.K) if g.tree is None else dict(tree=g.tree)  # a tree fixes each round's drafts
+        return gpt2np.speculative_stream(self.target, drafter, list(g.prompt_ids), g.max_tokens, K_max=g.K_max,
+                                         calibrate=True, **K, **sampling)  # the reply's stats hold c, v
 
     def _work(self):
         while self._admit():

@@ -25,6 +25,8 @@ MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 KValue = Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"]
 Count = Annotated[StrictInt, Field(ge=1)]
+TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=8)]], Field(min_length=1, max_length=8)] \
+    | Literal["auto"]
 
 # what a field must be, for errors pydantic reports once per branch of a union
 FIELD_HELP = {
@@ -32,6 +34,7 @@ FIELD_HELP = {
     "K": "must be an integer from 1 to 32, 'heuristic' or 'auto'",
     "gamma": "must be an integer from 1 to 32, 'heuristic' or 'auto' (gamma is another name of K)",
     "stop": "must be a string or a list of at most 4 non-empty strings",
+    "tree": "must be a list of 1 to 8 integers from 1 to 8 (children per depth, e.g. [3, 2, 1]) or 'auto'",
 }
 # other repositories' names for our fields (Leviathan et al.'s gamma; Hugging Face's max_new_tokens);
 # max_length (prompt + new tokens, Hugging Face's meaning) needs the prompt's length: new_tokens()
@@ -63,6 +66,9 @@ class SamplingFields(Strict):
     K: KValue = Field(4, description="draft tokens per round, or a K policy: 'heuristic' or 'auto'")
     gamma: KValue | None = Field(None, description="another name of K (Leviathan et al.'s)")
     K_max: Annotated[StrictInt, Field(ge=1, le=32)] = Field(8, description="bound of the K policies")
+    tree: TreeValue | None = Field(None, description="draft a token tree each round instead of K drafts: children "
+                                                     "per depth ([3, 2, 1]), or 'auto' (each round's shape from the "
+                                                     "run's acceptance and measured costs; a draft model only)")
     drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.drafters "
                                                         "(default: the first)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
@@ -73,6 +79,10 @@ class SamplingFields(Strict):
 
     @model_validator(mode="after")
     def checked(self):
+        if self.tree is not None and ({"K", "gamma"} & self.model_fields_set):
+            said = "K" if "K" in self.model_fields_set else "gamma"
+            raise ValueError(f"tree: a tree fixes each round's drafts: leave {said} out (a tree round's K is the "
+                             f"nodes it drafts)")
         if 0 < self.temperature < MIN_TEMPERATURE:
             raise ValueError(f"temperature: must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature!r}")
         for alias, name in ALIASES.items():

@@ -139,3 +139,30 @@ def test_stream_options_need_stream_and_usage_comes_last(client, server):
     chunks = list(client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=5, stream=True,
                                             stream_options={"include_usage": True}))
     assert chunks[-1].usage.completion_tokens == 5
+
+
+def test_tree_field_drafts_trees_and_reports_each_round_s_tree(client, local):
+    """tree (issue 28, item 6): the greedy text is the target's, rounds carry their tree and path."""
+    target, _, ids = local
+    want = target.tokenizer.decode(gpt2np.generate(target, ids, 20, temperature=0))
+    for tree in ([3, 2], "auto"):
+        completion = client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=20, temperature=0,
+                                               extra_body={"tree": tree})
+        assert completion.choices[0].text == want, (tree, completion.choices[0].text)
+        rounds = completion.model_extra["gpt2np"]["rounds"]
+        if tree == [3, 2]:
+            assert rounds[0]["parents"] == [-1, 0, 0, 0, 1, 1, 2, 2, 3, 3], rounds[0]
+            assert all(len(r["path"]) <= 2 for r in rounds if "path" in r), rounds
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tree": [3, 0]}, "tree: must be a list of 1 to 8 integers from 1 to 8"),
+    ({"tree": "wide"}, "tree: must be a list of 1 to 8 integers from 1 to 8"),
+    ({"tree": [2], "K": 3}, "tree: a tree fixes each round's drafts: leave K out"),
+    ({"tree": [2], "gamma": 3}, "leave gamma out"),
+    ({"tree": [2], "speculative": False}, "tree: a token tree is drafted: leave speculative true"),
+    ({"tree": "auto", "drafter": "ngram"}, "tree: 'auto' picks the shapes a draft model grows"),
+])
+def test_bad_tree_fields_are_a_400_naming_tree(server, fields, message):
+    status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=5, **fields)
+    assert status == 400 and body["error"]["param"] == "tree" and message in body["error"]["message"], body

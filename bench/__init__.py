@@ -22,6 +22,12 @@ One file per section:
                   the pair's draft and with a drafter of prompt lookup's cost, over --policy-repeats coin
                   seeds (median and worst seed); with "speculative": the real n-gram drafter on the
                   bundled pair
+  batching.py     section "batching", only when named (not in "all"): tokens/s of a batch of B sequences
+                  (--batch-sizes) at forced alpha (--batch-alphas), per --batch-pairs DRAFT,TARGET pair:
+                  plain batched decoding, fixed Ks (--batch-Ks) and K="auto", sides alternated in one
+                  process; where drafting stops paying, and auto against the better of the two
+                  (batching_report.py: the numbers and tables; forced_batch_draft.py: the drafter,
+                  one packed pass of the real draft per draft step, each sequence's proposals forced)
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
@@ -67,6 +73,10 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               measured (in gpt2np.model.fast.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
               ratio["1".."16"] (gpt2np), ratio_plain["1".."16"], one_token_s, decode_s, roofline_s,
               vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv), runs[] (each worker's own JSON)}
+  batching    plan, blas_kernel, seconds, pairs[]: {draft, target, cells[]: {B, alpha, best (plain | K=k),
+              best_tokens_per_s, drafting_pays, best_over_plain, auto_over_best, auto_over_plain, alpha_hat,
+              exact, mismatched, sides{plain, K=k, auto}: {tokens_per_s, runs_tokens_per_s, seconds,
+              K_counts, accepted, examined, alpha_hat, exact, mismatch}}}, targets[] (as below)
   targets     [{target, measured, goal, met}]: the project's speed targets wherever this run measured them
               (among them prefill@512 numpy / HF at 124M and 355M, decode@896 / roofline and
               forward M=5 / M=1 at context 896 at 355M, auto K against the best fixed K)
@@ -77,4 +87,4 @@ compare.py reads both shapes.
 import gpt2np  # noqa: F401,E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 
 SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "policies", "reference", "overhead", "memory", "kernels",
-            "hf")
+            "hf", "batching")  # "all" leaves out batching (__main__.selected_sections): name it

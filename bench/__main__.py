@@ -10,7 +10,7 @@ from gpt2np.model.config import PRESETS
 from gpt2np.checkpoints.download import DownloadError
 from gpt2np.checkpoints.loading import read_config, resolve_model_dir
 
-from . import SECTIONS
+from . import SECTIONS, batching
 from .common import full_plan, log, tiny_plan
 from .compare import print_comparison
 from .run import run
@@ -29,7 +29,7 @@ def parse_args(argv):
     ap.add_argument("--large", action="store_true", help="also 774M and 1558M (several more minutes)")
     ap.add_argument("--sections", default="all",
                     help=f"comma-separated subset of: {', '.join(SECTIONS)}; 'decode' adds 'bandwidth' "
-                         "(the roofline needs it)")
+                         "(the roofline needs it); 'all' leaves out batching (long: name it)")
     ap.add_argument("--kernel-sizes", default="355M",
                     help="comma-separated sizes (or model names: their shape, random weights) of the kernels "
                          "section, which measures every OpenBLAS kernel this CPU runs, each in its own process")
@@ -58,6 +58,7 @@ def parse_args(argv):
                     help="prompt length of the forced-acceptance runs' second, long-prompt set (0: leave them out)")
     ap.add_argument("--reference-tokens", type=int, default=8,
                     help="steps the slow reference really runs (of 64; the rest is extrapolated)")
+    batching.add_arguments(ap)
     # output
     ap.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
     ap.add_argument("--compare", default=None, metavar="OLD_JSON", help="print headline numbers beside this older run")
@@ -65,7 +66,7 @@ def parse_args(argv):
 
 
 def selected_sections(text):
-    names = set(SECTIONS) if text == "all" else {s.strip() for s in text.split(",") if s.strip()}
+    names = set(SECTIONS) - {"batching"} if text == "all" else {s.strip() for s in text.split(",") if s.strip()}
     unknown = names - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s) {', '.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
@@ -137,7 +138,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     plan, sections = make_plan(args), selected_sections(args.sections)
+    batch_plan = batching.plan_from_args(args) if "batching" in sections else None  # flags checked first
     results = run(plan, sections, threads=args.threads, argv=argv)
+    if batch_plan:
+        batching.run_section(batch_plan, results, args.threads)
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, default=to_json))
@@ -145,6 +149,7 @@ def main(argv=None):
     if args.compare:
         with open(args.compare) as f:
             print_comparison(json.load(f), results, args.compare, str(path))
+    batching.exit_on_mismatch(results.get("batching"))
     return results
 
 

@@ -1,12 +1,14 @@
 """gpt2np's benchmark suite: speed against the machine's own limits.
 
-    python -m bench                                  # 124M and 355M, every section (< 10 min)
+    python -m bench                                  # 124M and 355M, every section but batching (< 10 min)
     python -m bench --large                          # adds 774M and 1558M
     python -m bench --sections decode,verify --sizes 355M --json bench/results/after.json \\
                     --compare bench/results/before.json   # one section, before/after
     python -m bench --tiny                           # seconds, tiny configs: the test suite's run
     python -m bench --sections policies --sizes 1558M --pair 124M,1558M --policy-repeats 5 \
                     --policy-Ks 2,4,6 --policy-alphas 0.3,0.8   # K policies, gpt2 drafting for gpt2-xl
+    python -m bench --sections batching --batch-pairs '124M,355M;124M,1558M'   # batch size x alpha, with and
+                                                     # without drafting: where drafting stops paying (~35 min)
 
 No downloads: every model is gpt2np.random_model of a preset's shape, unless --sizes / --pair name a
 model as main.py does (a folder in either layout, hf:owner/name), which is loaded with its own weights.
@@ -73,7 +75,8 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               measured (in gpt2np.model.fast.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
               ratio["1".."16"] (gpt2np), ratio_plain["1".."16"], one_token_s, decode_s, roofline_s,
               vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv), runs[] (each worker's own JSON)}
-  batching    plan, blas_kernel, seconds, pairs[]: {draft, target, cells[]: {B, alpha, best (plain | K=k),
+  batching    plan, blas_kernel, seconds, pairs[]: {draft, target, stops_paying{alpha: B or null (pays at
+              every B)}, crossover[] (the printed sentences), cells[]: {B, alpha, best (plain | K=k),
               best_tokens_per_s, drafting_pays, best_over_plain, auto_over_best, auto_over_plain, alpha_hat,
               exact, mismatched, sides{plain, K=k, auto}: {tokens_per_s, runs_tokens_per_s, seconds,
               K_counts, accepted, examined, alpha_hat, exact, mismatch}}}, targets[] (as below)

@@ -12,7 +12,8 @@ with E(alpha, K) = 1 + alpha + ... + alpha^K tokens per sequence-round (Leviatha
 seconds of a target pass over M rows in all, and d(B) the seconds of one draft step over B rows.
 Here T and d are measured in this run (every packed call's seconds by its rows: policies.v_curve
 draws a line through them, its prior where nothing was timed), so the same rule needs no profiling
-tables: as B grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0.
+tables: as B grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Before
+a size is timed, rows past FEW_ROWS are priced at full cost, so a full batch does not pay to learn it.
 
 As AutoK (policies.py): alpha is a Beta belief from every examined position of every sequence;
 drafting at all is decided at an optimistic alpha (mean + sqrt(ln(t + 1)) standard deviations in
@@ -27,6 +28,10 @@ every sequence stays exact (tests/decoding/test_batched_speculative.py enumerate
 from statistics import median
 
 from .policies import ALPHA_PRIOR, TIMING_MARGIN, keep, optimistic_alpha, t1_estimate, v_curve
+
+FEW_ROWS = 16  # the rows a pass takes nearly free (model/fast/matmul.py's few-row methods go to 16); past them,
+               # rows never timed are priced as if each cost its share of a 16-row pass (measured: a packed 124M
+               # pass of 4 sequences, 77 ms at 16 rows, 140 ms at 20), until this run times them
 
 
 def expected_tokens_under_belief(a, b, K_max):  # -> [K_max + 1]: E[1 + alpha + ... + alpha^K] for K = 0..K_max
@@ -56,6 +61,8 @@ class BatchAutoK:
 
     def costs(self, B):  # -> (d: draft step seconds over B rows, T: rows -> target pass seconds), in t1 units if untimed
         v = v_curve(self.target_durations, B * (self.K_max + 1))
+        for M in (M for M in v if M > FEW_ROWS and M not in self.target_durations):
+            v[M] = max(v[M], v[FEW_ROWS] * M / FEW_ROWS)  # past the few-row path, untimed rows at full price
         t1 = t1_estimate(self.target_durations, v) or 1.0
         steps = self.draft_steps.get(B) or [s for n, ss in self.draft_steps.items() if n >= B for s in ss]
         d = median(steps) if steps else self.c_prior * t1 * v[B]  # the draft's rows priced like the target's

@@ -21,6 +21,7 @@ from gpt2np.teach.broken_batch_kernels import BROKEN_BATCH_VARIANTS
 from gpt2np.teach.exact import exact_distribution, exact_target_distribution, max_abs_difference, total_variation
 from gpt2np.teach.toy_models import random_toy_model
 from test_autoregressive import NoWork
+from test_drafters_policies import ScriptedClock
 
 EXACT = 1e-12
 SMALL = GPT2Config(n_vocab=37, n_ctx=64, n_embd=12, n_head=3, n_layer=2)
@@ -296,19 +297,6 @@ def test_the_models_are_checked_first(args, message):
 
 # ---- K="auto": one K for the batch from its measured costs (batch_policy.BatchAutoK) -----------------
 
-class BatchClock:
-    """time.perf_counter's stand-in for batched_speculative: every reading advances by the next of a
-    fixed, uneven series, so measured costs (and auto's K) vary yet replay identically on every path."""
-
-    def __init__(self):
-        self.now, self.readings = 0.0, 0
-
-    def perf_counter(self):
-        self.readings += 1
-        self.now += 1e-3 * (1 + (self.readings * 7919) % 13)
-        return self.now
-
-
 def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
     target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
     expected = product_of_target_laws(target, prompts, n_tokens, options)
@@ -317,7 +305,7 @@ def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeyp
     used = set()
 
     def run(rng):
-        monkeypatch.setattr(batched_speculative, "time", BatchClock())
+        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())  # uneven, replayed on every path
         rounds = speculative_batch_stream(target, draft, prompts, n_tokens, K="auto", K_max=3,
                                           rng=[RngView(rng), RngView(rng)], **per)
         while True:

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.decoding import drafters, speculative
-from gpt2np.decoding import run_stats as speculative_stats
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter
 from gpt2np.decoding.run_stats import is_branching
@@ -22,7 +20,7 @@ from gpt2np.decoding.tree_kernel import verify_tree
 from gpt2np.decoding.tree_policy import AutoTree
 from gpt2np.decoding.tree_shape import best_shape, candidate_shapes, expected_tokens, tree_size, tree_speedup
 from gpt2np.teach.exact import exact_distribution, max_abs_difference
-from test_drafters_policies import ScriptedClock
+from test_drafters_policies import scripted_clock  # noqa: F401  (a pytest fixture)
 from test_speculative_exact import EXACT, target_distribution, toy_pair
 
 FLAT_V = {M: 1.0 + 0.02 * (M - 1) for M in range(1, 17)}    # rows nearly free (SkylakeX-like, flatter)
@@ -99,15 +97,6 @@ def test_the_best_shape_is_a_chain_when_second_children_never_pass_and_a_tree_wh
 
 
 # ---- tree="auto" ---------------------------------------------------------------------------------
-
-@pytest.fixture
-def scripted_clock(monkeypatch):
-    def install():
-        clock = ScriptedClock()
-        for module in (drafters, speculative, speculative_stats):
-            monkeypatch.setattr(module, "time", clock)
-    return install
-
 
 def auto_tree_run(target, draft, prompt, n_tokens, rng, **options):
     return speculative_generate(target, ModelDrafter(draft, c_prior=0.05), prompt, n_tokens, rng=rng, tree="auto",

@@ -1,0 +1,109 @@
+"""What the engine works with: a checked request (Generation), its channel back to the request
+(Job), the statistics a round adds to (LiveStats), a running job's state (Active), and the two errors
+a request can meet before it runs (RequestError, 400; QueueFull, 429 / 503). Plain data and small
+classes, nothing that runs a model: the scheduler is engine.py.
+"""
+import asyncio
+import secrets
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpt2np.report import TokenTexts
+
+
+class QueueFull(Exception):
+    """The waiting queue is full (429), or the worker is not running (503): answer with Retry-After."""
+
+    def __init__(self, retry_after, status=429):
+        super().__init__(f"the server is busy: {retry_after} s until a slot is likely free" if status == 429
+                         else "the server is not running generations (starting or shutting down)")
+        self.retry_after, self.status = retry_after, status
+
+
+class RequestError(ValueError):
+    """A request the models cannot serve; `param` names the field (OpenAI's error.param)."""
+
+    def __init__(self, param, message):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One checked generation request: everything the worker needs, nothing from HTTP."""
+    prompt_ids: tuple            # token ids, at least one
+    max_tokens: int
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    K: int | str = 4             # an int, "heuristic" or "auto"
+    K_max: int = 8
+    drafter: str | None = None   # a served drafter's name; None: target only
+    tree: tuple | str | None = None  # children per depth, "auto", or None: chains of K
+
+
+class Job:
+    """A generation and the channel its messages go back on (an asyncio queue of the request's loop).
+
+    Messages: ("round", event, pieces, live) per round, then ("done", result, tail, live), or
+    ("error", status, message), or ("cancelled",).
+    """
+
+    def __init__(self, generation, loop):
+        self.generation, self.loop = generation, loop
+        self.messages = asyncio.Queue()
+        self.cancelled = threading.Event()
+
+    def put(self, message):
+        try:
+            self.loop.call_soon_threadsafe(self.messages.put_nowait, message)
+        except RuntimeError:  # the request's event loop is closed: nobody is listening
+            self.cancelled.set()
+
+    def cancel(self):
+        self.cancelled.set()
+
+
+class LiveStats:
+    """Statistics that exist after every round (the full SpeculativeStats only exist at the end)."""
+
+    def __init__(self):
+        self.rounds = self.tokens = self.drafted = self.accepted = self.rejections = 0
+        self.overlaps, self.seconds = [], 0.0
+
+    def add(self, event):
+        self.rounds += 1
+        self.tokens += len(event.tokens)
+        self.drafted += len(event.drafts)
+        self.accepted += event.decisions.count(True)
+        self.rejections += event.decisions.count(False)
+        self.overlaps += event.overlaps
+        self.seconds += event.seconds
+
+    def as_dict(self):
+        examined = self.accepted + self.rejections
+        return {
+            "rounds": self.rounds, "tokens": self.tokens, "drafted": self.drafted, "accepted": self.accepted,
+            "alpha_hat": float(np.mean(self.overlaps)) if self.overlaps else None,
+            "alpha_empirical": self.accepted / examined if examined else None,
+            "tokens_per_target_call": self.tokens / self.rounds if self.rounds else None,
+            "seconds": self.seconds, "tokens_per_second": self.tokens / self.seconds if self.seconds else None,
+        }
+
+
+def new_seed():
+    """A seed for a request that gave none, reported back so the sample can be reproduced."""
+    return secrets.randbits(63)
+
+
+@dataclass(eq=False)
+class Active:
+    """A job the worker is running: its place in the packed batch (plain) or its own stream (speculative)."""
+    texts: TokenTexts
+    started: float
+    handle: int | None = None     # a plain job's handle in the ContinuousBatch
+    stream: object = None         # a speculative job's Stream of rounds
+    live: LiveStats = field(default_factory=LiveStats)

@@ -62,7 +62,8 @@ import numpy as np
 from gpt2np.decoding import tree_shape
 from gpt2np.decoding.policies import v_curve
 from gpt2np.decoding.speculative_kernel import residual_distribution
-from gpt2np.decoding.tree_drafts import ModelTreeDrafter, draw_children
+from gpt2np.decoding.tree_drafters import ModelTreeDrafter
+from gpt2np.decoding.tree_drafts import draw_children
 from gpt2np.decoding.tree_kernel import node_output_distribution, proposals_from_q
 from gpt2np.model import rows
 from gpt2np.report import colour_by_provenance

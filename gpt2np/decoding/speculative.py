@@ -59,7 +59,8 @@ from .speculative_kernel import verify_round
 from .run_stats import CALIBRATION_CALLS, SpeculativeStats, summarise, time_one_token_calls  # noqa: F401
 from .stream import RoundEvent, Stream
 from .theory import alpha
-from .tree_drafts import DraftTree, as_tree_drafter, feed_rows, keep_path_rows
+from .tree_drafters import as_tree_drafter, feed_rows, keep_path_rows
+from .tree_drafts import DraftTree
 from .tree_kernel import chain_round_result, examined_nodes, node_law, verify_tree
 from .tree_policy import auto_tree
 from ..model import rows

@@ -23,10 +23,8 @@ draft's q after each node of the current level, which a draft GPT-2 computes in 
 call per level (the rows of a level, each seeing its own path). path_distributions is the slow way,
 one forward pass per node over its own path, for any model (toy models, the tests' oracle).
 
-The loop's tree drafters (speculative.py; drafters.py's interface, propose returning a DraftTree):
-ModelTreeDrafter grows a fixed shape from a draft model, one call per level (LevelFeeder);
-NgramTreeDrafter proposes several earlier matches of the context's suffix as a trie. Both leave
-out the last nodes when the caches' context has no room for them (max_nodes).
+The loop's tree drafters, which grow these trees from a draft model or prompt lookup, are
+tree_drafters.py's.
 
 >>> q = np.array([0.5, 0.3, 0.2])
 >>> rng = np.random.default_rng(0)
@@ -36,15 +34,12 @@ out the last nodes when the caches' context has no room for them (max_nodes).
 >>> tree.tokens[1] != tree.tokens[2]        # without replacement (the default): distinct siblings
 True
 """
-import time
-from dataclasses import dataclass, replace
-from itertools import islice
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.rows import check_parents, tree_depths, tree_path, tree_scope_for
-from .drafters import ModelDrafter, NgramDrafter
-from .sampling import distribution, greedy_distribution, is_greedy, sample
+from ..model.rows import check_parents, tree_path
+from .sampling import distribution, sample
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,166 +180,3 @@ def path_distributions(model, context, tokens, parents, nodes, options):  # -> [
     model with the interface): a level_q for toy drafts, and the target's p rows in the tests."""
     logits = [model.forward(path_tokens(context, tokens, parents, node), model.new_cache())[0] for node in nodes]
     return distribution(np.stack(logits), **options)
-
-
-# ---- the loop's tree drafters (speculative.py: a drafter may return a DraftTree) ------------------
-
-def feed_rows(timed, ids, positions, scope, n_logits=None, n_shared=None):  # -> [n_logits, n_vocab]
-    """TimedModel.feed for a rows call (model/rows.py), timed by its row count: a tree of M rows is
-    on the same v(M) curve as a chain of M tokens."""
-    start = time.perf_counter()
-    logits = timed.model.forward_rows(np.asarray(ids), positions, scope, timed.cache, n_logits, n_shared)
-    timed.durations.setdefault(len(ids), []).append(time.perf_counter() - start)
-    return logits
-
-
-def keep_path_rows(cache, n_past, rows):
-    """cache.keep_rows(n_past, rows), or only a truncation when rows are 0, 1, ... (nothing moves)."""
-    if list(rows) == list(range(len(rows))):
-        cache.truncate(n_past + len(rows))
-    else:
-        cache.keep_rows(n_past, rows)
-
-
-class LevelFeeder:
-    """draft_tree's level_q for a draft model with a KV cache: ONE forward call per level.
-
-    Level 0 (the root): a plain call over the tokens the cache lacks (the chain drafter's first call).
-    Level d >= 1: the level's nodes in one forward_rows call, each at position len(context) - 1 + d,
-    seeing the context (n_shared) and its own ancestors among the levels fed before (tree_scope_for).
-    The last level (the leaves) is never fed: nobody reads a leaf's q, as the chain drafter never
-    feeds x_K. keep() then leaves the cache holding the context and the accepted nodes it was fed.
-    """
-
-    def __init__(self, timed, context, options):
-        self.timed, self.context, self.options, self.cached = timed, list(context), options, []
-
-    def __call__(self, tokens, parents, nodes):  # -> [len(nodes), n_vocab]
-        nodes = list(nodes)
-        if nodes == [0]:
-            logits = self.timed.feed(self.context[len(self.timed.cache):])  # [1, n_vocab]
-        else:
-            depth = int(tree_depths(parents)[nodes[0]])  # a level's nodes share their depth
-            logits = feed_rows(self.timed, [tokens[n] for n in nodes], [len(self.context) - 1 + depth] * len(nodes),
-                               tree_scope_for(parents, self.cached, nodes), n_shared=len(self.context))
-            self.cached += nodes
-        return distribution(logits, **self.options)
-
-    def keep(self, path, n):
-        """After the round: the context, then the accepted nodes that were fed; then at most n tokens."""
-        if self.cached:
-            rows = [self.cached.index(node) for node in path if node in self.cached]
-            keep_path_rows(self.timed.cache, len(self.context), rows)
-        self.timed.roll_back(n)
-
-
-class ModelTreeDrafter(ModelDrafter):
-    """A draft model proposing a tree of fixed shape: widths[d] children under every node at depth d,
-    drawn without replacement by default (distinct siblings: a rejected token is never proposed
-    again), one draft call per level (LevelFeeder). At temperature 0 a node's children are the
-    draft's top tokens (ranked at temperature 1) and q is one-hot, as the chain drafter's.
-    A round asked for k < len(widths) tokens drafts widths[:k]. Its K is the nodes it drafts.
-    shape: a function giving each round's widths instead (tree_policy.AutoTree.current; depth
-    at most len(widths)).
-    """
-
-    def __init__(self, model, widths, replacement=False, c_prior=None, shape=None):
-        super().__init__(model, c_prior=c_prior)
-        self.widths, self.replacement, self.shape = check_widths(widths), bool(replacement), shape
-        self.depth = len(self.widths)
-        self.name = f"{self.name}, tree {'auto' if shape else self.widths}"
-        self.levels, self.drafted = None, 0
-
-    def reset(self, target):
-        super().reset(target)
-        self.levels, self.drafted, self.n_ctx = None, 0, min(target.n_ctx, self.model.n_ctx)
-
-    def propose(self, context, k, options, rng):  # -> DraftTree
-        if k < 1:
-            self.levels = None
-            return DraftTree((int(context[-1]),), (-1,), np.zeros((1, self.model.n_vocab)), self.replacement)
-        greedy = is_greedy(options["temperature"])
-        self.levels = LevelFeeder(self.timed, context, dict(options, temperature=1.0) if greedy else options)
-        widths = self.shape() if self.shape else self.widths
-        tree = draft_tree(context, widths[:k], self.levels, rng, self.replacement, greedy,
-                          max_nodes=self.n_ctx - len(context))  # the rows both caches have room for
-        self.drafted += len(tree.tokens) - 1
-        if greedy:  # q as the target's p will be: one-hot at the argmax (leaves' rows stay 0)
-            tree = replace(tree, q=np.where(tree.q.any(axis=1, keepdims=True), greedy_distribution(tree.q), 0.0))
-        return tree
-
-    def roll_back(self, n, path=()):
-        self.levels.keep(path, n) if self.levels is not None else self.timed.roll_back(n)
-
-    def cost_per_token(self):  # seconds per drafted node
-        return self.seconds / self.drafted if self.drafted else None
-
-
-LOOKUP_SCAN = 8  # occurrences of one suffix looked at per candidate wanted (repeats are skipped)
-
-
-class NgramTreeDrafter(NgramDrafter):
-    """Prompt lookup proposing several earlier matches at once, as one trie (trie_tree): what followed
-    the most recent occurrences of the longest context suffix seen before, then of shorter suffixes,
-    until `candidates` distinct continuations of up to `depth` tokens are found. No randomness:
-    the tree is a function of the context, so the kernel's one-hot rule keeps it exact.
-
-    >>> drafter = NgramTreeDrafter(n_max=2, candidates=2, depth=2)
-    >>> drafter.reset(target=None)
-    >>> drafter.propose([5, 6, 7, 5, 6, 8, 5, 6], 2, {}, None).tokens   # "5 6" was followed by 8 ..., 7 ...
-    (6, 8, 5, 7, 5)
-    """
-
-    def __init__(self, n_max=3, n_min=1, candidates=3, depth=4):
-        super().__init__(n_max, n_min)
-        check_widths((candidates, depth))
-        self.candidates, self.depth = int(candidates), int(depth)
-        self.name = f"ngram trie (n <= {n_max}, {candidates} matches, depth {depth})"
-
-    def reset(self, target):
-        super().reset(target)
-        self.occurrences = {}  # n-gram -> positions after each of its occurrences, oldest first
-        self.n_ctx = getattr(target, "n_ctx", None)  # the target's rows must fit its cache
-
-    def update_index(self, context):
-        for end in range(self.n_indexed, len(context) - 1):
-            for n in range(self.n_min, min(self.n_max, end + 1) + 1):
-                self.occurrences.setdefault(tuple(context[end - n + 1:end + 1]), []).append(end + 1)
-        super().update_index(context)
-
-    def continuations(self, context, k):  # -> up to `candidates` distinct lists of <= k tokens
-        found = []
-        for n in range(min(self.n_max, len(context)), self.n_min - 1, -1):
-            followers = self.occurrences.get(tuple(context[len(context) - n:]), [])
-            for follower in islice(reversed(followers), LOOKUP_SCAN * self.candidates):
-                if (c := list(context[follower:follower + k])) not in found:
-                    found.append(c)
-                if len(found) == self.candidates:
-                    return found
-        return found
-
-    def propose(self, context, k, options, rng):  # -> DraftTree
-        start = time.perf_counter()
-        self.update_index(context)
-        found = self.continuations(context, min(k, self.depth)) if k > 0 else []
-        tree = trie_tree(context, found, self.n_vocab or (max(context) + 1),
-                         self.n_ctx - len(context) if self.n_ctx else None)
-        self.calls, self.drafted = self.calls + 1, self.drafted + len(tree.tokens) - 1
-        self.seconds += time.perf_counter() - start
-        return tree
-
-    def roll_back(self, n, path=()):
-        pass
-
-
-def as_tree_drafter(drafter, widths):  # -> the tree drafter of speculative_generate(..., tree=widths)
-    """tree=(w_1, ..., w_D) for a drafter made by drafters.as_drafter: a draft model grows that shape
-    (ModelTreeDrafter); prompt lookup proposes up to w_1 w_2 ... w_D earlier matches (the shape's
-    leaves) of up to D tokens each, as a trie (NgramTreeDrafter)."""
-    widths = check_widths(widths)
-    if type(drafter) is NgramDrafter:
-        return NgramTreeDrafter(drafter.n_max, drafter.n_min, int(np.prod(widths)), len(widths))
-    if type(drafter) is ModelDrafter:
-        return ModelTreeDrafter(drafter.model, widths)
-    raise ValueError(f"tree= grows a tree from a draft model or prompt lookup, not from a "
-                     f"{type(drafter).__name__} (a tree drafter is passed as the draft, without tree=)")

@@ -28,7 +28,7 @@ from statistics import median
 from .drafters import ModelDrafter
 from .policies import ALPHA_PRIOR, keep, optimistic_alpha, t1_estimate, v_curve
 from .run_stats import depths_and_ranks
-from .tree_drafts import ModelTreeDrafter
+from .tree_drafters import ModelTreeDrafter
 from .tree_shape import best_shape, candidate_shapes
 
 MAX_WIDTH, MAX_NODES = 4, 15  # the shapes tried: up to 4 children a node, 15 drafted nodes (16 target rows)

@@ -20,7 +20,7 @@ from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.drafters import CountingNgramDrafter, NgramDrafter
 from gpt2np.decoding.run_stats import drafted_depth, is_branching
 from gpt2np.decoding.speculative import speculative_generate, speculative_stream
-from gpt2np.decoding.tree_drafts import ModelTreeDrafter, NgramTreeDrafter
+from gpt2np.decoding.tree_drafters import ModelTreeDrafter, NgramTreeDrafter
 from gpt2np.model import rows
 from gpt2np.model.forward import GPT2
 from gpt2np.teach.broken_tree_kernels import BROKEN_TREE_KERNELS

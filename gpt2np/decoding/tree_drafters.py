@@ -92,15 +92,27 @@ class ModelTreeDrafter(ModelDrafter):
         if k < 1:
             self.levels = None
             return DraftTree((int(context[-1]),), (-1,), np.zeros((1, self.model.n_vocab)), self.replacement)
+        widths = (self.shape() if self.shape else self.widths)[:k]
+        if max(widths) == 1:  # a chain: the chain drafter's plain calls (one token a call, no rows scopes)
+            return self.chain(context, len(widths), options, rng)
         greedy = is_greedy(options["temperature"])
         self.levels = LevelFeeder(self.timed, context, dict(options, temperature=1.0) if greedy else options)
-        widths = self.shape() if self.shape else self.widths
-        tree = draft_tree(context, widths[:k], self.levels, rng, self.replacement, greedy,
+        tree = draft_tree(context, widths, self.levels, rng, self.replacement, greedy,
                           max_nodes=self.n_ctx - len(context))  # the rows both caches have room for
         self.drafted += len(tree.tokens) - 1
         if greedy:  # q as the target's p will be: one-hot at the argmax (leaves' rows stay 0)
             tree = replace(tree, q=np.where(tree.q.any(axis=1, keepdims=True), greedy_distribution(tree.q), 0.0))
         return tree
+
+    def chain(self, context, k, options, rng):  # -> a chain DraftTree from ModelDrafter.propose
+        """A shape of one child per level, drafted as the chain drafter drafts: the same tokens and q
+        (at temperature 0 both take the argmax), in plain forward calls (a tree's rows calls cost more)."""
+        self.levels = None
+        drafts, q = ModelDrafter.propose(self, context, k, options, rng)  # [d], [d, n_vocab]
+        self.drafted += len(drafts)
+        rows = np.zeros((len(drafts) + 1, self.model.n_vocab))  # node i's children were drawn from q[i]
+        rows[:len(drafts)] = q
+        return DraftTree((int(context[-1]), *map(int, drafts)), tuple(range(-1, len(drafts))), rows, self.replacement)
 
     def roll_back(self, n, path=()):
         self.levels.keep(path, n) if self.levels is not None else self.timed.roll_back(n)

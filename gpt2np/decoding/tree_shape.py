@@ -18,11 +18,12 @@ round emits one token more than its accepted drafts (the resample, or the bonus 
     E[tokens per round] = 1 + sum_d P_1 ... P_d.
 
 What it costs, in one-token target calls: D draft calls of c each (a level's rows cost the draft
-about what one row costs), one target call over 1 + n(w) rows, v(1 + n(w)), and o per drafted node
-for the rest of the round's work (drawing, trying, Python: nothing for a large model, most of a
-round for a tiny one). The predicted speedup (Leviathan et al.'s Theorem 3.8 with the tree's numbers) is
+about what one row costs), one target call over 1 + n(w) rows, v(1 + n(w)), and o for the rest of
+the round's work (drawing, trying, Python), against a plain round's 1 + o_plain (its call and its
+rest): nothing beside a large model's calls, most of a round beside a tiny one's. The predicted
+speedup (Leviathan et al.'s Theorem 3.8 with the tree's numbers) is
 
-    speedup(w) = E[tokens per round] / (D c + v(1 + n(w)) + o n(w)).
+    speedup(w) = E[tokens per round] (1 + o_plain) / (D c + v(1 + n(w)) + o).
 
 For a chain with a_{d,0} = alpha at every depth this is the chain's formula (theory.py). Sequoia
 (Chen et al. 2024) chooses a tree by the same ratio with the hardware's own cost curve, over all
@@ -39,6 +40,7 @@ few enough to try every one. Pure functions; the K-policy side is tree_policy.py
 (4, 15)
 """
 import math
+from functools import lru_cache
 
 
 def pass_chance(rates_at_depth, width):
@@ -50,6 +52,14 @@ def pass_chance(rates_at_depth, width):
     return 1.0 - math.prod(1.0 - rates_at_depth[r] for r in range(width))
 
 
+def pass_chances(rates_at_depth):  # -> [P_d(0), P_d(1), ..., P_d(len)]: pass_chance for every width at once
+    chances, rejected = [0.0], 1.0
+    for rate in rates_at_depth:
+        rejected *= 1.0 - rate
+        chances.append(1.0 - rejected)
+    return chances
+
+
 def expected_tokens(widths, rates):
     """E[tokens per round] = 1 + sum over depths of P_1 ... P_d; rates[d][r] = a_{d+1,r} (0-based)."""
     total, reach = 1.0, 1.0
@@ -59,6 +69,7 @@ def expected_tokens(widths, rates):
     return total
 
 
+@lru_cache(maxsize=None)
 def tree_size(widths):
     """n(w): the drafted nodes of a full tree of that shape (the root, the context's last token, not counted)."""
     total, level = 0, 1
@@ -68,11 +79,11 @@ def tree_size(widths):
     return total
 
 
-def tree_speedup(widths, rates, c, v, o=0.0):
-    """Predicted tokens per one-token target call's time: E[tokens] / (D c + v(1 + n) + o n); v: {M: v(M)};
-    o: what each drafted node costs besides the calls (drawing it, trying it, Python), if measured."""
-    n = tree_size(widths)
-    return expected_tokens(widths, rates) / (len(widths) * c + v[1 + n] + o * n)
+def tree_speedup(widths, rates, c, v, o=0.0, plain=1.0):
+    """Predicted speedup over plain decoding: E[tokens] plain / (D c + v(1 + n) + o); v: {M: v(M)};
+    o: a drafting round's work besides its calls, plain: a plain round's cost (1 + its own rest),
+    both in one-token target calls, if measured."""
+    return expected_tokens(widths, rates) * plain / (len(widths) * c + v[1 + tree_size(widths)] + o)
 
 
 def candidate_shapes(max_depth, max_width, max_nodes):
@@ -93,9 +104,17 @@ def candidate_shapes(max_depth, max_width, max_nodes):
     return sorted(shapes, key=lambda w: (max(w) > 1, tree_size(w), w))
 
 
-def best_shape(rates, c, v, shapes, o=0.0):
+def best_shape(rates, c, v, shapes, o=0.0, plain=1.0):
     """The shape of `shapes` with the largest tree_speedup (the first of equals: chains and small
     trees first), and that speedup. rates must cover every depth and rank the shapes use."""
-    speedups = [tree_speedup(w, rates, c, v, o) for w in shapes]
-    best = max(range(len(shapes)), key=speedups.__getitem__)
-    return shapes[best], speedups[best]
+    chances = [pass_chances(row) for row in rates]  # P_d(w) for every w, computed once
+    best, best_speedup = None, -1.0
+    for widths in shapes:  # tree_speedup for each shape, from the table (a policy asks every round)
+        tokens, reach = 1.0, 1.0
+        for d, width in enumerate(widths):
+            reach *= chances[d][width]
+            tokens += reach
+        speedup = tokens * plain / (len(widths) * c + v[1 + tree_size(widths)] + o)
+        if speedup > best_speedup:
+            best, best_speedup = widths, speedup
+    return best, best_speedup

@@ -139,11 +139,26 @@ def test_auto_tree_gives_the_target_greedy_tokens_on_the_bundled_pair():
 def test_auto_tree_plans_with_the_run_s_own_counts():
     policy = AutoTree(K_max=3)
     policy.t = 1
-    fresh = policy.rates()
+    fresh, _ = policy.rates()
     for _ in range(50):  # rank 0 at depth 1 tried 50 times, never accepted
-        policy.update(type("Round", (), dict(tried=((1, False),), parents=(-1, 0), drafts=[], propose_seconds=0)))
-    assert policy.rates()[0][0] < 0.1 < fresh[0][0], (policy.rates()[0][0], fresh[0][0])
-    assert policy.rates()[1][0] < fresh[1][0]  # other depths learn from the pooled rank
+        policy.update(type("Round", (), dict(tried=((1, False),), parents=(-1, 0), drafts=[], propose_seconds=0,
+                                             seconds=0.0)))
+    planned, hopeful = policy.rates()
+    assert planned[0][0] < 0.1 < fresh[0][0], (planned[0][0], fresh[0][0])
+    assert planned[1][0] < fresh[1][0]  # other depths learn from the pooled rank
+    assert all(h >= p for row_h, row_p in zip(hopeful, planned) for h, p in zip(row_h, row_p))  # optimism
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_best_shape_is_the_largest_tree_speedup_of_the_shapes(seed):
+    """best_shape's table of pass chances gives what tree_speedup gives shape by shape."""
+    rng = np.random.default_rng(seed)
+    rates = rng.uniform(0, 1, (8, 4)).tolist()
+    v = {M: 1 + rng.uniform(0, 0.1) * (M - 1) for M in range(1, 17)}
+    shapes = candidate_shapes(8, 4, 15)
+    shape, speedup = best_shape(rates, 0.1, v, shapes, o=0.2, plain=1.1)
+    slow = {w: tree_speedup(w, rates, 0.1, v, 0.2, 1.1) for w in shapes}
+    assert speedup == pytest.approx(max(slow.values()), rel=1e-12) and slow[shape] == pytest.approx(speedup)
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -9,7 +9,9 @@ Serving LLMs Using Goodput") chooses K by the goodput, tokens per second of the 
     goodput(K) = B E(alpha, K) / (K d(B) + T(B (K + 1)))          goodput(0) = B / T(B)
 
 with E(alpha, K) = 1 + alpha + ... + alpha^K tokens per sequence-round (Leviathan et al.), T(M) the
-seconds of a target pass over M rows in all, and d(B) the seconds of one draft step over B rows.
+seconds of a round's target side over M rows in all (the pass, and each sequence's verification,
+sampling and roll-back, which on a small model cost what the pass does), and d(B) the seconds of one
+draft step over B rows.
 Here T and d are measured in this run (every packed call's seconds by its rows: policies.v_curve
 draws a line through them, its prior where nothing was timed), so the same rule needs no profiling
 tables: as B grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Before

@@ -137,15 +137,13 @@ def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vo
     return drafts, {i: np.array(q[i], dtype=np.float64).reshape(ks[i], draft.n_vocab) for i in ks}
 
 
-def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed, seconds of the call
+def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed in all
     """ONE packed target call: each sequence's uncached tokens and drafts, its last k_i + 1 rows."""
     running = list(drafts)
     calls = [(seqs[i].context[len(seqs[i].target_cache):] + drafts[i], seqs[i].target_cache) for i in running]
-    start = time.perf_counter()
     logits = packed_call(target, calls, [len(drafts[i]) + 1 for i in running])
-    seconds = time.perf_counter() - start
     p = {i: distribution(rows, **seqs[i].options) for i, rows in zip(running, logits)}
-    return p, sum(len(ids) for ids, _ in calls), seconds
+    return p, sum(len(ids) for ids, _ in calls)
 
 
 def verify_each(rounds, rngs):  # Steps 3-4: [(drafts, q, p, greedy)] -> [RoundResult]
@@ -181,7 +179,7 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
     ks = {i: seqs[i].k() if K is None else min(K, seqs[i].k()) for i in running}
     drafts, q = draft_all(draft, seqs, ks)                                        # Step 1
     propose_seconds = time.perf_counter() - start
-    p, rows, target_seconds = score_all(target, seqs, drafts)                     # Step 2
+    p, rows = score_all(target, seqs, drafts)                                     # Step 2
     results = verify([(drafts[i], q[i], p[i], is_greedy(seqs[i].options["temperature"])) for i in running],
                      [seqs[i].rng for i in running])                              # Steps 3-4
     step = [(i, *round_event(seqs[i], drafts[i], q[i], p[i], r, propose_seconds)) for i, r in zip(running, results)]
@@ -189,7 +187,9 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
     roll_back([(seqs[i].draft_cache, n_keep) for i, _, n_keep in step])
     seconds = time.perf_counter() - start
     if policy:
-        policy.update([b for _, event, _ in step for b in event.overlaps], rows, target_seconds, len(running),
+        # the target's side of the round: its pass, and every sequence's verification, sampling and roll-back
+        # (on a small model those cost what the pass does; a plain round pays them too)
+        policy.update([b for _, event, _ in step for b in event.overlaps], rows, seconds - propose_seconds, len(running),
                       max(ks.values()), propose_seconds, first_round=policy.t == 1)
     return [(i, replace(event, seconds=seconds)) for i, event, _ in step]
 

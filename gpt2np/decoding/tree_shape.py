@@ -52,9 +52,12 @@ def pass_chance(rates_at_depth, width):
     return 1.0 - math.prod(1.0 - rates_at_depth[r] for r in range(width))
 
 
-def pass_chances(rates_at_depth):  # -> [P_d(0), P_d(1), ..., P_d(len)]: pass_chance for every width at once
+def pass_chances(rates_at_depth):  # -> [P_d(0), P_d(1), ...]: pass_chance for every width at once
+    """Up to the first rank whose rate is None (unknown: no shape that tries it can be priced)."""
     chances, rejected = [0.0], 1.0
     for rate in rates_at_depth:
+        if rate is None:
+            break
         rejected *= 1.0 - rate
         chances.append(1.0 - rejected)
     return chances

@@ -28,7 +28,7 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import (OneLineErrorParser, add_loading_flags, run_command, TokenTexts, by_position, coloured,
+from gpt2np.report import (K_from_text, OneLineErrorParser, add_loading_flags, run_command, TokenTexts, by_position, coloured,
                            provenance_legend, stats_summary)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
@@ -53,10 +53,8 @@ def parse_args(argv):
 
 def K_value(text):
     """--K: a policy name as is, else an integer (make_policy checks the range)."""
-    if text in gpt2np.POLICIES[1:]:
-        return text
     try:
-        return int(text)
+        return K_from_text(text)
     except ValueError:
         raise ValueError(f"--K must be an integer >= 1, 'heuristic' or 'auto', got {text!r}") from None
 

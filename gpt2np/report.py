@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from .checkpoints import download, hub
+from .decoding.policies import POLICIES
 
 # ANSI colours for where each speculative token came from (see speculative.py); "rejected" is the
 # draft the target rejected in a round, shown before the target's replacement (struck through, dim)
@@ -29,6 +30,23 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def K_from_text(text):  # -> a K policy's name, or an int
+    """K as a command line spells it: "heuristic" or "auto" as is, else an integer (a ValueError if it is
+    neither; make_policy checks the range). Each command words its own error."""
+    return text if text in POLICIES[1:] else int(text)
+
+
+def tree_from_text(text):  # -> "auto", or the widths per depth
+    """A token tree as a command line spells it: "auto", or children per depth "3,2,1" -> (3, 2, 1)
+    (a ValueError unless they are integers >= 1). Each command words its own error."""
+    if text == "auto":
+        return text
+    widths = tuple(int(w) for w in text.split(","))
+    if min(widths) < 1:
+        raise ValueError(f"tree widths must be >= 1, got {text!r}")
+    return widths
 
 
 def command_error_line(error):

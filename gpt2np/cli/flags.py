@@ -14,7 +14,7 @@ import argparse
 
 import gpt2np
 from gpt2np import POLICIES
-from gpt2np.report import OneLineErrorParser, add_loading_flags
+from gpt2np.report import K_from_text, OneLineErrorParser, add_loading_flags, tree_from_text
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -146,26 +146,19 @@ def compatible_spellings(g):
 
 def K_value(text):
     """--K: an integer, or the name of a K policy (make_policy checks the range)."""
-    if text in POLICIES[1:]:
-        return text
     try:
-        return int(text)
+        return K_from_text(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid K {text!r}: an integer >= 1, 'heuristic' or 'auto'") from None
 
 
 def tree_value(text):
     """--tree: children per depth, comma-separated (3,2,1), or auto."""
-    if text == "auto":
-        return text
     try:
-        widths = tuple(int(w) for w in text.split(","))
+        return tree_from_text(text)
     except ValueError:
-        widths = ()
-    if not widths or min(widths) < 1:
         raise argparse.ArgumentTypeError(f"invalid tree {text!r}: children per depth, comma-separated integers >= 1, "
-                                         "e.g. 3,2,1, or auto")
-    return widths
+                                         "e.g. 3,2,1, or auto") from None
 
 
 def flag(args, dest):

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gpt2np import check_sampling_options, is_greedy, make_policy
+from gpt2np.report import tree_from_text
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")
@@ -127,16 +128,13 @@ def set_K(s, args):
 
 def tree_widths(text):
     """A tree as :tree and --tree take it: '3,2,1' -> (3, 2, 1), 'auto', or 'off' / 'none' -> None."""
-    if text.lower() in ("off", "none", "auto"):
-        return None if text.lower() != "auto" else "auto"
+    if text.lower() in ("off", "none"):
+        return None
     try:
-        widths = tuple(int(w) for w in text.split(","))
+        return tree_from_text(text.lower() if text.lower() == "auto" else text)
     except ValueError:
-        widths = ()
-    if not widths or min(widths) < 1:
         raise CommandError(f"tree must be children per depth, comma-separated integers >= 1 (e.g. 3,2,1), "
-                           f"auto or off, got {text!r}")
-    return widths
+                           f"auto or off, got {text!r}") from None
 
 
 def set_tree(s, args):

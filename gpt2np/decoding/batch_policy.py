@@ -30,20 +30,11 @@ every sequence stays exact (tests/decoding/test_batched_speculative.py enumerate
 from statistics import median
 
 from .policies import ALPHA_PRIOR, TIMING_MARGIN, keep, optimistic_alpha, t1_estimate, v_curve
+from .theory import expected_tokens_per_round, expected_tokens_under_belief
 
 FEW_ROWS = 16  # the rows a pass takes nearly free (model/fast/matmul.py's few-row methods go to 16); past them,
                # rows never timed are priced as if each cost its share of a 16-row pass (measured: a packed 124M
                # pass of 4 sequences, 77 ms at 16 rows, 140 ms at 20), until this run times them
-
-
-def expected_tokens_under_belief(a, b, K_max):  # -> [K_max + 1]: E[1 + alpha + ... + alpha^K] for K = 0..K_max
-    """The Beta(a, b) average of a sequence-round's tokens (moments E[alpha^i] = prod_{j<i} (a+j)/(a+b+j))."""
-    tokens, moment, out = 0.0, 1.0, []
-    for K in range(K_max + 1):
-        tokens += moment
-        out.append(tokens)
-        moment *= (a + K) / (a + b + K)
-    return out
 
 
 def goodputs(tokens, B, d, T):  # tokens[K]: per sequence-round; d: draft step seconds; T(M) -> seconds
@@ -79,7 +70,7 @@ class BatchAutoK:
         if self.target_durations and B not in self.target_durations and max(planned) < TIMING_MARGIN * planned[0]:
             return 0                                                   # time the plain pass of these B rows
         alpha = optimistic_alpha(a, b, self.t)
-        hopeful = goodputs([sum(alpha ** j for j in range(K + 1)) for K in range(self.K_max + 1)], B, d, T)
+        hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T)
         if max(hopeful[1:]) <= hopeful[0]:
             return 0                                                   # plain wins even so
         return max(range(1, self.K_max + 1), key=planned.__getitem__)

@@ -44,7 +44,7 @@ from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import BatchAutoK
 from .batched import check_batch, per_sequence, request_cache
-from .drafters import check_same_vocabulary
+from .drafters import check_same_vocabulary, parameter_ratio
 from .sampling import distribution, is_greedy, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
@@ -203,11 +203,6 @@ def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_ea
         yield batch_round(target, draft, seqs, running, verify, roll_back, policy)
         running = [i for i in running if seqs[i].running()]
     return [s.context[len(s.prompt):] for s in seqs]
-
-
-def parameter_ratio(draft, target):  # -> the draft's parameters / the target's (c before anything is timed)
-    sizes = [getattr(getattr(m, "config", None), "n_params", None) for m in (draft, target)]
-    return sizes[0]() / sizes[1]() if all(sizes) else 0.5
 
 
 def speculative_batch_stream(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,

@@ -87,6 +87,12 @@ def eot_difference(target, draft, tokenizers):
     return f"eot_id {draft.eot_id} vs {target.eot_id} (draft vs target)"
 
 
+def parameter_ratio(draft, target):  # -> c before anything is timed
+    """The draft's parameters over the target's (0.5 for models without a GPT2Config)."""
+    sizes = [getattr(getattr(m, "config", None), "n_params", None) for m in (draft, target)]
+    return sizes[0]() / sizes[1]() if all(sizes) else 0.5
+
+
 class ModelDrafter:
     """A draft GPT-2 (or toy model) with its own KV cache: Step 1 of Algorithm 1, as in the papers.
 
@@ -111,8 +117,7 @@ class ModelDrafter:
 
     def reset(self, target):
         self.timed = TimedModel(self.model)
-        sizes = [getattr(getattr(m, "config", None), "n_params", None) for m in (self.model, target)]
-        self.c_prior = self.c_given if self.c_given is not None else sizes[0]() / sizes[1]() if all(sizes) else 0.5
+        self.c_prior = self.c_given if self.c_given is not None else parameter_ratio(self.model, target)
 
     def propose(self, context, k, options, rng):  # -> drafts [k], q [k, n_vocab]
         """x_1..x_k autoregressively; q_i is the draft's distribution for x_i."""

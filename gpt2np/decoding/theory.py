@@ -89,12 +89,21 @@ def expected_speedups_under_belief(a, b, c, v, K_max):  # v: v[M] for M = 1..K_m
     >>> [round(s, 3) for s in expected_speedups_under_belief(1, 1, 0.0, {1: 1, 2: 1, 3: 1}, 2)]  # uniform
     [1.0, 1.5, 1.833]
     """
-    tokens, moment, speedups = 0.0, 1.0, []
+    return [tokens / (K * c + v[K + 1]) for K, tokens in enumerate(expected_tokens_under_belief(a, b, K_max))]
+
+
+def expected_tokens_under_belief(a, b, K_max):  # -> [K_max + 1]: E[1 + alpha + ... + alpha^K] for K = 0..K_max
+    """A round's tokens averaged over a Beta(a, b) belief about alpha, for every K at once.
+
+    >>> expected_tokens_under_belief(1, 1, 2)        # uniform: 1, 1 + 1/2, 1 + 1/2 + 1/3
+    [1.0, 1.5, 1.8333333333333333]
+    """
+    tokens, moment, out = 0.0, 1.0, []
     for K in range(K_max + 1):
         tokens += moment                                    # + E[alpha^K]
-        speedups.append(tokens / (K * c + v[K + 1]))
+        out.append(tokens)
         moment *= (a + K) / (a + b + K)                     # E[alpha^(K+1)]
-    return speedups
+    return out
 
 
 def predicted_speedup_mixed(alpha_hat, K_counts, c, v_of_K):

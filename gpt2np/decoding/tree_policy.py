@@ -49,7 +49,7 @@ class AutoTree:
 
     def reset(self):
         self.t, self.counts, self.level_seconds, self.rounds, self.widths = 0, {}, [], [], (1,)
-        self.rounds_seen, self.plain_seconds = 0, []
+        self.plain_seconds = []
 
     def current(self):  # -> the shape chosen last
         return self.widths
@@ -100,16 +100,14 @@ class AutoTree:
         return len(self.widths)
 
     def update(self, event):
-        if event.tried:
-            depths, ranks = depths_and_ranks(event.parents)
-            for node, ok in event.tried:
-                count = self.counts.setdefault((int(depths[node]) - 1, ranks[node]), [0, 0])
-                count[0], count[1] = count[0] + 1, count[1] + bool(ok)
-        self.rounds_seen += 1
-        if self.rounds_seen == 1:  # the first round's calls carry the prompt
+        depths, ranks = depths_and_ranks(event.parents) if event.parents else ((0,), (0,))
+        for node, ok in event.tried or ():
+            count = self.counts.setdefault((int(depths[node]) - 1, ranks[node]), [0, 0])
+            count[0], count[1] = count[0] + 1, count[1] + bool(ok)
+        if self.t == 1:  # the first round (choose counts rounds): its calls carry the prompt
             return
         if event.drafts and event.parents:
-            levels = int(max(depths_and_ranks(event.parents)[0]))
+            levels = int(max(depths))
             keep(self.level_seconds, event.propose_seconds / levels)
             keep(self.rounds, (levels, len(event.drafts), event.seconds))
         elif not event.drafts:

@@ -276,14 +276,15 @@ for ax in axes:
 plt.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Alone (*B* = 1), drafting pays on the bundled pair: the best fixed *K* gave
-# 1.3–1.8× plain decoding's tokens/s in our runs, and 1.15–1.5× at *B* = 2. Then its gain shrinks as
-# the batch fills the cheap rows: about 1.05–1.15× at *B* = 4, and **at *B* = 8 and 16 about nothing**
-# (0.8–1.15×: these timings move from run to run by more than drafting's gain). On this pair the
+# **Reading it.** The table is one run; these timings move from run to run by as much as drafting's
+# gain, so here are the ranges over five runs. Alone and in pairs (*B* = 1–2) drafting pays on the
+# bundled pair: the best fixed *K* gave 1.1–1.8× plain decoding's tokens/s. Then its gain shrinks as
+# the batch fills the cheap rows: 1.05–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
+# (0.8–1.15×). On this pair the
 # crossover lies at about 8 sequences. `K="auto"` drafts less as *B* grows (right, one more run of
 # each: long rounds for one sequence, shorter ones for two and four, *K* = 1 or none from eight; a 0
 # early on is a plain round that times the batch's plain pass, which auto needs beside its drafting
-# rounds' passes). It gained 1.15–1.55× at *B* = 1–2 and stayed at or below plain batched at *B* = 8
+# X at or below plain batched at *B* = 8
 # and 16 (0.75–1.0× in our runs): even at *K* = 0 its rounds go through the speculative loop's
 # per-sequence work, which on a model this small is a fair share of a pass.
 #

@@ -284,8 +284,8 @@ plt.tight_layout()
 # crossover lies at about 8 sequences. `K="auto"` drafts less as *B* grows (right, one more run of
 # each: long rounds for one sequence, shorter ones for two and four, *K* = 1 or none from eight; a 0
 # early on is a plain round that times the batch's plain pass, which auto needs beside its drafting
-# X at or below plain batched at *B* = 8
-# and 16 (0.75–1.0× in our runs): even at *K* = 0 its rounds go through the speculative loop's
+# rounds' passes). It gave 1.0–1.55× plain at *B* = 1–2 and stayed at or below plain batched at *B* = 8
+# and 16 (0.75–1.0×): even at *K* = 0 its rounds go through the speculative loop's
 # per-sequence work, which on a model this small is a fair share of a pass.
 #
 # ### The goodput rule

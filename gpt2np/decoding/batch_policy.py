@@ -6,26 +6,47 @@ fills B rows per pass, so K drafts per sequence cost B(K + 1) rows, priced at th
 batch's own pass, not at v(K+1). SmartSpec (Liu et al. 2024, "Optimizing Speculative Decoding for
 Serving LLMs Using Goodput") chooses K by the goodput, tokens per second of the whole batch:
 
-    goodput(K) = B E(alpha, K) / (K d(B) + T(B (K + 1)))          goodput(0) = B / T(B)
+    goodput(K) = B E(alpha, K) / (K d(B) + r + T(B (K + 1)) + C min(1, B E(alpha, K) / N))
+    goodput(0) = B / T(B)
 
 with E(alpha, K) = 1 + alpha + ... + alpha^K tokens per sequence-round (Leviathan et al.), T(M) the
 seconds of a round's target side over M rows in all (the pass, and each sequence's verification,
-sampling and roll-back, which on a small model cost what the pass does), and d(B) the seconds of one
-draft step over B rows.
-Here T and d are measured in this run (every packed call's seconds by its rows: policies.v_curve
-draws a line through them, its prior where nothing was timed), so the same rule needs no profiling
-tables: as B grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Before
-a size is timed, rows past FEW_ROWS are priced at full cost, so a full batch does not pay to learn it.
+sampling and roll-back, which on a small model cost what the pass does), d(B) the seconds of one
+draft step over B rows, and r and C the draft's catch-up. A draft step feeds each sequence what
+its draft cache lacks: one token when it drafted last round (two if all its drafts were accepted),
+but its whole prompt and every token since when it has not drafted yet (measured: a 124M pass over
+128 rows for 8 sequences of 16 tokens, 171-186 ms, ~2 plain 355M rounds of 8 rows). With D(M) the
+seconds of a draft call over M rows and lag the rows owed beyond one per sequence, d(B) = D(B) and
+the first step's D(B + lag) splits into what recurs every drafting round, r = D(B + min(lag, B)) - d,
+and the rest, C, paid once: it is spread over the rounds that the N tokens the batch still wants
+would take at K (at least one round), so a short run, or a batch late in its run, does not start
+drafting for a gain it cannot recover. A catch-up of more than a row per sequence is never paid on
+the prior alone: until a target round is timed (the first carries the prompts and is not) the batch
+decodes plainly, which costs a round or two of drafting's gain where drafting pays, and saves the
+catch-up where it does not.
+
+T and D are measured in this run (every packed call's seconds by its rows: policies.v_curve draws a
+line through the target's; the draft's are joined size to size and carried past them by T's shape;
+before the draft is timed, D(M) = c_prior T(M)), so the same rule needs no profiling tables: as B
+grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Rows past FEW_ROWS
+and past every timed size are priced at full cost (each its share of a FEW_ROWS call), so a full
+batch does not pay to learn them.
 
 As AutoK (policies.py): alpha is a Beta belief from every examined position of every sequence;
 drafting at all is decided at an optimistic alpha (mean + sqrt(ln(t + 1)) standard deviations in
-round t), so bad luck never locks it out; K at the belief's average; a plain round first times the
-batch's plain pass when nothing else would. One K for every running sequence of a round (their
-rows share the pass), each clamped to what it still wants. K is a function of the past only, so
-every sequence stays exact (tests/decoding/test_batched_speculative.py enumerates it).
+round t), so bad luck never locks it out (the catch-up owed grows with the rounds waited, but spread
+over the tokens left it stays a fraction of what a drafted token saves until the run is nearly
+over); K at the belief's average; a plain round first times the batch's plain pass when nothing else
+would. One K for every running sequence of a round (their rows share the pass), each clamped to
+what it still wants. K is a function of the past only, so every sequence stays exact
+(tests/decoding/test_batched_speculative.py enumerates it; tests/decoding/test_batch_policy.py
+runs the rule against scripted costs).
 
 >>> [BatchAutoK(K_max=4, c_prior=0.1).choose(B) for B in (1, 2, 4, 8, 64)]  # before any timing: the prior's v
 [4, 3, 2, 1, 0]
+>>> fresh = lambda: BatchAutoK(K_max=4, c_prior=0.35)  # a 124M draft for a 355M target, nothing timed
+>>> fresh().choose(8), fresh().choose(8, lag=8 * 15, horizon=8 * 32)  # caught up / owing 16-token prompts: wait
+(1, 0)
 """
 from statistics import median
 
@@ -37,51 +58,93 @@ FEW_ROWS = 16  # the rows a pass takes nearly free (model/fast/matmul.py's few-r
                # pass of 4 sequences, 77 ms at 16 rows, 140 ms at 20), until this run times them
 
 
-def goodputs(tokens, B, d, T):  # tokens[K]: per sequence-round; d: draft step seconds; T(M) -> seconds
-    """Tokens per second of the batch for K = 0..len(tokens) - 1 (K = 0: plain batched decoding)."""
-    return [B * tokens[K] / (K * d + T(B * (K + 1))) for K in range(len(tokens))]
+def goodputs(tokens, B, d, T, catch_up=0.0, horizon=None, behind=0.0):  # tokens[K]: per sequence-round
+    """Tokens per second of the batch for K = 0..len(tokens) - 1 (K = 0: plain batched decoding).
+    d: a draft step's seconds; behind (r above): what the first step adds every drafting round (a sequence
+    whose drafts were all accepted feeds 2 tokens); catch_up: what it owes once, spread over the
+    rounds that `horizon` tokens would take at K (at least one round; None: all on this round)."""
+    def owed(K):  # the catch-up's share of one round
+        return catch_up * min(1.0, B * tokens[K] / horizon) if horizon else catch_up
+    return [B * tokens[0] / T(B)] + [B * tokens[K] / (K * d + behind + T(B * (K + 1)) + owed(K))
+                                     for K in range(1, len(tokens))]
+
+
+def at_full_price(seconds, M, top):  # seconds(M) past FEW_ROWS and `top` (the largest timed): never under its share
+    return max(seconds(M), seconds(FEW_ROWS) * M / FEW_ROWS) if M > max(FEW_ROWS, top) else seconds(M)
+
+
+def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> seconds -> (rows -> seconds)
+    """D(M), the seconds of a draft call over M rows: a timed size's median; between two timed sizes
+    the line joining them; past them the target's shape T through the nearest timed size (so past
+    FEW_ROWS and every timed size, full price); below the timed sizes, if none is of FEW_ROWS rows or
+    fewer (a catch-up alone says little of a step over B rows: full price overstates a big call),
+    c_prior T(M), scaled up if the draft's smallest call cost more than that prior said."""
+    medians = {m: median(s) for m, s in durations.items() if s}
+    sizes = sorted(medians)
+
+    def seconds(M):
+        if M in medians:
+            return medians[M]
+        below, above = [m for m in sizes if m < M], [m for m in sizes if m > M]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            return medians[lo] + (medians[hi] - medians[lo]) * (M - lo) / (hi - lo)
+        if below:
+            return medians[below[-1]] * T(M) / T(below[-1])
+        if above and above[0] <= FEW_ROWS:
+            return medians[above[0]] * T(M) / T(above[0])
+        return c_prior * T(M) * max([1.0] + [medians[m] / (c_prior * T(m)) for m in above[:1]])  # never under it
+    return seconds
 
 
 class BatchAutoK:
     """K = argmax goodput(K) for the round's B running sequences (module docstring)."""
+    prices_catch_up = True  # batched_speculative.batch_round passes it the draft's lag and the tokens left
 
     def __init__(self, K_max=8, c_prior=0.5):
         self.K_max, self.c_prior, self.name = K_max, c_prior, "batch auto"
         self.reset()
 
     def reset(self):
-        self.t, self.overlaps, self.target_durations, self.draft_steps = 0, [], {}, {}
+        self.t, self.overlaps, self.target_durations, self.draft_durations = 0, [], {}, {}
 
-    def costs(self, B):  # -> (d: draft step seconds over B rows, T: rows -> target pass seconds), in t1 units if untimed
-        v = v_curve(self.target_durations, B * (self.K_max + 1))
-        for M in (M for M in v if M > FEW_ROWS and M not in self.target_durations):
-            v[M] = max(v[M], v[FEW_ROWS] * M / FEW_ROWS)  # past the few-row path, untimed rows at full price
+    def costs(self, B):  # -> (D: rows -> draft call seconds, T: rows -> target round seconds), t1 units if untimed
+        v = v_curve(self.target_durations, max(FEW_ROWS, B * (self.K_max + 1)))
         t1 = t1_estimate(self.target_durations, v) or 1.0
-        steps = self.draft_steps.get(B) or [s for n, ss in self.draft_steps.items() if n >= B for s in ss]
-        d = median(steps) if steps else self.c_prior * t1 * v[B]  # the draft's rows priced like the target's
-        return d, lambda M: t1 * v[M]
+        top = max(self.target_durations, default=0)
 
-    def choose(self, B):
+        def T(M):  # past the curve: past FEW_ROWS too, at full price
+            return at_full_price(lambda m: t1 * (v[m] if m in v else v[FEW_ROWS] * m / FEW_ROWS), M, top)
+        timed = self.draft_durations if self.target_durations else {}  # seconds only beside seconds (not t1 units)
+        return draft_seconds(timed, T, self.c_prior), T
+
+    def choose(self, B, lag=0, horizon=None):
+        """K for a round of B sequences; lag: rows the draft lacks beyond one per sequence that could
+        draft, horizon: tokens the running sequences still want (None: unknown, the catch-up on this round)."""
         self.t += 1
         seen = sum(self.overlaps)
         a, b = ALPHA_PRIOR[0] + seen, ALPHA_PRIOR[1] + len(self.overlaps) - seen
-        d, T = self.costs(B)
-        planned = goodputs(expected_tokens_under_belief(a, b, self.K_max), B, d, T)
+        if lag > B and not self.target_durations:
+            return 0                                                   # no catch-up paid on the prior alone
+        D, T = self.costs(B)
+        d, first = D(B), D(B + min(lag, B))  # a drafting batch's first step: up to one more row a sequence
+        owes = (D(B + lag) - first if lag > B else 0.0), horizon, first - d
+        planned = goodputs(expected_tokens_under_belief(a, b, self.K_max), B, d, T, *owes)
         if self.target_durations and B not in self.target_durations and max(planned) < TIMING_MARGIN * planned[0]:
             return 0                                                   # time the plain pass of these B rows
         alpha = optimistic_alpha(a, b, self.t)
-        hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T)
+        tokens = [expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)]
+        hopeful = goodputs(tokens, B, d, T, *owes)
         if max(hopeful[1:]) <= hopeful[0]:
             return 0                                                   # plain wins even so
         return max(range(1, self.K_max + 1), key=planned.__getitem__)
 
-    def update(self, overlaps, rows, target_seconds, B, K, propose_seconds, first_round):
-        """After a round: its examined positions' overlaps, its target pass (rows in all, seconds) and
-        its draft steps (K steps over B rows in propose_seconds); the first round's calls carry the
-        prompts and are not timed."""
+    def update(self, overlaps, rows, target_seconds, draft_calls, first_round):
+        """After a round: its examined positions' overlaps, its target side (rows in all, seconds) and
+        each draft call's (rows, seconds). The first round's target call carries the prompts and is not
+        timed; a draft call is priced by its rows whatever they catch up on."""
         self.overlaps += overlaps
-        if first_round:
-            return
-        keep(self.target_durations.setdefault(rows, []), target_seconds)
-        if K:
-            keep(self.draft_steps.setdefault(B, []), propose_seconds / K)
+        for M, seconds in draft_calls:
+            keep(self.draft_durations.setdefault(M, []), seconds)
+        if not first_round:
+            keep(self.target_durations.setdefault(rows, []), target_seconds)

@@ -3,7 +3,9 @@
 Leviathan et al. 2023 (Algorithm 1), the single-sequence loop of speculative.py, run for a batch the
 way batched.py runs plain decoding (Orca's selective batching, model/batch.py). One round, for every
 sequence still running (the step numbers of Algorithm 1):
-  Step 0    k_i = min(K_i, tokens still wanted - 1), as speculative.py clamps K (K_i = 0: a plain step)
+  Step 0    k_i = min(K_i, tokens still wanted - 1), as speculative.py clamps K (K_i = 0: a plain step;
+            every k_i = 0: the round is batched.py's plain step, one packed call and next_token each);
+            K="auto": one K from BatchAutoK, told the rows the draft caches lack (draft_debt)
   Step 1    draft step j = 1..max k_i: ONE packed draft call for the sequences with k_i >= j, each
             feeding what its draft cache lacks (its first step: the prompt, or the 1-2 tokens it is
             behind), then x_j ~ q_j from its own rng
@@ -45,7 +47,7 @@ from .autoregressive import MODEL_INTERFACE, check_generation_request, check_mod
 from .batch_policy import BatchAutoK
 from .batched import check_batch, per_sequence, request_cache
 from .drafters import check_same_vocabulary, parameter_ratio
-from .sampling import distribution, is_greedy, sample
+from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
 from .stream import RoundEvent
@@ -122,19 +124,21 @@ def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_
             for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
 
 
-def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}
+def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}, [(rows, seconds)]
     """x_1..x_{k_i} for every sequence, one packed draft call per draft step for all that still draft;
-    each draws from its own q with its own rng (ModelDrafter.propose, sequence by sequence)."""
-    drafts, q = {i: [] for i in ks}, {i: [] for i in ks}
+    each draws from its own q with its own rng (ModelDrafter.propose, sequence by sequence). Each
+    step's rows and seconds (its call and draws): the first step's rows carry what the caches lack."""
+    drafts, q, timed = {i: [] for i in ks}, {i: [] for i in ks}, []
     for j in range(max(ks.values(), default=0)):
-        active = [i for i in ks if ks[i] > j]
+        start, active = time.perf_counter(), [i for i in ks if ks[i] > j]
         calls = [(seqs[i].context[len(seqs[i].draft_cache):] if j == 0 else drafts[i][-1:], seqs[i].draft_cache)
                  for i in active]  # x_k is never fed: the round ends before anyone needs q_{k+1}
         for i, logits in zip(active, packed_call(draft, calls, 1)):
             s, q_i = seqs[i], distribution(logits[-1], **seqs[i].options)  # [n_vocab]
             drafts[i].append(int(np.argmax(q_i)) if is_greedy(s.options["temperature"]) else sample(q_i, s.rng))
             q[i].append(q_i)
-    return drafts, {i: np.array(q[i], dtype=np.float64).reshape(ks[i], draft.n_vocab) for i in ks}
+        timed.append((sum(len(ids) for ids, _ in calls), time.perf_counter() - start))
+    return drafts, {i: np.array(q[i], dtype=np.float64).reshape(ks[i], draft.n_vocab) for i in ks}, timed
 
 
 def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed in all
@@ -172,12 +176,51 @@ def round_event(s, drafts, q, p, result, propose_seconds):  # -> (RoundEvent, n_
         parents=parents, path=result.path, tried=result.tried), n_keep
 
 
+def draft_debt(seqs, running):  # -> (rows the draft lacks beyond one per sequence, tokens still wanted)
+    """What drafting this round would owe (BatchAutoK prices it): the sequences that could draft
+    (k >= 1) feed the draft every token since its cache's end, one of them a regular step's."""
+    lag = sum(len(s.context) - len(s.draft_cache) - 1 for s in (seqs[i] for i in running) if s.k() >= 1)
+    return lag, sum(seqs[i].n_tokens - len(seqs[i].provenance) for i in running)
+
+
+def choose_K(policy, seqs, running):  # Step 0: K for every running sequence (None: each its own K)
+    if policy is None:
+        return None
+    if getattr(policy, "prices_catch_up", False):  # a policy without it (a wrapper) is asked with B alone
+        return policy.choose(len(running), *draft_debt(seqs, running))
+    return policy.choose(len(running))
+
+
+def plain_round(target, seqs, running):  # -> [(i, token)], rows fed
+    """Every k_i = 0: batched.py's step. One packed target call, each sequence's next_token from its
+    own rng (verify_round with no drafts draws the same), its target cache left holding context[:-1]."""
+    calls = [(seqs[i].context[len(seqs[i].target_cache):], seqs[i].target_cache) for i in running]
+    tokens = [(i, next_token(rows[-1], rng=seqs[i].rng, **seqs[i].options))
+              for i, rows in zip(running, packed_call(target, calls, 1))]
+    for i, token in tokens:
+        seqs[i].context.append(token)
+        seqs[i].provenance.append("target")
+    return tokens, sum(len(ids) for ids, _ in calls)
+
+
+def plain_events(seqs, tokens, seconds):  # -> [(i, RoundEvent)]: a plain step's, as batched.py's
+    return [(i, RoundEvent(tokens=[t], provenance=["target"], K=0, n_emitted=len(seqs[i].provenance),
+                           seconds=seconds)) for i, t in tokens]
+
+
 def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> [(i, RoundEvent)]
     """One round of every running sequence: Steps 0-4, then each rolls its own caches back."""
     start = time.perf_counter()
-    K = policy.choose(len(running)) if policy else None                          # Step 0: from the past only
+    K = choose_K(policy, seqs, running)                                           # Step 0: from the past only
     ks = {i: seqs[i].k() if K is None else min(K, seqs[i].k()) for i in running}
-    drafts, q = draft_all(draft, seqs, ks)                                        # Step 1
+    if not any(ks.values()):                                                      # a plain step for all
+        chosen = time.perf_counter()
+        tokens, rows = plain_round(target, seqs, running)
+        seconds = time.perf_counter() - start
+        if policy:
+            policy.update([], rows, start + seconds - chosen, [], first_round=policy.t == 1)
+        return plain_events(seqs, tokens, seconds)
+    drafts, q, draft_calls = draft_all(draft, seqs, ks)                           # Step 1
     propose_seconds = time.perf_counter() - start
     p, rows = score_all(target, seqs, drafts)                                     # Step 2
     results = verify([(drafts[i], q[i], p[i], is_greedy(seqs[i].options["temperature"])) for i in running],
@@ -189,8 +232,8 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
     if policy:
         # the target's side of the round: its pass, and every sequence's verification, sampling and roll-back
         # (on a small model those cost what the pass does; a plain round pays them too)
-        policy.update([b for _, event, _ in step for b in event.overlaps], rows, seconds - propose_seconds, len(running),
-                      max(ks.values()), propose_seconds, first_round=policy.t == 1)
+        policy.update([b for _, event, _ in step for b in event.overlaps], rows, seconds - propose_seconds,
+                      draft_calls, first_round=policy.t == 1)
     return [(i, replace(event, seconds=seconds)) for i, event, _ in step]
 
 

@@ -332,7 +332,7 @@ def scripted_policy(rows_seconds, draft_step_seconds, alpha, B, rounds=60):
     policy = BatchAutoK(K_max=8, c_prior=0.05)
     for t in range(rounds):
         k = policy.choose(B)
-        policy.update([alpha] * (B * k), B * (k + 1), rows_seconds(B * (k + 1)), B, k, k * draft_step_seconds(B),
+        policy.update([alpha] * (B * k), B * (k + 1), rows_seconds(B * (k + 1)), [(B, draft_step_seconds(B))] * k,
                       first_round=t == 0)
     return policy.choose(B)
 

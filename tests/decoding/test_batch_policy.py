@@ -1,0 +1,192 @@
+"""K for a batch (decoding/batch_policy.BatchAutoK) with the draft's catch-up priced, and the K = 0 round.
+
+A draft that has not drafted for a sequence lacks its prompt and every token since: the first step
+that drafts for it feeds them all (batched_speculative.draft_all). These tests run the policy in a
+simulated batch whose costs are scripted (seconds of a target round and of a draft call by rows, no
+noise), so the same run replays exactly, and compare its total seconds with plain decoding's.
+"""
+import numpy as np
+import pytest
+
+from gpt2np.decoding import batched_speculative
+from gpt2np.decoding.batch_policy import BatchAutoK, goodputs
+from gpt2np.decoding.batched import generate_batch
+from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2
+from gpt2np.teach.toy_models import random_toy_model
+from conftest import random_params
+
+C = 0.35  # a 124M draft for a 355M target
+
+
+def target_seconds(M):  # a round's target side over M rows: nearly flat to 16 rows, then a tenth of a row each
+    return 0.03 * (1 + 0.05 * min(M - 1, 15) + 0.1 * max(M - 16, 0))
+
+
+def draft_seconds(M):
+    return C * target_seconds(M)
+
+
+class Batch:
+    """B sequences' lengths as batched_speculative keeps them: context, target cache, draft cache."""
+
+    def __init__(self, B, prompt_len, n_tokens):
+        self.ctx, self.tc, self.dc = [prompt_len] * B, [0] * B, [0] * B
+        self.left = [n_tokens] * B
+
+    def running(self):
+        return [i for i, n in enumerate(self.left) if n > 0]
+
+    def debt(self):  # batched_speculative.draft_debt's numbers
+        run = self.running()
+        return (sum(self.ctx[i] - self.dc[i] - 1 for i in run if self.left[i] >= 2),
+                sum(self.left[i] for i in run))
+
+
+def simulate(B, prompt_len, n_tokens, alpha, priced=True, seed=0):  # -> (seconds, [drafts per round])
+    """A BatchAutoK run against the scripted costs; acceptance coins from one seeded generator."""
+    policy, batch, coins = BatchAutoK(K_max=4, c_prior=C), Batch(B, prompt_len, n_tokens), np.random.default_rng(seed)
+    seconds, Ks = 0.0, []
+    while batch.running():
+        run = batch.running()
+        K = policy.choose(len(run), *batch.debt()) if priced else policy.choose(len(run))
+        ks = {i: min(K, batch.left[i] - 1) for i in run}
+        calls = []
+        for j in range(max(ks.values())):  # draft steps: the first feeds what each draft cache lacks
+            rows = sum(batch.ctx[i] - batch.dc[i] if j == 0 else 1 for i in run if ks[i] > j)
+            calls.append((rows, draft_seconds(rows)))
+        rows = sum(batch.ctx[i] - batch.tc[i] + ks[i] for i in run)
+        overlaps = []
+        for i in run:
+            accepted = next((n for n in range(ks[i]) if coins.random() >= alpha), ks[i])
+            overlaps += [alpha] * min(accepted + 1, ks[i])
+            if ks[i]:
+                batch.dc[i] = batch.ctx[i] + ks[i] - 1
+            batch.ctx[i] += accepted + 1
+            batch.left[i] -= accepted + 1
+            batch.tc[i], batch.dc[i] = batch.ctx[i] - 1, min(batch.dc[i], batch.ctx[i] - 1)
+        policy.update(overlaps, rows, target_seconds(rows), calls, first_round=not Ks)
+        seconds += target_seconds(rows) + sum(s for _, s in calls)
+        Ks.append(max(ks.values()))
+    return seconds, Ks
+
+
+def plain_seconds(B, prompt_len, n_tokens):
+    return target_seconds(B * prompt_len) + (n_tokens - 1) * target_seconds(B)
+
+
+def test_in_these_costs_drafting_pays_a_little_once_the_draft_has_caught_up():
+    tokens = [1 + 0.8 * (K >= 1) for K in range(2)]  # alpha 0.8, K = 1
+    plain, drafting = goodputs(tokens, 8, draft_seconds(8), target_seconds)
+    print(f"B 8, alpha 0.8: K = 1 {drafting / plain:.3f}x plain decoding's tokens/s once caught up")
+    assert 1.03 < drafting / plain < 1.15
+
+
+def test_a_short_run_that_owes_the_prompts_stays_plain_where_the_unpriced_rule_drafts_and_loses():
+    B, prompt_len, n_tokens, alpha = 8, 32, 32, 0.8
+    plain = plain_seconds(B, prompt_len, n_tokens)
+    priced, priced_Ks = simulate(B, prompt_len, n_tokens, alpha)
+    unpriced, unpriced_Ks = simulate(B, prompt_len, n_tokens, alpha, priced=False)
+    print(f"seconds: plain {plain:.3f}, catch-up priced {priced:.3f} (K {priced_Ks}), "
+          f"unpriced {unpriced:.3f} (K {unpriced_Ks})")
+    assert max(priced_Ks) == 0 and priced == pytest.approx(plain), f"priced: {priced / plain:.3f} of plain's seconds"
+    assert max(unpriced_Ks) >= 1, "the control: without the catch-up the rule drafts"
+    assert unpriced > 1.03 * plain, f"the control drafts and loses: {unpriced / plain:.3f} of plain's seconds"
+
+
+def test_a_long_run_pays_the_catch_up_once_and_wins():
+    B, prompt_len, n_tokens, alpha = 8, 32, 400, 0.9
+    plain = plain_seconds(B, prompt_len, n_tokens)
+    priced, Ks = simulate(B, prompt_len, n_tokens, alpha)
+    print(f"400 tokens: priced {priced:.3f} s against plain {plain:.3f} s; rounds drafting {sum(k > 0 for k in Ks)}"
+          f" of {len(Ks)}, first at round {next(r for r, k in enumerate(Ks) if k)}")
+    assert Ks[0] == 0 and max(Ks) >= 1, "the first round owes the prompts to a prior only: plain"
+    assert priced < 0.97 * plain, f"{priced / plain:.3f} of plain's seconds"
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.8])
+def test_where_drafting_cannot_pay_the_priced_rule_is_within_two_percent_of_plain(alpha):
+    B, prompt_len, n_tokens = 16, 16, 64  # 16 rows fill the flat part: a drafted row costs a tenth of a pass
+    plain = plain_seconds(B, prompt_len, n_tokens)
+    priced, Ks = simulate(B, prompt_len, n_tokens, alpha)
+    print(f"B 16, alpha {alpha}: {priced / plain:.4f} of plain's seconds, K {Ks}")
+    assert priced <= 1.02 * plain
+
+
+def test_the_catch_up_is_priced_from_the_drafts_own_calls():
+    policy = BatchAutoK(K_max=2, c_prior=0.9)  # a prior far from the measured draft
+    for rows in (8, 16):
+        policy.update([], rows, target_seconds(rows), [], first_round=False)
+    policy.update([], 16, target_seconds(16), [(8, 0.010), (136, 0.100)], first_round=False)
+    D, T = policy.costs(8)
+    assert D(8) == 0.010 and D(72) == pytest.approx(0.055), (D(8), D(72))  # joined size to size
+    assert D(200) == pytest.approx(0.100 * T(200) / T(136)), D(200)      # past them: the target's shape
+    caught_up = policy.choose(8, lag=0, horizon=256)
+    owing = policy.choose(8, lag=128, horizon=64)
+    amortised = policy.choose(8, lag=128, horizon=100_000)
+    assert (caught_up >= 1, owing, amortised >= 1) == (True, 0, True), (caught_up, owing, amortised)
+
+
+# ---- the loop: what it tells the policy, and a round of K = 0 for all ------------------------------------
+
+class Scripted:
+    """A policy that plays the given Ks and records what each round owed."""
+    prices_catch_up = True
+
+    def __init__(self, Ks):
+        self.Ks, self.asked, self.t = list(Ks), [], 0
+
+    def choose(self, B, lag, horizon):
+        self.t += 1
+        self.asked.append((B, lag, horizon))
+        return self.Ks.pop(0) if self.Ks else 0
+
+    def update(self, *measured, first_round):
+        pass
+
+
+def test_the_loop_tells_the_policy_the_rows_the_draft_lacks_and_the_tokens_left():
+    rng = np.random.default_rng(0)
+    target, draft = random_toy_model(rng, 4, order=3), random_toy_model(rng, 4)
+    seqs = batched_speculative.open_sequences(target, draft, [[0, 1, 2], [3]], [6, 6], "auto", 2, None, None, None,
+                                              None, None)
+    policy = Scripted([0, 0, 1])
+    rounds = batched_speculative.batch_rounds(target, draft, seqs, policy=policy)
+    for _ in range(4):
+        next(rounds)
+    assert policy.asked[:3] == [(2, 2 + 0, 12), (2, 3 + 1, 10), (2, 4 + 2, 8)], policy.asked
+    assert policy.asked[3][1] <= 2, f"after a drafting round each draft lags 1-2 tokens: {policy.asked[3]}"
+
+
+def test_a_round_where_no_sequence_drafts_is_the_plain_batched_step(monkeypatch):
+    config = GPT2Config(n_vocab=37, n_ctx=64, n_embd=12, n_head=3, n_layer=2)
+    target, draft = GPT2(config, random_params(config, seed=1)), GPT2(config, random_params(config, seed=2))
+    calls = []
+    real = batched_speculative.packed_call
+    monkeypatch.setattr(batched_speculative, "packed_call",
+                        lambda model, c, n: calls.append(model is target) or real(model, c, n))
+
+    def no_kernel(*args):
+        raise AssertionError("a round with every k = 0 ran the verification kernel")
+    prompts = [[1, 2, 3], [4], [5, 6]]
+    rngs = [np.random.default_rng(s) for s in range(3)]
+    steps = list(speculative_batch_stream(target, draft, prompts, [5, 2, 4], K=0, temperature=[0, 0.8, 1.2],
+                                          rng=[None, *rngs[1:]], verify=no_kernel, roll_back=no_kernel))
+    expected = generate_batch(target, prompts, [5, 2, 4], temperature=[0, 0.8, 1.2],
+                              rng=[None, *[np.random.default_rng(s) for s in range(1, 3)]])
+    tokens = [[t for step in steps for i, e in step if i == s for t in e.tokens] for s in range(3)]
+    assert tokens == expected, f"plain rounds: {tokens} against generate_batch's {expected}"
+    assert calls == [True] * len(steps), f"one target call a round, no draft call: {calls}"
+    assert all(e.K == 0 and e.provenance == ["target"] and not e.decisions for step in steps for _, e in step)
+
+
+def test_mixed_rounds_stay_exact_when_the_last_rounds_are_plain():
+    rng = np.random.default_rng(7)
+    target, draft = random_toy_model(rng, 5, order=3), random_toy_model(rng, 5)
+    prompts, n_tokens = [[0], [1, 2], [3]], [7, 3, 5]
+    rngs = lambda: [np.random.default_rng(10 + s) for s in range(3)]  # noqa: E731
+    got = speculative_generate_batch(target, draft, prompts, n_tokens, K=[2, 3, 0], temperature=1.0, rng=rngs())
+    solo = [speculative_generate_batch(target, draft, [p], [n], K=[k], temperature=1.0, rng=[r])[0]
+            for p, n, k, r in zip(prompts, n_tokens, [2, 3, 0], rngs())]
+    assert got == solo, f"batch {got} against each alone {solo}"

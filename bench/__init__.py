@@ -9,6 +9,8 @@
                     --policy-Ks 2,4,6 --policy-alphas 0.3,0.8   # K policies, gpt2 drafting for gpt2-xl
     python -m bench --sections batching --batch-pairs '124M,355M;124M,1558M'   # batch size x alpha, with and
                                                      # without drafting: where drafting stops paying (~35 min)
+    python -m bench --sections trees                 # chains, fixed token trees and tree="auto" at 124M -> 1558M,
+                                                     # forced acceptance by depth and rank, predicted beside measured
 
 No downloads: every model is gpt2np.random_model of a preset's shape, unless --sizes / --pair name a
 model as main.py does (a folder in either layout, hf:owner/name), which is loaded with its own weights.
@@ -30,6 +32,13 @@ One file per section:
                   process; where drafting stops paying, and auto against the better of the two
                   (batching_report.py: the numbers and tables; forced_batch_draft.py: the drafter,
                   one packed pass of the real draft per draft step, each sequence's proposals forced)
+  trees.py        section "trees", only when named (not in "all"): per --tree-alphas alpha, plain decoding,
+                  chains, fixed trees and tree="auto" (--tree-shapes) on random --tree-pair models, greedy,
+                  sides alternated; measured tokens per target call and tokens/s beside tree_shape's
+                  prediction (this run's c and v(M)), each against the best chain (trees_report.py: rates,
+                  predictions, tables; forced_tree_draft.py: the drafter, the real draft's call per tree
+                  level, children forced so that acceptance by depth and rank follows rates measured on
+                  real pairs: python -m bench.trees prints them)
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint
@@ -80,6 +89,11 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               best_tokens_per_s, drafting_pays, best_over_plain, auto_over_best, auto_over_plain, alpha_hat,
               exact, mismatched, sides{plain, K=k, auto}: {tokens_per_s, runs_tokens_per_s, seconds,
               K_counts, accepted, examined, alpha_hat, exact, mismatch}}}, targets[] (as below)
+  trees       plan, draft, target, profile, profile_source, ratios (a_r / a_0), costs{t1, c, v{M}}, seconds,
+              cells[]: {alpha, rates[[a_r]], best_chain, best_chain_predicted, exact, mismatched, rows[]: {side
+              (plain | K=k | (w,..) | auto), shape, tokens_per_s, runs_tokens_per_s, tokens_per_call, speedup
+              (x plain), over_best_chain, predicted_tokens_per_call, predicted_speedup,
+              predicted_over_best_chain, shapes_used, by_rank, exact, mismatch}}, targets[] (as below)
   targets     [{target, measured, goal, met}]: the project's speed targets wherever this run measured them
               (among them prefill@512 numpy / HF at 124M and 355M, decode@896 / roofline and
               forward M=5 / M=1 at context 896 at 355M, auto K against the best fixed K)
@@ -89,5 +103,5 @@ compare.py reads both shapes.
 """
 import gpt2np  # noqa: F401,E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 
-SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "policies", "reference", "overhead", "memory", "kernels",
-            "hf", "batching")  # "all" leaves out batching (__main__.selected_sections): name it
+SECTIONS = ("bandwidth", "prefill", "decode", "verify", "speculative", "policies", "reference", "overhead", "memory",
+            "kernels", "hf", "batching", "trees")  # "all" leaves out batching and trees (__main__.LONG_SECTIONS)

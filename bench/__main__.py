@@ -10,12 +10,13 @@ from gpt2np.model.config import PRESETS
 from gpt2np.checkpoints.download import DownloadError
 from gpt2np.checkpoints.loading import read_config, resolve_model_dir
 
-from . import SECTIONS, batching
+from . import SECTIONS, batching, trees
 from .common import full_plan, log, tiny_plan
 from .compare import print_comparison
 from .run import run
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench.json"
+LONG_SECTIONS = {"batching", "trees"}  # left out of "all": name them
 
 
 def parse_args(argv):
@@ -29,7 +30,7 @@ def parse_args(argv):
     ap.add_argument("--large", action="store_true", help="also 774M and 1558M (several more minutes)")
     ap.add_argument("--sections", default="all",
                     help=f"comma-separated subset of: {', '.join(SECTIONS)}; 'decode' adds 'bandwidth' "
-                         "(the roofline needs it); 'all' leaves out batching (long: name it)")
+                         "(the roofline needs it); 'all' leaves out batching and trees (long: name them)")
     ap.add_argument("--kernel-sizes", default="355M",
                     help="comma-separated sizes (or model names: their shape, random weights) of the kernels "
                          "section, which measures every OpenBLAS kernel this CPU runs, each in its own process")
@@ -59,6 +60,7 @@ def parse_args(argv):
     ap.add_argument("--reference-tokens", type=int, default=8,
                     help="steps the slow reference really runs (of 64; the rest is extrapolated)")
     batching.add_arguments(ap)
+    trees.add_arguments(ap)
     # output
     ap.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
     ap.add_argument("--compare", default=None, metavar="OLD_JSON", help="print headline numbers beside this older run")
@@ -66,7 +68,7 @@ def parse_args(argv):
 
 
 def selected_sections(text):
-    names = set(SECTIONS) - {"batching"} if text == "all" else {s.strip() for s in text.split(",") if s.strip()}
+    names = set(SECTIONS) - LONG_SECTIONS if text == "all" else {s.strip() for s in text.split(",") if s.strip()}
     unknown = names - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s) {', '.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
@@ -139,9 +141,12 @@ def main(argv=None):
     args = parse_args(argv)
     plan, sections = make_plan(args), selected_sections(args.sections)
     batch_plan = batching.plan_from_args(args) if "batching" in sections else None  # flags checked first
+    tree_plan = trees.plan_from_args(args) if "trees" in sections else None
     results = run(plan, sections, threads=args.threads, argv=argv)
     if batch_plan:
         batching.run_section(batch_plan, results, args.threads)
+    if tree_plan:
+        trees.run_section(tree_plan, results, args.threads)
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, default=to_json))
@@ -150,6 +155,7 @@ def main(argv=None):
         with open(args.compare) as f:
             print_comparison(json.load(f), results, args.compare, str(path))
     batching.exit_on_mismatch(results.get("batching"))
+    trees.exit_on_mismatch(results.get("trees"))
     return results
 
 

@@ -1,0 +1,245 @@
+"""Section "trees": the best chain, fixed token trees and tree="auto", predicted beside measured.
+
+Issue 28's table: random --tree-pair DRAFT,TARGET models (default 124M,1558M), greedy, every run
+--tree-tokens new tokens after the same 8-token random prompt. The draft is a
+forced_tree_draft.ForcedTreeDrafter around the pair's draft model: the real draft's calls (one per
+tree level, over that level's rows), its children forced so that acceptance by depth and sibling rank
+is rates[d][r] = min(1, alpha * ratio_r): rank 0 is accepted with probability alpha at every depth,
+later ranks in the proportion to rank 0 measured on a real pair (--tree-rates names the profile:
+trees_report.PROFILES; `python -m bench.trees` measures them). The sides of each alpha:
+  plain      gpt2np.generate on the target alone
+  K=k        a chain of k drafts (the tree (1,) * k: ModelTreeDrafter drafts it in plain calls)
+  (3,2,1)    a fixed tree: widths per depth
+  auto       tree="auto": tree_policy.AutoTree picks each round's shape from the run's own counts
+             and timings (forced_auto_tree: the forced drafter in the drafter auto_tree builds)
+One repeat runs every side once, back to back, on the coins of seed = the repeat (the same coins
+for every side and alpha); odd repeats run the sides in reverse order, so a linear drift of the
+machine cancels over two repeats. tokens/s = new tokens / the call's wall seconds, prefill included;
+tokens per target call = new tokens / target forward calls. Ratios (x plain, / best chain) are per
+repeat, then the median. Every run's tokens must equal the target's greedy baseline; a mismatch is
+printed as an error and makes python -m bench exit non-zero after the JSON is written.
+Predictions (trees_report.py) use tree_shape's formulas with the rates used and c, v(M) measured
+here, before the runs (measure_costs: plain forward calls of M tokens after the prompt, every M
+timed COST_REPEATS times, interleaved, medians).
+"""
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+import gpt2np
+from gpt2np.decoding.tree_drafts import check_widths
+from gpt2np.decoding.tree_policy import MAX_NODES, AutoTree
+from gpt2np.decoding.tree_shape import tree_size
+from gpt2np.model.config import PRESETS
+
+from . import trees_report
+from .common import TINY_CONFIGS, blas_limits, log, median, random_ids
+from .forced_tree_draft import ForcedTreeDrafter, forced_auto_tree
+from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, summarise_cell
+
+K_MAX = 8  # auto's bound, speculative_generate's default
+COST_REPEATS = 5  # timings of every call size for c and v(M) (medians)
+RANKS = 4  # sibling ranks the rates cover (AutoTree tries up to 4 children a node)
+DEFAULT_SHAPES = "K=1-6;2,1;2,2,1;3,2,1;3,2,2,1;auto"
+TINY_PAIR = {name: replace(TINY_CONFIGS[name], n_ctx=128) for name in ("tiny", "tiny2")}  # room for the trees
+exit_on_mismatch = trees_report.exit_on_mismatch  # python -m bench's last step, after the JSON is written
+
+
+@dataclass(frozen=True)
+class TreePlan:
+    """The knobs of the section; plan_from_args builds it from the --tree-* flags."""
+    pair: tuple = ("124M", "1558M")        # (draft, target) sizes, random weights
+    alphas: tuple = (0.3, 0.5, 0.8, 1.0)   # rank 0's forced acceptance rate
+    shapes: tuple = ()                     # widths tuples and "auto" (parse_shapes(DEFAULT_SHAPES))
+    n_tokens: int = 32                     # new tokens per run
+    prompt_len: int = 8
+    repeats: int = 2                       # repeats of every side (medians; order reversed on odd ones)
+    profile: str = DEFAULT_PROFILE         # trees_report.PROFILES: the rank ratios measured on a real pair
+    tiny: bool = False
+    configs: dict = field(default_factory=lambda: dict(PRESETS), compare=False)
+
+    def as_dict(self):
+        return {"pair": list(self.pair), "alphas": list(self.alphas), "shapes": [label(s) for s in self.shapes],
+                "n_tokens": self.n_tokens, "prompt_len": self.prompt_len, "repeats": self.repeats,
+                "profile": self.profile, "K_max": K_MAX, "tiny": self.tiny}
+
+
+def add_arguments(ap):
+    """The section's flags, on python -m bench's parser."""
+    d = TreePlan()
+    ap.add_argument("--tree-pair", default=",".join(d.pair), help="section trees: DRAFT,TARGET sizes (random weights)")
+    ap.add_argument("--tree-alphas", default=",".join(map(str, d.alphas)),
+                    help="section trees: rank 0's forced acceptance rates (later ranks: --tree-rates' ratios)")
+    ap.add_argument("--tree-shapes", default=DEFAULT_SHAPES,
+                    help="section trees: ';'-separated shapes: K=a-b (chains of a..b drafts), K=k, widths per "
+                         "depth (3,2,1), auto; plain decoding is always measured")
+    ap.add_argument("--tree-tokens", type=int, default=d.n_tokens, help="section trees: new tokens per run")
+    ap.add_argument("--tree-repeats", type=int, default=d.repeats,
+                    help="section trees: repeats of every side (medians; the sides' order reversed every other one)")
+    ap.add_argument("--tree-rates", default=d.profile, choices=sorted(PROFILES),
+                    help="section trees: the measured rank ratios the forced rates follow (trees_report.PROFILES)")
+
+
+def parse_shapes(text):  # "K=1-3;2,1;auto" -> ((1,), (1, 1), (1, 1, 1), (2, 1), "auto"), or a one-line SystemExit
+    shapes = []
+    try:
+        for item in (s.strip() for s in text.split(";") if s.strip()):
+            if item == "auto":
+                shapes.append("auto")
+            elif item.startswith("K="):
+                low, _, high = item[2:].partition("-")
+                shapes += [(1,) * K for K in range(int(low), int(high or low) + 1)]
+            else:
+                shapes.append(check_widths([int(w) for w in item.strip("()").split(",")]))
+    except ValueError as e:
+        raise SystemExit(f"--tree-shapes: K=a-b, K=k, widths such as 3,2,1, or auto, separated by ';': {e}") from None
+    shapes = tuple(dict.fromkeys(shapes))
+    if not any(s != "auto" and max(s) == 1 for s in shapes):
+        raise SystemExit(f"--tree-shapes needs at least one chain (K=k): the table is relative to the best one, "
+                         f"got {text!r}")
+    if any(s != "auto" and max(s) > RANKS for s in shapes):
+        raise SystemExit(f"--tree-shapes: at most {RANKS} children a node (the measured rates cover {RANKS} ranks)")
+    return shapes
+
+
+def numbers(text, kind, flag):  # "0.3,0.5" -> (0.3, 0.5), or a one-line SystemExit
+    try:
+        values = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"{flag}: comma-separated {kind.__name__}s, got {text!r}") from None
+    if not values:
+        raise SystemExit(f"{flag}: at least one value, got {text!r}")
+    return values
+
+
+def nodes_at_most(plan):  # the most nodes a round drafts: the largest fixed tree, or auto's bound
+    return max(MAX_NODES if s == "auto" else tree_size(s) for s in plan.shapes)
+
+
+def check_plan(plan):
+    """One-line SystemExits for values the runs cannot take."""
+    if len(plan.pair) != 2 or any(s not in plan.configs for s in plan.pair):
+        raise SystemExit(f"--tree-pair: DRAFT,TARGET from {', '.join(plan.configs)}, got {','.join(plan.pair)!r}")
+    if not all(0 <= a <= 1 for a in plan.alphas):
+        raise SystemExit(f"--tree-alphas must lie in [0, 1], got {plan.alphas}")
+    if plan.n_tokens < 2 or plan.repeats < 1:
+        raise SystemExit("--tree-tokens must be >= 2, --tree-repeats >= 1")
+    room = min(plan.configs[s].n_ctx for s in plan.pair)
+    if plan.prompt_len + plan.n_tokens + nodes_at_most(plan) > room:
+        raise SystemExit(f"--tree-tokens {plan.n_tokens} + the prompt ({plan.prompt_len}) + the largest tree "
+                         f"({nodes_at_most(plan)} nodes) do not fit the context of {','.join(plan.pair)} ({room})")
+    return plan
+
+
+def plan_from_args(args):
+    """TreePlan from the flags; --tiny: the tiny pair (n_ctx 128), 12 tokens after 4, at most 2 repeats."""
+    configs = dict(TINY_PAIR) if args.tiny else dict(PRESETS)
+    pair = ("tiny", "tiny2") if args.tiny else tuple(s.strip() for s in args.tree_pair.split(","))
+    tiny = dict(n_tokens=12, prompt_len=4, repeats=min(args.tree_repeats, 2)) if args.tiny else {}
+    kw = dict(pair=pair, alphas=numbers(args.tree_alphas, float, "--tree-alphas"),
+              shapes=parse_shapes(args.tree_shapes), n_tokens=args.tree_tokens, repeats=args.tree_repeats,
+              profile=args.tree_rates, tiny=args.tiny, configs=configs)
+    return check_plan(TreePlan(**{**kw, **tiny}))
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+def timed_call(model, ids, cache, n_past):  # -> seconds of one forward call over ids, then rolled back
+    start = time.perf_counter()
+    model.forward(np.asarray(ids), cache, len(ids))  # logits for every row, as a verification call
+    seconds = time.perf_counter() - start
+    cache.truncate(n_past)
+    return seconds
+
+
+def measure_costs(target, draft, prompt, sizes, repeats):
+    """t1 (a one-token target call), c (a one-token draft call / t1) and v(M) (an M-token target call
+    with M rows of logits, as the loop's verification call, / t1) after the prompt; every size timed
+    `repeats` times, sizes interleaved; medians. (A tree's forward_rows call of M rows costs what a
+    plain M-token call costs: the same products; its mask is the only difference.)"""
+    caches = target.new_cache(), draft.new_cache()
+    target.forward(np.asarray(prompt), caches[0], 1)
+    draft.forward(np.asarray(prompt), caches[1], 1)
+    ids = random_ids(max(sizes), target.n_vocab, seed=5)
+    times, draft_times = {M: [] for M in sizes}, []
+    for _ in range(repeats):
+        for M in sizes:
+            times[M].append(timed_call(target, ids[:M], caches[0], len(prompt)))
+        draft_times.append(timed_call(draft, ids[:1], caches[1], len(prompt)))
+    t1 = median(times[1])
+    return {"t1": t1, "c": median(draft_times) / t1, "v": {M: median(times[M]) / t1 for M in sizes}}
+
+
+def run_side(side, target, draft, prompt, sequence, rates, plan, seed):
+    """One timed run of one side ("plain", a widths tuple, "auto"): seconds, tokens, target calls."""
+    N = plan.n_tokens
+    if side == "plain":
+        start = time.perf_counter()
+        tokens = gpt2np.generate(target, prompt, N, temperature=0)
+        return {"seconds": time.perf_counter() - start, "tokens": tokens, "target_calls": N}
+    with forced_auto_tree(sequence, rates, seed) if side == "auto" else nullcontext([]) as made:
+        drafter = draft if side == "auto" else ForcedTreeDrafter(draft, sequence, rates, side, seed)
+        start = time.perf_counter()
+        result = gpt2np.speculative_generate(target, drafter, prompt, N, temperature=0, K_max=K_MAX,
+                                             tree="auto" if side == "auto" else None)
+        seconds = time.perf_counter() - start
+    used = (made[0] if made else drafter).shapes_used
+    return {"seconds": seconds, "tokens": result.tokens, "target_calls": result.stats.target_calls,
+            "shapes_used": used, "by_rank": result.stats.by_rank}
+
+
+def measure_cell(target, draft, prompt, sequence, plan, alpha, costs):
+    """Every side of one alpha, --tree-repeats times, order reversed on odd repeats."""
+    rates = scaled_rates(alpha, PROFILES[plan.profile][1], max(K_MAX, *(len(s) for s in plan.shapes if s != "auto")))
+    sides = ["plain", *plan.shapes]
+    runs = {label(side): [] for side in sides}
+    for r in range(plan.repeats):
+        for side in (sides if r % 2 == 0 else sides[::-1]):
+            runs[label(side)].append(run_side(side, target, draft, prompt, sequence, rates, plan, seed=r))
+    predicted = predictions(plan.shapes, rates, costs["c"], costs["v"], AutoTree(K_MAX).shapes)
+    return summarise_cell(runs, sequence[len(prompt):], alpha, rates, predicted)
+
+
+def run(plan, threads=None):
+    """The section's results dict (module docstring; keys in bench/__init__.py); prints its tables."""
+    limits = blas_limits(threads) or nullcontext()  # None: threadpoolctl missing, BLAS's own threads
+    start = time.perf_counter()
+    draft_size, target_size = plan.pair
+    with limits:
+        log(f"trees: building random {draft_size} (draft) and {target_size} (target) models")
+        target = gpt2np.random_model(plan.configs[target_size], seed=0, tokenizer=None)
+        draft = gpt2np.random_model(plan.configs[draft_size], seed=0, tokenizer=None)
+        prompt = random_ids(plan.prompt_len, target.n_vocab, seed=3)
+        sequence = prompt + gpt2np.generate(target, prompt, plan.n_tokens, temperature=0)  # baseline, warm-up
+        sizes = sorted({*range(1, MAX_NODES + 2), *(1 + tree_size(s) for s in plan.shapes if s != "auto")})
+        log(f"trees: timing target calls of M = {sizes[0]}..{sizes[-1]} tokens and the draft's one-token call")
+        costs = measure_costs(target, draft, prompt, sizes, COST_REPEATS)
+        cells = []
+        for alpha in plan.alphas:
+            log(f"trees {draft_size}->{target_size}: alpha {alpha}: {plan.repeats} x plain + {len(plan.shapes)} shapes")
+            cells.append(measure_cell(target, draft, prompt, sequence, plan, alpha, costs))
+    out = {"plan": plan.as_dict(), "draft": draft_size, "target": target_size, "n_tokens": plan.n_tokens,
+           "prompt_len": plan.prompt_len, "repeats": plan.repeats, "blas_kernel": gpt2np.blas_kernel(),
+           "profile": plan.profile, "profile_source": PROFILES[plan.profile][0],
+           "ratios": list(PROFILES[plan.profile][1]), "costs": costs, "cells": cells,
+           "seconds": time.perf_counter() - start}
+    out["targets"] = trees_report.targets(out)
+    trees_report.print_report(out)
+    return out
+
+
+def run_section(plan, results, threads=None):
+    """python -m bench's hook: the section into results["trees"], its seconds into meta."""
+    results["trees"] = run(plan, threads)
+    meta = results["meta"]
+    meta.setdefault("section_seconds", {})["trees"] = results["trees"]["seconds"]
+    meta["wall_seconds"] = meta.get("wall_seconds", 0) + results["trees"]["seconds"]
+
+
+if __name__ == "__main__":  # python -m bench.trees [FIXTURES_DIR]: the rate profiles of trees_report.PROFILES
+    import sys
+    from pathlib import Path
+    shared_fixtures = Path(__file__).resolve().parents[2] / "shared" / "fixtures"  # ../shared beside the repository
+    trees_report.measure_profiles(sys.argv[1] if len(sys.argv) > 1 else shared_fixtures)

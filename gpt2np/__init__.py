@@ -58,6 +58,7 @@ from .checkpoints.loading import RELEASE_SIZES, bundled_models, load_model, rand
 from .decoding.batched import batch_stream, generate_batch
 from .decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from .decoding.continuous import ContinuousBatch
+from .decoding.continuous_speculative import ContinuousSpeculativeBatch
 from .decoding.autoregressive import check_generation_request, generate, generate_without_cache, plain_stream
 from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
 from .decoding.policies import POLICIES, make_policy
@@ -70,7 +71,7 @@ from .model.forward import GPT2
 from .model.kv_cache import KVCache
 
 __all__ = [
-    "ContinuousBatch",
+    "ContinuousBatch", "ContinuousSpeculativeBatch",
     "DownloadError", "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "POLICIES", "PRESETS",
     "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",

@@ -75,14 +75,45 @@ class SlowStream:
         return self.stream.result
 
 
+class SlowSteps:
+    """A packed batch's step() that waits `delay` seconds first, and for `gate` at its first call: the
+    same stand-in as SlowStream, for the jobs that run in a batch (engine.py packs plain jobs and
+    chains drafted by a draft model)."""
+
+    def __init__(self, step, delay=0.0, gate=None):
+        self.step, self.delay, self.gate = step, delay, gate
+
+    def __call__(self):
+        if self.gate is not None and not self.gate.wait(timeout=60):
+            raise TimeoutError("the test never opened the gate")
+        time.sleep(self.delay)
+        return self.step()
+
+
 def slow_down(engine, delay=0.0, gate=None, opened=None):
-    """Make engine's worker run SlowStreams; each opened stream is appended to `opened`."""
+    """Make engine's worker slow: its own streams become SlowStreams and its packed batches' steps
+    SlowSteps (one gate for all: the worker waits at its first step or round until the test opens it).
+    Every generation the worker starts is appended to `opened` (its Generation), and the tokens it
+    delivers are counted in engine.delivered: a test can tell a generation stopped early."""
     original = engine.open_stream
+    engine.delivered = {}
 
     def open_stream(generation):
-        stream = SlowStream(original(generation), delay, gate)
+        return SlowStream(original(generation), delay, gate)
+
+    def start(job, open_job=engine._open):
         if opened is not None:
-            opened.append(stream)
-        return stream
-    engine.open_stream = open_stream
+            opened.append(job.generation)
+        return open_job(job)
+
+    def deliver(job, event, deliver_=engine._deliver):
+        engine.delivered[job] = engine.delivered.get(job, 0) + len(event.tokens)
+        return deliver_(job, event)
+
+    def new_batches(new=engine._new_batches):
+        new()
+        for batch in (engine._batch, *engine._drafting.values()):
+            batch.step = SlowSteps(batch.step, delay, gate)
+    engine.open_stream, engine._open, engine._deliver, engine._new_batches = open_stream, start, deliver, new_batches
+    new_batches()
     return original

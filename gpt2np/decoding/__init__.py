@@ -12,6 +12,9 @@
     theory.py              alpha, expected tokens per round, the predicted speedup (Thm 3.8, refined)
     tree_drafts.py         token trees of drafts: drawn level by level, with or without replacement; tries
     tree_kernel.py         one round of token-tree verification: multi-draft speculative sampling
+    batched.py             several prompts decoded together, one packed pass a step
+    batched_speculative.py several prompts drafted and verified together; batch_policy.py: K for a batch
+    continuous.py          sequences joining and leaving a running batch; continuous_speculative.py: drafting
 
 May import: the model (its interface and token checks). Never checkpoints (files, downloads),
 teach, the console or the server.

@@ -38,6 +38,22 @@ def stats_dict(result):
     return finite({name: getattr(result.stats, name) for name in STATS_FIELDS})
 
 
+def batched_stats(generation, live):
+    """A drafting job that ran in a packed batch (engine.py): what its own rounds measured. Its target
+    passes and draft calls were shared with the other jobs, so the per-job costs (calls, seconds, c, v)
+    and the predictions built on them are null; "batched" says why."""
+    if generation.drafter is None or live is None:
+        return None
+    own = {name: live[name] for name in STATS_FIELDS if name in live}
+    if generation.K == "auto":  # rounds by the K the batch's policy gave (a last round may draft fewer)
+        K_counts = live["K_counts"]
+    else:                       # a fixed K asked for every round, as SpeculativeStats counts it
+        K_counts = {generation.K: live["rounds"]}
+    K = max(K_counts, key=K_counts.get, default=None)  # the K used most, as SpeculativeStats.K
+    return finite({**dict.fromkeys(STATS_FIELDS), **own, "drafter": generation.drafter, "K": K, "K_counts": K_counts,
+                   "policy": "auto" if generation.K == "auto" else "fixed", "batched": True})
+
+
 class StopText:
     """Text released as it streams, stopping before the first stop string.
 
@@ -106,7 +122,7 @@ class Completion:
 
     def finish(self, result, tail, live):
         """The stream ended by itself: what is left of the text (held back or an unfinished character)."""
-        self.live, self.stats = live, stats_dict(result)
+        self.live, self.stats = live, stats_dict(result) or batched_stats(self.generation, live)
         if self.finish_reason is None:
             self.finish_reason = "length" if len(self.tokens) >= self.generation.max_tokens else "stop"
         return self.text.add(tail) + self.text.flush()

@@ -9,13 +9,19 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
   * one packed forward pass over every active plain (target-only) job: gpt2np.ContinuousBatch, in
     which a newly admitted job's prompt rows ride with the others' last tokens (prefill joins the
     step; a long prompt is fed prefill_chunk rows a step, so the others' steps stay short), and
-  * one round of each active speculative job (a request that names a drafter), run as its own
-    stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other: correct and
-    simple; its rows are not packed with the others'.
+  * one round of every active speculative job drafted by a draft model with a chain (K an int or
+    "auto") that joined while others ran: gpt2np.ContinuousSpeculativeBatch, one per served draft
+    model, whose round packs every job's draft calls and verifies every job's K + 1 rows in ONE target
+    pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting stops
+    where rows cannot pay), and
+  * one round of each other speculative job (prompt lookup, a token tree, K="heuristic", and a job
+    that started alone), run as its own stream (gpt2np's round stream, gpt2np/decoding/stream.py) one
+    after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
+    statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs).
 
 Each round becomes a message for the request that asked for it, as it comes. Every job gets the
 tokens it would get alone: each sequence of the packed pass keeps its own cache, options and rng.
-`open_stream` (speculative) and ContinuousBatch.add (plain) are the places that call the decoders.
+`open_stream` (speculative, alone) and `_add_to_batch` (packed) are the places that call the decoders.
 """
 import copy
 import logging
@@ -33,6 +39,7 @@ from .jobs import Active, Generation, Job, QueueFull, RequestError, new_seed  # 
 from .names import hide_path, served_name
 
 log = logging.getLogger("gpt2np.serve")
+K_MAX_LIMIT = 32  # the largest K_max a request may ask for (schemas.py): a drafting batch's own bound
 
 
 class Engine:
@@ -55,10 +62,27 @@ class Engine:
         self.max_queue, self.max_batch, self.prefill_chunk = max_queue, max_batch, prefill_chunk
         self._waiting = queue.Queue(maxsize=max_queue)
         self._thread, self._stopping = None, False
-        self._active, self._plain = {}, {}  # job -> Active; a plain job's batch handle -> its job
-        self._batch = gpt2np.ContinuousBatch(self.target, prefill_chunk)
+        self._active, self._members = {}, {}  # job -> Active; (batch, handle) -> its job
+        self._new_batches()
         self._seconds_per_job = 1.0  # running mean, for Retry-After
         self.served = self.cancelled = 0  # generations run; generations stopped or skipped: their client left
+
+    def _new_batches(self):
+        """The packed batches, empty: plain jobs in one, drafting jobs in one per served draft model."""
+        self._batch = gpt2np.ContinuousBatch(self.target, self.prefill_chunk)
+        self._drafting = {name: gpt2np.ContinuousSpeculativeBatch(self.target, d.model, K_max=K_MAX_LIMIT)
+                          for name, d in self.drafters.items() if isinstance(d, gpt2np.ModelDrafter)}
+
+    def batch_for(self, g):  # -> the packed batch a Generation joins, or None: it runs as its own stream
+        """Plain jobs: the plain batch. A chain drafted by a draft model: its drafter's batch, unless it
+        would run alone (nothing active, nothing waiting): then its own stream, which reports its own
+        costs (c, v, the predicted speedup) and runs the single-sequence K policies."""
+        if g.drafter is None:
+            return self._batch
+        alone = not self._active and self._waiting.empty()
+        if g.tree is None and (g.K == "auto" or not isinstance(g.K, str)) and not alone:
+            return self._drafting.get(g.drafter)
+        return None
 
     # lifecycle ----------------------------------------------------------------------------------
     def start(self):
@@ -74,11 +98,12 @@ class Engine:
         first request should not pay for first calls (allocations, BLAS start-up), or a comparison
         made with it would be unfair."""
         prompt, n = [self.target.eot_id or 0], min(6, self.n_ctx - 1)
-        batch = gpt2np.ContinuousBatch(self.target)
-        for _ in range(min(2, self.max_batch)):
-            batch.add(prompt, n)
-        while batch:
-            batch.step()
+        for batch in (gpt2np.ContinuousBatch(self.target),
+                      *(gpt2np.ContinuousSpeculativeBatch(self.target, b.draft) for b in self._drafting.values())):
+            for _ in range(min(2, self.max_batch)):
+                batch.add(prompt, n)
+            while batch:
+                batch.step()
         for drafter in self.drafters:
             g = Generation(tuple(prompt), max_tokens=n, drafter=drafter)
             type(self).open_stream(self, g).run()  # the class's adapter, whatever a test put on the instance
@@ -184,7 +209,7 @@ class Engine:
                 log.exception("generation failed")
                 for job in list(self._active):
                     self._leave(job, ("error", 500, "internal error while generating"))
-                self._batch = gpt2np.ContinuousBatch(self.target, self.prefill_chunk)
+                self._new_batches()
 
     def _admit(self):  # -> False once stopping and nothing is left to run
         """At a step boundary: jobs that waited join, up to max_batch active; waits only when idle."""
@@ -201,14 +226,21 @@ class Engine:
                 self._open(job)
         return bool(self._active) or not self._stopping
 
+    def _add_to_batch(self, batch, g):  # -> its handle in the batch
+        """The adapter to gpt2np's packed batches: a Generation joins a plain or a drafting batch."""
+        sampling = dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, rng=np.random.default_rng(g.seed))
+        if batch is self._batch:
+            return batch.add(list(g.prompt_ids), g.max_tokens, **sampling)
+        return batch.add(list(g.prompt_ids), g.max_tokens, g.K, K_max=g.K_max, **sampling)
+
     def _open(self, job):
-        """Start a job: a plain one joins the packed batch, a speculative one gets its own stream."""
+        """Start a job: it joins its packed batch (batch_for), or gets its own stream."""
         g, active = job.generation, Active(TokenTexts(self.tokenizer), time.perf_counter())
         try:
-            if g.drafter is None:
-                active.handle = self._batch.add(list(g.prompt_ids), g.max_tokens, g.temperature, g.top_k, g.top_p,
-                                                rng=np.random.default_rng(g.seed))
-                self._plain[active.handle] = job
+            active.batch = self.batch_for(g)
+            if active.batch is not None:
+                active.handle = self._add_to_batch(active.batch, g)
+                self._members[active.batch, active.handle] = job
             else:
                 active.stream = self.open_stream(g)
         except ValueError as e:  # check() should have caught it; still the client's error
@@ -217,16 +249,17 @@ class Engine:
         self._active[job] = active
 
     def _step(self):
-        """One scheduler step: drop the jobs whose client left, one packed pass for the plain jobs,
-        one round of each speculative job; every round goes to its request as it comes."""
+        """One scheduler step: drop the jobs whose client left, one packed pass for the plain jobs, one
+        packed round per drafting batch, one round of each other speculative job; every round goes to
+        its request as it comes."""
         for job in [job for job in self._active if job.cancelled.is_set()]:
             self._leave(job, ("cancelled",))
-        if len(self._batch):
-            for handle, event in self._batch.step():
-                job = self._plain[handle]
+        for batch in (b for b in (self._batch, *self._drafting.values()) if len(b)):
+            for handle, event in batch.step():
+                job = self._members[batch, handle]
                 self._deliver(job, event)
-                if handle not in self._batch:  # finished: it has left the batch already
-                    self._leave(job, ("done", self._batch.pop_tokens(handle)))
+                if handle not in batch:  # finished: it has left the batch already
+                    self._leave(job, ("done", batch.pop_tokens(handle)))
         for job, active in [(job, a) for job, a in self._active.items() if a.stream is not None]:
             try:
                 self._deliver(job, next(active.stream))
@@ -247,9 +280,9 @@ class Engine:
         """The job leaves the active set at once: done (its tail and live statistics added),
         cancelled (its decoder stopped where it is), or failed."""
         active = self._active.pop(job)
-        if active.handle is not None:
-            self._batch.cancel(active.handle)
-            self._plain.pop(active.handle)
+        if active.batch is not None:
+            active.batch.cancel(active.handle)
+            self._members.pop((active.batch, active.handle))
         elif message[0] != "done":
             active.stream.close()
         if message[0] == "done":

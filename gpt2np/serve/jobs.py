@@ -72,10 +72,11 @@ class LiveStats:
 
     def __init__(self):
         self.rounds = self.tokens = self.drafted = self.accepted = self.rejections = 0
-        self.overlaps, self.seconds = [], 0.0
+        self.overlaps, self.seconds, self.K_counts = [], 0.0, {}
 
     def add(self, event):
         self.rounds += 1
+        self.K_counts[event.K] = self.K_counts.get(event.K, 0) + 1
         self.tokens += len(event.tokens)
         self.drafted += len(event.drafts)
         self.accepted += event.decisions.count(True)
@@ -87,6 +88,7 @@ class LiveStats:
         examined = self.accepted + self.rejections
         return {
             "rounds": self.rounds, "tokens": self.tokens, "drafted": self.drafted, "accepted": self.accepted,
+            "rejections": self.rejections, "K_counts": dict(sorted(self.K_counts.items())),
             "alpha_hat": float(np.mean(self.overlaps)) if self.overlaps else None,
             "alpha_empirical": self.accepted / examined if examined else None,
             "tokens_per_target_call": self.tokens / self.rounds if self.rounds else None,
@@ -101,9 +103,10 @@ def new_seed():
 
 @dataclass(eq=False)
 class Active:
-    """A job the worker is running: its place in the packed batch (plain) or its own stream (speculative)."""
+    """A job the worker is running: its place in a packed batch, or its own stream."""
     texts: TokenTexts
     started: float
-    handle: int | None = None     # a plain job's handle in the ContinuousBatch
-    stream: object = None         # a speculative job's Stream of rounds
+    batch: object = None          # the packed batch it runs in (ContinuousBatch, ContinuousSpeculativeBatch) ...
+    handle: int | None = None     # ... and its handle there
+    stream: object = None         # or a speculative job's own Stream of rounds
     live: LiveStats = field(default_factory=LiveStats)

@@ -195,6 +195,51 @@ def test_speculative_requests_run_a_round_each_beside_the_packed_step(reference,
     assert not logged_errors(caplog)
 
 
+def test_drafting_requests_that_arrive_while_others_run_share_one_packed_round(reference, caplog):
+    """A plain request holds the worker; four drafting requests (the draft model, chains: K 4 greedy
+    streamed, K 3 sampled with a seed, K "auto" greedy, K 2 greedy streamed) arrive meanwhile and run in
+    ONE ContinuousSpeculativeBatch: its rounds hold 3-4 of them at once (max_batch 4 with the plain
+    one), each text equals its solo run (greedy: generate; seeded K 3: speculative_generate with that
+    seed), and each reply's statistics say the job was batched, with its rounds by K."""
+    engine = batching_engine()
+    held = HeldSteps(engine)
+    drafting_batch, sizes = engine._drafting[DRAFT], []
+    step = drafting_batch.step
+    drafting_batch.step = lambda: sizes.append(len(drafting_batch)) or step()
+    plain = {"prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0, "speculative": False}
+    bodies = [{"prompt": PROMPTS[1], "max_tokens": 40, "temperature": 0, "K": 4},
+              {"prompt": PROMPTS[2], "max_tokens": 30, "temperature": 0.8, "seed": 5, "K": 3},
+              {"prompt": PROMPTS[3], "max_tokens": 35, "temperature": 0, "K": "auto"},
+              {"prompt": PROMPTS[4], "max_tokens": 25, "temperature": 0, "K": 2}]
+    target, drafter = reference, gpt2np.load_drafter(DRAFT)
+    ids = target.tokenizer.encode(PROMPTS[2])
+    sampled = gpt2np.speculative_generate(target, drafter, ids, 30, K=3, temperature=0.8, rng=np.random.default_rng(5))
+    texts = [expected(target, b["prompt"], b["max_tokens"]) for b in bodies]
+    texts[1] = target.tokenizer.decode([t for t in sampled.tokens if t != target.eot_id])
+    with running_server(engine) as url, ThreadPoolExecutor(5) as pool:
+        first = pool.submit(complete, url, plain, False)
+        assert wait_until(lambda: len(held.seen) == 1)  # the plain one holds the worker: the others queue
+        sent = [pool.submit(requests.post, url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)
+                for b in bodies]
+        assert wait_until(lambda: engine.queued == 4)
+        held.free()
+        replies = [f.result(timeout=120) for f in sent]
+        assert first.result(timeout=60)[:2] == (200, expected(target, plain["prompt"], 12))
+    assert [r.status_code for r in replies] == [200] * 4, [r.text[:200] for r in replies]
+    got = [r.json()["choices"][0]["text"] for r in replies]
+    wrong = [(i, g, t) for i, (g, t) in enumerate(zip(got, texts)) if g != t]
+    assert not wrong, f"{len(wrong)} of 4 drafting answers differ from their solo runs, e.g. {wrong[0]}"
+    assert max(sizes, default=0) >= 3, f"the drafting jobs never shared a round: batch sizes {sizes}"
+    for body, reply in zip(bodies, replies):
+        stats = reply.json()["gpt2np"]["stats"]
+        assert stats["batched"] and stats["drafter"] == DRAFT and stats["rounds"] == len(reply.json()["gpt2np"]["rounds"])
+        assert sum(stats["K_counts"].values()) == stats["rounds"], stats
+        if body["K"] != "auto":
+            assert stats["K_counts"] == {str(body["K"]): stats["rounds"]}, stats
+        assert stats["tokens_per_target_call"] >= 1 and stats["c"] is None, stats
+    assert not logged_errors(caplog)
+
+
 def test_a_long_prompt_is_fed_in_chunks_beside_a_running_request(reference, monkeypatch):
     from gpt2np.decoding import batched
     rows, packed = [], batched.forward_packed

@@ -1,0 +1,174 @@
+"""Continuous batching with drafting: speculative sequences join and leave a running batch at any round.
+
+continuous.py does this for plain decoding; batched_speculative.py drafts for a fixed list of prompts.
+A server has neither: requests that ask for drafting arrive while others are half done. Here every
+`step` is one round of batched_speculative.batch_round over the sequences running then, so it keeps
+that file's promises: the draft model's calls packed (one per draft step), ONE packed target call for
+every sequence's newest token and k_i drafts, each sequence verified with its own rng and rolled back
+on its own caches. A sequence added since the last step feeds its whole prompt in that round (to the
+target in the packed call, to the draft in the first draft step): prefill joins the round.
+
+    round r      target rows [prompt of c | a's newest + 4 drafts | b's newest + 4 drafts]
+    round r + 1  target rows [c's newest + 4 drafts | b's newest + 4 drafts]     a finished in round r
+
+K per sequence: an int (that many drafts a round, clamped to what it still wants; 0 is plain
+decoding) or "auto": then batch_policy.BatchAutoK picks one K a round for every "auto" sequence from
+the batch's measured costs, so drafting stops as the batch fills (the goodput rule). A round in which
+a sequence joined carries prompts, so its timing is not shown to the policy.
+
+Exactness is batched_speculative's: a sequence with a fixed K gets exactly what speculative_generate
+gives it alone with an identically seeded rng (greedy: the target's own greedy tokens), whatever
+joins or leaves around it, up to the float32 rounding of packed products (~1e-5, a flip only at a
+near tie). With K="auto" its K depends on the batch, so it gets the target's law, not the solo run's
+draws.
+
+>>> from gpt2np.decoding.speculative import speculative_generate
+>>> from gpt2np.teach.toy_models import random_toy_model
+>>> rng = np.random.default_rng(0)
+>>> target, draft = random_toy_model(rng, n_vocab=4, order=3), random_toy_model(rng, n_vocab=4)
+>>> batch = ContinuousSpeculativeBatch(target, draft)
+>>> a = batch.add([0], 6, K=2)
+>>> first = batch.step()                     # a alone: its prompt, its first round
+>>> b = batch.add([1, 2], 4, K=3)            # b joins the running batch
+>>> while batch:
+...     _ = batch.step()
+>>> [batch.pop_tokens(h) == speculative_generate(target, draft, p, n, K=k).tokens
+...  for h, p, n, k in ((a, [0], 6, 2), (b, [1, 2], 4, 3))]
+[True, True]
+"""
+import numpy as np
+
+from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
+from .batch_policy import BatchAutoK
+from .batched import check_sequence, request_cache
+from .batched_speculative import Sequence, batch_round, roll_back_each, verify_each
+from .drafters import check_same_vocabulary, parameter_ratio
+from .speculative import DEFAULT_K
+
+USAGE = "ContinuousSpeculativeBatch(target, draft).add(prompt_ids, n_tokens, K, ...)"
+
+
+def check_K(K, K_max):  # -> (K for the Sequence, whether the batch's policy chooses it)
+    """An int >= 0 (0: plain decoding), or "auto" (at most K_max, chosen each round by the policy)."""
+    if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
+        raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
+    if isinstance(K, str) and K == "auto":
+        return int(K_max), True
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 0:
+        raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding) or 'auto', got {K!r}")
+    return int(K), False
+
+
+class AutoKForSome:
+    """BatchAutoK for the sequences that asked for K="auto": each round it sets their K, each capped by
+    its own K_max (the others keep their own K), and hides from the policy the timing of rounds that
+    carry a newcomer's prompt. The policy prices the rows of every running sequence: one pass holds them."""
+
+    def __init__(self, policy, seqs, auto, newcomers):
+        self.policy, self.seqs, self.auto, self.newcomers = policy, seqs, auto, newcomers
+
+    prices_catch_up = True  # batch_round passes the draft's lag and the tokens still wanted on to choose
+
+    def choose(self, B, *debt):  # -> None: batch_round then takes each sequence's own K
+        if self.auto:
+            K = self.policy.choose(B, *debt)
+            for handle, cap in self.auto.items():
+                self.seqs[handle].K = min(K, cap)
+        return None
+
+    def update(self, *measured, first_round, **more):
+        if self.auto:
+            self.policy.update(*measured, first_round=first_round or bool(self.newcomers), **more)
+            for handle, cap in self.auto.items():  # until the next choice: what the draft would owe if they draft
+                self.seqs[handle].K = cap
+
+    @property
+    def t(self):  # batch_round asks whether this is the policy's first round
+        return self.policy.t
+
+
+class ContinuousSpeculativeBatch:
+    """Running speculative sequences, one batch round per step; any may join or leave between rounds.
+
+    add(...) -> a handle (an int); step() -> [(handle, RoundEvent)], one per sequence in the round; a
+    sequence that finished (n_tokens, a stop token, eot_id) has left when step returns and its tokens
+    stay readable once with pop_tokens(handle). draft: a model of the target's vocabulary. verify and
+    roll_back exist for teaching, as in speculative_batch_stream (teach/broken_batch_kernels.py)."""
+
+    def __init__(self, target, draft, K_max=8, *, verify=verify_each, roll_back=roll_back_each):
+        check_model(target, "target", USAGE)
+        if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
+            raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model), got "
+                             f"{type(draft).__name__}: {USAGE}")
+        check_same_vocabulary(target, draft)
+        check_K(0, K_max)
+        self.target, self.draft, self.K_max = target, draft, int(K_max)
+        self.verify, self.roll_back = verify, roll_back
+        self._running, self._finished, self._next = {}, {}, 0
+        self._auto, self._newcomers = {}, set()  # handle -> its K_max, for the K="auto" sequences
+        self.policy = AutoKForSome(BatchAutoK(self.K_max, parameter_ratio(draft, target)), self._running,
+                                   self._auto, self._newcomers)
+
+    def add(self, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None, top_p=None, rng=None, *,
+            stop_tokens=None, K_max=None):
+        """Check one request as speculative_generate checks it (one-line ValueError) and put it in the
+        batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
+        K (default, and at most: the batch's K_max)."""
+        if K_max is not None:
+            check_K(0, K_max)
+        K, auto = check_K(K, self.K_max if K_max is None else min(K_max, self.K_max))
+        options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
+                                        stop_tokens)
+        if K:
+            check_generation_request(self.draft, prompt_ids, n_tokens)  # the draft sees it too
+        if rng is not None and any(s.rng is rng for s in self._running.values()):
+            raise ValueError("rng: a running sequence already draws from this generator; each sampled "
+                             "sequence needs its own (np.random.default_rng(seed))")
+        prompt = [int(t) for t in prompt_ids]
+        handle, self._next = self._next, self._next + 1
+        room = len(prompt) + int(n_tokens) - 1  # the target holds context[:-1] and at most k <= wanted - 1 drafts
+        self._running[handle] = Sequence(prompt, int(n_tokens), K, options, rng, stops,
+                                         request_cache(self.target, room), request_cache(self.draft, room),
+                                         context=list(prompt))
+        self._newcomers.add(handle)
+        if auto:
+            self._auto[handle] = K
+        return handle
+
+    def cancel(self, handle):
+        """Take a running sequence out now (its client left); True if it was running."""
+        self._auto.pop(handle, None)
+        self._newcomers.discard(handle)
+        return self._running.pop(handle, None) is not None
+
+    def step(self):  # -> [(handle, RoundEvent)]
+        """One round of every running sequence (batch_round); finished sequences leave before it returns."""
+        if not self._running:
+            return []
+        events = batch_round(self.target, self.draft, self._running, list(self._running), self.verify,
+                             self.roll_back, self.policy)
+        self._newcomers.clear()
+        for handle in [h for h, s in self._running.items() if not s.running()]:
+            seq = self._running.pop(handle)  # it leaves now: its last token is never fed
+            self._auto.pop(handle, None)
+            self._finished[handle] = seq.context[len(seq.prompt):]
+        return events
+
+    def tokens_of(self, handle):
+        """The tokens a sequence has emitted so far (running, or finished and not yet popped)."""
+        seq = self._running.get(handle)
+        return list(seq.context[len(seq.prompt):]) if seq is not None else list(self._finished[handle])
+
+    def pop_tokens(self, handle):
+        """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
+        return self._finished.pop(handle)
+
+    @property
+    def running(self):  # -> [handle] in the order they joined
+        return list(self._running)
+
+    def __contains__(self, handle):
+        return handle in self._running
+
+    def __len__(self):
+        return len(self._running)

@@ -1,0 +1,230 @@
+"""ContinuousSpeculativeBatch: drafting sequences join and leave a running batch, each exactly as alone.
+
+(1) greedy and seeded sampling with fixed K: every sequence equals speculative_generate alone (K = 0:
+generate), whatever joins, finishes or is cancelled around it, on toy pairs, a small GPT-2 pair and
+the bundled pair; (2) the exact joint law of two sequences, the second joining a round late, with
+K="auto" for both under an uneven scripted clock, equals the product of the target's laws, and the
+broken verifiers that couple the sequences' coins (teach/broken_batch_kernels.py) fail that check; (3) one packed target call per round;
+(4) one-line errors.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpt2np
+from conftest import random_params
+from gpt2np.decoding import batched_speculative
+from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.continuous_speculative import ContinuousSpeculativeBatch
+from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.forward import GPT2
+from gpt2np.teach.broken_batch_kernels import BROKEN_BATCH_VARIANTS
+from gpt2np.teach.exact import exact_distribution, exact_target_distribution, max_abs_difference, total_variation
+from gpt2np.teach.toy_models import random_toy_model
+from test_batched_speculative import RngView
+from test_drafters_policies import ScriptedClock
+
+EXACT = 1e-12
+SMALL = GPT2Config(n_vocab=37, n_ctx=64, n_embd=12, n_head=3, n_layer=2)
+PROMPTS = ["ROMEO:\nBut soft", "First Citizen:\nBefore we proceed any further, hear me speak.", "O", "JULIET:\n"]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    names = gpt2np.bundled_models()
+    if not {"shakespeare-2.6M", "shakespeare-260K"} <= set(names):
+        pytest.skip(f"the bundled pair is not installed (found {names})")
+    return gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
+
+
+def rng_of(seed):
+    return None if seed is None else np.random.default_rng(seed)
+
+
+def solo(target, draft, r):  # r: dict(prompt, n, K, options, seed, stops, join[, cancel])
+    if r["K"] == 0:
+        return generate(target, r["prompt"], r["n"], rng=rng_of(r["seed"]), stop_tokens=r["stops"], **r["options"])
+    return speculative_generate(target, draft, r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]),
+                                stop_tokens=r["stops"], **r["options"]).tokens
+
+
+def run_schedule(target, draft, requests, K_max=8):
+    """Request i joins before round r["join"] and is cancelled before round r.get("cancel"); returns
+    each request's tokens, the batch's size at each round, and every event's K."""
+    batch, handles, tokens, sizes, Ks, step = ContinuousSpeculativeBatch(target, draft, K_max), {}, {}, [], [], 0
+    while step == 0 or batch or any(r["join"] >= step for r in requests):
+        for i, r in enumerate(requests):
+            if r["join"] == step:
+                handles[i] = batch.add(r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]), stop_tokens=r["stops"],
+                                       **r["options"])
+            if r.get("cancel") == step and handles[i] in batch:
+                tokens[i] = batch.tokens_of(handles[i])
+                assert batch.cancel(handles[i]) and handles[i] not in batch
+        sizes.append(len(batch))
+        for handle, event in batch.step():
+            Ks.append(event.K)
+            assert event.n_emitted == len(batch.tokens_of(handle)), "n_emitted counts the sequence's tokens"
+            if handle not in batch:
+                tokens[next(i for i, h in handles.items() if h == handle)] = batch.pop_tokens(handle)
+        step += 1
+    return [tokens[i] for i in range(len(requests))], sizes, Ks
+
+
+def assert_each_as_alone(target, draft, requests, got, what):
+    for i, (r, tokens) in enumerate(zip(requests, got)):
+        expected = solo(target, draft, r)
+        if "cancel" in r:  # cancelled mid-way: what it emitted so far is a prefix of its solo run
+            expected = expected[:len(tokens)]
+            assert len(tokens) < r["n"], f"{what}: request {i} was not cancelled mid-way ({len(tokens)} tokens)"
+        first = next((j for j, (x, y) in enumerate(zip(tokens, expected)) if x != y), min(len(tokens), len(expected)))
+        assert tokens == expected, (f"{what}: request {i} differs from its solo run at token {first} of "
+                                    f"{len(expected)} ({len(tokens)} emitted)")
+
+
+# ---- (1) each sequence as alone ----------------------------------------------------------------------
+
+def test_bundled_pair_requests_joining_finishing_and_cancelled_each_equal_their_solo_runs(pair):
+    target, draft = pair
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+    newline = target.tokenizer.encode("\n")
+    requests = [dict(prompt=ids[0], n=60, K=4, options={}, seed=None, stops=None, join=0),
+                dict(prompt=ids[1], n=30, K=2, options=dict(temperature=0.8), seed=7, stops=None, join=2),
+                dict(prompt=ids[2], n=40, K=0, options=dict(temperature=1.0, top_k=20), seed=3, stops=newline, join=3),
+                dict(prompt=ids[3], n=50, K=3, options=dict(temperature=0.9, top_p=0.9), seed=11, stops=None, join=5,
+                     cancel=9)]
+    got, sizes, _ = run_schedule(target, draft, requests)
+    assert max(sizes) >= 3 and sizes[0] == 1, f"the batch should grow from 1 to 3 or 4 sequences, got sizes {sizes}"
+    assert_each_as_alone(target, draft, requests, got, "bundled pair")
+
+
+@settings(deadline=None, max_examples=25)
+@given(data=st.data(), n_seqs=st.integers(1, 4), seed=st.integers(0, 2**31), gpt=st.booleans())
+def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
+    rng = np.random.default_rng(seed)
+    if gpt:
+        target, draft = GPT2(SMALL, random_params(SMALL, rng)), GPT2(SMALL, random_params(SMALL, rng))
+        n_vocab = SMALL.n_vocab
+    else:
+        n_vocab = 5
+        target, draft = random_toy_model(rng, n_vocab, order=3), random_toy_model(rng, n_vocab, order=2)
+    requests = []
+    for _ in range(n_seqs):
+        prompt = data.draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=5))
+        sampled = data.draw(st.booleans())
+        requests.append(dict(prompt=prompt, n=data.draw(st.integers(1, 12)), K=data.draw(st.integers(0, 4)),
+                             options=dict(temperature=data.draw(st.sampled_from([0.7, 1.0]))) if sampled else {},
+                             seed=data.draw(st.integers(0, 1000)) if sampled else None,
+                             stops=data.draw(st.sampled_from([None, [0]])), join=data.draw(st.integers(0, 4))))
+    got, _, _ = run_schedule(target, draft, requests)
+    assert_each_as_alone(target, draft, requests, got, f"{'small GPT-2' if gpt else 'toy'} pair, seed {seed}")
+
+
+def test_auto_K_sequences_get_the_targets_greedy_tokens_and_fixed_ones_keep_their_K(pair):
+    target, draft = pair
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+    requests = [dict(prompt=ids[i], n=n, K=K, options={}, seed=None, stops=None, join=j)
+                for i, (n, K, j) in enumerate([(40, "auto", 0), (30, "auto", 1), (35, 3, 2), (20, "auto", 4)])]
+    got, _, Ks = run_schedule(target, draft, requests, K_max=4)
+    for i, (r, tokens) in enumerate(zip(requests, got)):
+        assert tokens == generate(target, r["prompt"], r["n"], temperature=0), f"request {i} (K={r['K']!r})"
+    assert max(Ks) <= 4 and len(set(Ks)) >= 2, f"auto's K should vary within K_max 4, got {sorted(set(Ks))}"
+
+
+# ---- (2) the exact joint law, K="auto", the second sequence joining a round late ------------------------
+
+def joint_law(target, draft, prompts, n_tokens, **teaching):  # {(tokens_0, tokens_1): P}
+    def run(rng):
+        batch_ = ContinuousSpeculativeBatch(target, draft, K_max=3, **teaching)
+        first = batch_.add(prompts[0], n_tokens[0], "auto", temperature=1.0, rng=RngView(rng))
+        batch_.step()
+        second = batch_.add(prompts[1], n_tokens[1], "auto", temperature=1.0, rng=RngView(rng))
+        while batch_:
+            batch_.step()
+        return tuple(batch_.pop_tokens(first)), tuple(batch_.pop_tokens(second))
+    return exact_distribution(run)
+
+
+def product_law(target, prompts, n_tokens):
+    first, second = (exact_target_distribution(target, p, n, temperature=1.0) for p, n in zip(prompts, n_tokens))
+    return {(a, b): pa * pb for a, pa in first.items() for b, pb in second.items()}
+
+
+def toy_pair():
+    rng = np.random.default_rng(3)
+    return random_toy_model(rng, 2, order=3), random_toy_model(rng, 2, order=2), [[1], [0, 1]], [3, 3]
+
+
+def test_the_joint_law_with_auto_K_and_a_late_joiner_is_the_product_of_the_targets_laws(monkeypatch):
+    target, draft, prompts, n_tokens = toy_pair()
+    monkeypatch.setattr(batched_speculative, "time", ScriptedClock())  # uneven, replayed on every path
+    got, expected = joint_law(target, draft, prompts, n_tokens), product_law(target, prompts, n_tokens)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+
+
+@pytest.mark.parametrize("variant", ["shared_uniform", "copied_decision"])
+def test_the_joint_law_check_catches_the_broken_batch_verifiers(monkeypatch, variant):
+    """The negative control: the same check, with a verifier that couples the sequences' coins
+    (teach/broken_batch_kernels.py), must fail."""
+    target, draft, prompts, n_tokens = toy_pair()
+    monkeypatch.setattr(batched_speculative, "time", ScriptedClock())
+    broken = joint_law(target, draft, prompts, n_tokens, **BROKEN_BATCH_VARIANTS[variant])
+    tv = total_variation(broken, product_law(target, prompts, n_tokens))
+    print(f"{variant}: total variation from the product of the target's laws {tv:.4f}")
+    assert tv > 0.01, f"{variant} was not caught: total variation {tv:.3g}"
+
+
+# ---- (3) one packed target call per round -------------------------------------------------------------
+
+def test_one_packed_target_call_per_round(monkeypatch):
+    rng = np.random.default_rng(0)
+    target, draft = GPT2(SMALL, random_params(SMALL, rng)), GPT2(SMALL, random_params(SMALL, rng))
+    calls = []
+    real = batched_speculative.forward_packed
+    monkeypatch.setattr(batched_speculative, "forward_packed",
+                        lambda model, c, n: calls.append((model, len(c))) or real(model, c, n))
+    batch = ContinuousSpeculativeBatch(target, draft)
+    batch.add([1, 2, 3], 6, K=2)
+    batch.step()
+    batch.add([4], 6, K=0)
+    calls.clear()
+    batch.step()
+    target_calls = [n for model, n in calls if model is target]
+    draft_calls = [n for model, n in calls if model is draft]
+    assert target_calls == [2], f"one target call over both sequences, got {target_calls}"
+    assert draft_calls == [1, 1], f"two draft steps for the drafting sequence only, got {draft_calls}"
+
+
+# ---- (4) errors ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(K="heuristic"), r"K \(draft tokens per round\) must be an integer >= 0"),
+    (dict(K=-1), r"K \(draft tokens per round\) must be an integer >= 0"),
+    (dict(K=True), r"K \(draft tokens per round\) must be an integer >= 0"),
+    (dict(temperature=-1.0), "temperature must be"),
+    (dict(n_tokens=0), "n_tokens"),
+])
+def test_bad_requests_are_one_line_errors(kwargs, message):
+    rng = np.random.default_rng(0)
+    target, draft = random_toy_model(rng, 4), random_toy_model(rng, 4)
+    batch = ContinuousSpeculativeBatch(target, draft)
+    args = dict(prompt_ids=[0], n_tokens=3, K=2) | kwargs
+    with pytest.raises(ValueError, match=message) as error:
+        batch.add(**args)
+    assert "\n" not in str(error.value) and len(batch) == 0
+
+
+def test_the_models_and_shared_generators_are_refused():
+    rng = np.random.default_rng(0)
+    target = random_toy_model(rng, 4)
+    with pytest.raises(ValueError, match="draft must be a model"):
+        ContinuousSpeculativeBatch(target, "gpt2")
+    with pytest.raises(ValueError, match="vocabular"):
+        ContinuousSpeculativeBatch(target, random_toy_model(rng, 5))
+    with pytest.raises(ValueError, match="K_max must be an integer >= 1"):
+        ContinuousSpeculativeBatch(target, random_toy_model(rng, 4), K_max=0)
+    batch, coins = ContinuousSpeculativeBatch(target, random_toy_model(rng, 4)), np.random.default_rng(1)
+    batch.add([0], 3, 2, rng=coins)
+    with pytest.raises(ValueError, match="already draws from this generator"):
+        batch.add([1], 3, 2, rng=coins)

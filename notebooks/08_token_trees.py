@@ -437,9 +437,10 @@ plt.tight_layout()
 # more of everything else: every node's row of *q* and of *p* goes through a softmax over the
 # vocabulary, every tried child through the kernel's Python, every level through a draft call over
 # more rows, and the target's rows through a mask. Against a 1–2 ms target call that is not small.
-# The automatic shape (`tree="auto"`) estimates this *o* per node from the run's own clock
-# (`tree_policy.py`); in these runs it still trails the best chain, and its shapes and tokens per
-# call move from run to run because its choices follow the clock. A round's time split by where it
+# The automatic shape (`tree="auto"`) estimates this *o* from the run's own clock and takes the
+# auto *K* policy's depth, branching only where the run's counts predict a tree beats that chain by
+# 5 % (`tree_policy.py`); its shapes and tokens per call move from run to run because its choices
+# follow the clock. A round's time split by where it
 # went, for a chain and two trees (greedy; of 3 runs each, the fastest one's own stopwatches):
 
 # %%

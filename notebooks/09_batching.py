@@ -404,8 +404,11 @@ for B in (1, 4, 8, 12):
 # (`expected_tokens_under_belief`: by Jensen's inequality this is more than *E* at the belief's mean,
 # because *E* is convex in α); whether to draft at all it decides at an optimistic α, so that an
 # unlucky start does not lock drafting out. And *T*, *d* are its own run's timed calls (its target
-# calls by rows in all, its draft steps including their sampling), a prior curve until there are
-# some. Before anything is timed it already drafts less as *B* grows:
+# calls by rows in all, its draft calls by rows including their sampling), a prior curve until there
+# are some. A third cost it prices is the draft's catch-up: a draft that has not drafted for a
+# sequence must first read its prompt and everything since (a 124M pass over 8 × 17 rows costs about
+# two plain 355M rounds), so that is spread over the tokens the batch still wants, and never paid on
+# the prior alone. Before anything is timed it already drafts less as *B* grows:
 
 # %%
 a, b = 1 + 40, 1 + 10  # a Beta belief after 40 accepted and 10 rejected drafts: mean 0.79

@@ -1,5 +1,6 @@
-"""gpt2np.serve with continuous batching (--max_batch 4, the bundled pair): many clients decoded together,
-each answered exactly as if it had been served alone.
+"""gpt2np.serve with continuous batching (--max_batch 4, the bundled pair): many clients decoded together
+(plain requests in one packed batch, drafting ones in another), each answered exactly as if it had
+been served alone.
 
 A real uvicorn server on 127.0.0.1 (tests/serve_helpers.py). The worker's packed step is wrapped by
 HeldSteps, which records the batch at every step and can hold a step until the test lets it run, so
@@ -174,9 +175,9 @@ def test_a_streaming_client_leaving_does_not_disturb_the_others(reference, caplo
 
 
 def test_speculative_requests_run_a_round_each_beside_the_packed_step(reference, caplog):
-    """Four greedy speculative requests (two with the draft model, two by prompt lookup) active with a
-    plain one: each
-    has its own drafter state, round by round interleaved, and gives generate's text."""
+    """Four greedy speculative requests (two with the draft model: packed in its drafting batch; two by
+    prompt lookup: each its own stream) active with a plain one: each has its own drafter state,
+    round by round interleaved, and gives generate's text."""
     engine = batching_engine()
     held = HeldSteps(engine)
     plain = {"prompt": PROMPTS[0], "max_tokens": 30, "temperature": 0, "speculative": False}

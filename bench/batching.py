@@ -31,7 +31,7 @@ from gpt2np.model.config import PRESETS
 
 from . import batching_report
 from .batching_report import crossover, print_report, summarise_cell, targets
-from .common import TINY_CONFIGS, blas_limits, log, random_ids
+from .common import TINY_CONFIGS, add_section, blas_limits, log, numbers, random_ids
 from .forced_batch_draft import ForcedBatchDraft, packed_draft_calls
 
 K_MAX = 8  # auto's bound, as speculative_generate_batch's default
@@ -72,16 +72,6 @@ def add_arguments(ap):
                     help="section batching: prompt tokens per sequence")
     ap.add_argument("--batch-repeats", type=int, default=d.repeats,
                     help="section batching: repeats of every cell (medians; the sides' order reversed every other one)")
-
-
-def numbers(text, kind, flag):  # "1,2,4" -> (1, 2, 4), or a one-line SystemExit
-    try:
-        values = tuple(kind(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise SystemExit(f"{flag}: comma-separated {kind.__name__}s, got {text!r}") from None
-    if not values:
-        raise SystemExit(f"{flag}: at least one value, got {text!r}")
-    return values
 
 
 def parse_pairs(text, configs):  # "124M,355M;124M,1558M" -> (("124M", "355M"), ("124M", "1558M"))
@@ -202,7 +192,4 @@ def run(plan, threads=None):
 
 def run_section(plan, results, threads=None):
     """python -m bench's hook: the section into results["batching"], its seconds into meta."""
-    results["batching"] = run(plan, threads)
-    meta = results["meta"]
-    meta.setdefault("section_seconds", {})["batching"] = results["batching"]["seconds"]
-    meta["wall_seconds"] = meta.get("wall_seconds", 0) + results["batching"]["seconds"]
+    add_section(results, "batching", run(plan, threads))

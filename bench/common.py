@@ -247,3 +247,22 @@ def peak_rss_bytes():
     """This process's RSS high-water mark (VmHWM). Unlike getrusage's ru_maxrss, it starts afresh
     at exec, so a subprocess does not inherit its parent's peak."""
     return _proc_status_kib("VmHWM")
+
+
+def add_section(results, name, out):
+    """A section run after the others (python -m bench's long ones): its results under results[name],
+    its seconds into meta (section_seconds, wall_seconds)."""
+    results[name] = out
+    meta = results["meta"]
+    meta.setdefault("section_seconds", {})[name] = out["seconds"]
+    meta["wall_seconds"] = meta.get("wall_seconds", 0) + out["seconds"]
+
+
+def numbers(text, kind, flag):  # "1,2,4" -> (1, 2, 4): a flag's comma-separated values, or a one-line SystemExit
+    try:
+        values = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"{flag}: comma-separated {kind.__name__}s, got {text!r}") from None
+    if not values:
+        raise SystemExit(f"{flag}: at least one value, got {text!r}")
+    return values

@@ -35,7 +35,7 @@ from gpt2np.decoding.tree_shape import tree_size
 from gpt2np.model.config import PRESETS
 
 from . import trees_report
-from .common import TINY_CONFIGS, blas_limits, log, median, random_ids
+from .common import TINY_CONFIGS, add_section, blas_limits, log, median, numbers, random_ids
 from .forced_tree_draft import ForcedTreeDrafter, forced_auto_tree
 from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, summarise_cell
 
@@ -102,16 +102,6 @@ def parse_shapes(text):  # "K=1-3;2,1;auto" -> ((1,), (1, 1), (1, 1, 1), (2, 1),
     if any(s != "auto" and max(s) > RANKS for s in shapes):
         raise SystemExit(f"--tree-shapes: at most {RANKS} children a node (the measured rates cover {RANKS} ranks)")
     return shapes
-
-
-def numbers(text, kind, flag):  # "0.3,0.5" -> (0.3, 0.5), or a one-line SystemExit
-    try:
-        values = tuple(kind(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise SystemExit(f"{flag}: comma-separated {kind.__name__}s, got {text!r}") from None
-    if not values:
-        raise SystemExit(f"{flag}: at least one value, got {text!r}")
-    return values
 
 
 def nodes_at_most(plan):  # the most nodes a round drafts: the largest fixed tree, or auto's bound
@@ -232,10 +222,7 @@ def run(plan, threads=None):
 
 def run_section(plan, results, threads=None):
     """python -m bench's hook: the section into results["trees"], its seconds into meta."""
-    results["trees"] = run(plan, threads)
-    meta = results["meta"]
-    meta.setdefault("section_seconds", {})["trees"] = results["trees"]["seconds"]
-    meta["wall_seconds"] = meta.get("wall_seconds", 0) + results["trees"]["seconds"]
+    add_section(results, "trees", run(plan, threads))
 
 
 if __name__ == "__main__":  # python -m bench.trees [FIXTURES_DIR]: the rate profiles of trees_report.PROFILES

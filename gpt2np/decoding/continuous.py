@@ -63,7 +63,26 @@ class Sequence:
         return len(self.tokens) == self.n_tokens or (self.tokens and self.tokens[-1] in self.stops)
 
 
-class ContinuousBatch:
+class Handles:
+    """What both continuous batches keep by handle: the running sequences (_running, in the order they
+    joined) and the finished ones' tokens until they are popped (_finished)."""
+
+    def pop_tokens(self, handle):
+        """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
+        return self._finished.pop(handle)
+
+    @property
+    def running(self):  # -> [handle] in the order they joined
+        return list(self._running)
+
+    def __contains__(self, handle):
+        return handle in self._running
+
+    def __len__(self):
+        return len(self._running)
+
+
+class ContinuousBatch(Handles):
     """Running sequences decoded together, one packed forward pass per step; any may join or leave.
 
     add(...) -> a handle (an int); step() -> [(handle, RoundEvent)] for the sequences that drew a token
@@ -126,17 +145,3 @@ class ContinuousBatch:
         """The tokens a sequence has drawn so far (running or finished and not yet popped)."""
         seq = self._running.get(handle)
         return list(seq.tokens) if seq is not None else list(self._finished[handle])
-
-    def pop_tokens(self, handle):
-        """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
-        return self._finished.pop(handle)
-
-    @property
-    def running(self):  # -> [handle] in the order they joined
-        return list(self._running)
-
-    def __contains__(self, handle):
-        return handle in self._running
-
-    def __len__(self):
-        return len(self._running)

@@ -42,6 +42,7 @@ from .autoregressive import MODEL_INTERFACE, check_generation_request, check_mod
 from .batch_policy import BatchAutoK
 from .batched import check_sequence, request_cache
 from .batched_speculative import Sequence, batch_round, roll_back_each, verify_each
+from .continuous import Handles
 from .drafters import check_same_vocabulary, parameter_ratio
 from .speculative import DEFAULT_K
 
@@ -87,7 +88,7 @@ class AutoKForSome:
         return self.policy.t
 
 
-class ContinuousSpeculativeBatch:
+class ContinuousSpeculativeBatch(Handles):
     """Running speculative sequences, one batch round per step; any may join or leave between rounds.
 
     add(...) -> a handle (an int); step() -> [(handle, RoundEvent)], one per sequence in the round; a
@@ -158,17 +159,3 @@ class ContinuousSpeculativeBatch:
         """The tokens a sequence has emitted so far (running, or finished and not yet popped)."""
         seq = self._running.get(handle)
         return list(seq.context[len(seq.prompt):]) if seq is not None else list(self._finished[handle])
-
-    def pop_tokens(self, handle):
-        """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
-        return self._finished.pop(handle)
-
-    @property
-    def running(self):  # -> [handle] in the order they joined
-        return list(self._running)
-
-    def __contains__(self, handle):
-        return handle in self._running
-
-    def __len__(self):
-        return len(self._running)

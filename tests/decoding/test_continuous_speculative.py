@@ -18,29 +18,19 @@ from gpt2np.decoding import batched_speculative
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.continuous_speculative import ContinuousSpeculativeBatch
 from gpt2np.decoding.speculative import speculative_generate
-from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
 from gpt2np.teach.broken_batch_kernels import BROKEN_BATCH_VARIANTS
 from gpt2np.teach.exact import exact_distribution, exact_target_distribution, max_abs_difference, total_variation
 from gpt2np.teach.toy_models import random_toy_model
-from test_batched_speculative import RngView
+from test_batched_speculative import EXACT, PROMPTS, SMALL, RngView, rng_of
 from test_drafters_policies import ScriptedClock
-
-EXACT = 1e-12
-SMALL = GPT2Config(n_vocab=37, n_ctx=64, n_embd=12, n_head=3, n_layer=2)
-PROMPTS = ["ROMEO:\nBut soft", "First Citizen:\nBefore we proceed any further, hear me speak.", "O", "JULIET:\n"]
 
 
 @pytest.fixture(scope="module")
 def pair():
-    names = gpt2np.bundled_models()
-    if not {"shakespeare-2.6M", "shakespeare-260K"} <= set(names):
-        pytest.skip(f"the bundled pair is not installed (found {names})")
+    if not {"shakespeare-2.6M", "shakespeare-260K"} <= set(gpt2np.bundled_models()):
+        pytest.skip("the bundled pair is not installed")
     return gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
-
-
-def rng_of(seed):
-    return None if seed is None else np.random.default_rng(seed)
 
 
 def solo(target, draft, r):  # r: dict(prompt, n, K, options, seed, stops, join[, cancel])

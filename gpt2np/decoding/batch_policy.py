@@ -99,7 +99,6 @@ def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> s
 
 class BatchAutoK:
     """K = argmax goodput(K) for the round's B running sequences (module docstring)."""
-    prices_catch_up = True  # batched_speculative.batch_round passes it the draft's lag and the tokens left
 
     def __init__(self, K_max=8, c_prior=0.5):
         self.K_max, self.c_prior, self.name = K_max, c_prior, "batch auto"

@@ -99,12 +99,17 @@ def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most t
     return [int(k) for k in Ks]
 
 
-def check_draft(target, draft, prompts, n_tokens, Ks):
-    """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
+def check_draft_model(target, draft, usage=USAGE):
+    """The draft is a model (the batches pack its calls) of the target's vocabulary."""
     if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
         raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model; prompt lookup is "
-                         f"not batched), got {type(draft).__name__}: {USAGE}")
+                         f"not batched), got {type(draft).__name__}: {usage}")
     check_same_vocabulary(target, draft)
+
+
+def check_draft(target, draft, prompts, n_tokens, Ks):
+    """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
+    check_draft_model(target, draft)
     for i in (i for i, k in enumerate(Ks) if k > 0):  # K = 0: the draft never sees that sequence
         try:
             check_generation_request(draft, prompts[i], n_tokens[i])
@@ -184,11 +189,8 @@ def draft_debt(seqs, running):  # -> (rows the draft lacks beyond one per sequen
 
 
 def choose_K(policy, seqs, running):  # Step 0: K for every running sequence (None: each its own K)
-    if policy is None:
-        return None
-    if getattr(policy, "prices_catch_up", False):  # a policy without it (a wrapper) is asked with B alone
-        return policy.choose(len(running), *draft_debt(seqs, running))
-    return policy.choose(len(running))
+    """policy.choose(B, lag, horizon): the batch's size and what drafting would owe (draft_debt)."""
+    return None if policy is None else policy.choose(len(running), *draft_debt(seqs, running))
 
 
 def plain_round(target, seqs, running):  # -> [(i, token)], rows fed

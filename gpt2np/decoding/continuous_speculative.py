@@ -38,23 +38,27 @@ draws.
 """
 import numpy as np
 
-from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
+from .autoregressive import check_generation_request, check_model
 from .batch_policy import BatchAutoK
 from .batched import check_sequence, request_cache
-from .batched_speculative import Sequence, batch_round, roll_back_each, verify_each
+from .batched_speculative import Sequence, batch_round, check_draft_model, roll_back_each, verify_each
 from .continuous import Handles
-from .drafters import check_same_vocabulary, parameter_ratio
+from .drafters import parameter_ratio
 from .speculative import DEFAULT_K
 
 USAGE = "ContinuousSpeculativeBatch(target, draft).add(prompt_ids, n_tokens, K, ...)"
 
 
-def check_K(K, K_max):  # -> (K for the Sequence, whether the batch's policy chooses it)
-    """An int >= 0 (0: plain decoding), or "auto" (at most K_max, chosen each round by the policy)."""
+def check_K_max(K_max):  # -> K_max as an int
     if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
         raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
+    return int(K_max)
+
+
+def check_K(K, K_max):  # -> (K for the Sequence, whether the batch's policy chooses it)
+    """An int >= 0 (0: plain decoding), or "auto" (at most K_max, chosen each round by the policy)."""
     if isinstance(K, str) and K == "auto":
-        return int(K_max), True
+        return K_max, True
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 0:
         raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding) or 'auto', got {K!r}")
     return int(K), False
@@ -68,11 +72,9 @@ class AutoKForSome:
     def __init__(self, policy, seqs, auto, newcomers):
         self.policy, self.seqs, self.auto, self.newcomers = policy, seqs, auto, newcomers
 
-    prices_catch_up = True  # batch_round passes the draft's lag and the tokens still wanted on to choose
-
-    def choose(self, B, *debt):  # -> None: batch_round then takes each sequence's own K
+    def choose(self, B, lag, horizon):  # -> None: batch_round then takes each sequence's own K
         if self.auto:
-            K = self.policy.choose(B, *debt)
+            K = self.policy.choose(B, lag, horizon)
             for handle, cap in self.auto.items():
                 self.seqs[handle].K = min(K, cap)
         return None
@@ -98,12 +100,8 @@ class ContinuousSpeculativeBatch(Handles):
 
     def __init__(self, target, draft, K_max=8, *, verify=verify_each, roll_back=roll_back_each):
         check_model(target, "target", USAGE)
-        if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
-            raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model), got "
-                             f"{type(draft).__name__}: {USAGE}")
-        check_same_vocabulary(target, draft)
-        check_K(0, K_max)
-        self.target, self.draft, self.K_max = target, draft, int(K_max)
+        check_draft_model(target, draft, USAGE)
+        self.target, self.draft, self.K_max = target, draft, check_K_max(K_max)
         self.verify, self.roll_back = verify, roll_back
         self._running, self._finished, self._next = {}, {}, 0
         self._auto, self._newcomers = {}, set()  # handle -> its K_max, for the K="auto" sequences
@@ -115,9 +113,7 @@ class ContinuousSpeculativeBatch(Handles):
         """Check one request as speculative_generate checks it (one-line ValueError) and put it in the
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max)."""
-        if K_max is not None:
-            check_K(0, K_max)
-        K, auto = check_K(K, self.K_max if K_max is None else min(K_max, self.K_max))
+        K, auto = check_K(K, self.K_max if K_max is None else min(check_K_max(K_max), self.K_max))
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         if K:

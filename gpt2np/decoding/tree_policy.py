@@ -25,7 +25,7 @@ Why a tree must win by a margin at the mean rather than at an optimistic point: 
 explored wide shapes optimistically (a rank never tried looked promising until tried) and timed
 three plain rounds first; on 124M -> 1558M (bench section trees, forced rates) that cost 4-21 % of
 the best chain's speed, and no fixed tree beat the best chain there or on the bundled pair. Siblings
-are still learnt from every tree round that is played. (hopeful: the optimistic rates, kept for
+are still learnt from every tree round that is played. (hopeful_rates: the optimistic point, for
 teaching: how much more a tree could give if every later sibling were as good as it might be.)
 
 Deterministic given the past, so the loop stays exact (policies.py says why).
@@ -62,9 +62,8 @@ class AutoTree:
     def current(self):  # -> the shape chosen last
         return self.widths
 
-    def rates(self):  # -> (planned, hopeful): rates[d][r] for d < K_max, r < max_width, a_{d+1,r}
-        """planned: the belief's mean for every rank (the shape); hopeful: its optimistic point for
-        every rank (mean + sqrt(ln(t + 1)) standard deviations in round t)."""
+    def beliefs(self):  # -> [d][r] Beta (a, b) for d < K_max, r < max_width: a_{d+1,r}'s belief
+        """Each (depth, rank)'s counts over a prior of PRIOR_WEIGHT positions at its rank's pooled mean."""
         pooled = {}
         for (d, r), (tried, accepted) in self.counts.items():
             total = pooled.setdefault(r, [0, 0])
@@ -74,17 +73,20 @@ class AutoTree:
             a0, b0 = ALPHA_PRIOR if r == 0 else SIBLING_PRIOR
             tried, accepted = pooled.get(r, (0, 0))
             priors.append((a0 + accepted) / (a0 + b0 + tried))
-        planned, hopeful = [], []
+        beliefs = []
         for d in range(self.K_max):
-            means, tops = [], []
+            row = []
             for r, mean in enumerate(priors):
                 tried, accepted = self.counts.get((d, r), (0, 0))
-                a, b = PRIOR_WEIGHT * mean + accepted, PRIOR_WEIGHT * (1 - mean) + tried - accepted
-                means.append(a / (a + b))
-                tops.append(optimistic_alpha(a, b, self.t))
-            planned.append(means)
-            hopeful.append(tops)
-        return planned, hopeful
+                row.append((PRIOR_WEIGHT * mean + accepted, PRIOR_WEIGHT * (1 - mean) + tried - accepted))
+            beliefs.append(row)
+        return beliefs
+
+    def rates(self):  # -> rates[d][r]: the belief's mean for every depth and rank (the shape is planned at it)
+        return [[a / (a + b) for a, b in row] for row in self.beliefs()]
+
+    def hopeful_rates(self):  # -> rates[d][r] at the optimistic point, mean + sqrt(ln(t + 1)) std in round t
+        return [[optimistic_alpha(a, b, self.t) for a, b in row] for row in self.beliefs()]
 
     def costs(self, past):  # -> c per draft call, v, o per drafting round, a plain round's cost
         v = v_curve(past.target_durations, self.M_max)
@@ -103,7 +105,7 @@ class AutoTree:
         if K == 0 or self.t == 1:
             return K                                                   # plain, or a first round: no counts yet
         c, v, o, plain = self.costs(past)
-        planned = self.rates()[0]
+        planned = self.rates()
         shape, speedup = best_shape(planned, c, v, self.shapes, o, plain)
         if max(shape) > 1 and speedup >= TREE_MARGIN * tree_speedup(self.widths, planned, c, v, o, plain):
             self.widths = shape                                        # 2. a tree, where it pays by the margin

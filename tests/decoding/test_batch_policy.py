@@ -132,7 +132,6 @@ def test_the_catch_up_is_priced_from_the_drafts_own_calls():
 
 class Scripted:
     """A policy that plays the given Ks and records what each round owed."""
-    prices_catch_up = True
 
     def __init__(self, Ks):
         self.Ks, self.asked, self.t = list(Ks), [], 0

@@ -139,11 +139,11 @@ def test_auto_tree_gives_the_target_greedy_tokens_on_the_bundled_pair():
 def test_auto_tree_plans_with_the_run_s_own_counts():
     policy = AutoTree(K_max=3)
     policy.t = 1
-    fresh, _ = policy.rates()
+    fresh = policy.rates()
     for _ in range(50):  # rank 0 at depth 1 tried 50 times, never accepted
         policy.update(type("Round", (), dict(tried=((1, False),), parents=(-1, 0), drafts=[], propose_seconds=0,
                                              seconds=0.0)))
-    planned, hopeful = policy.rates()
+    planned, hopeful = policy.rates(), policy.hopeful_rates()
     assert planned[0][0] < 0.1 < fresh[0][0], (planned[0][0], fresh[0][0])
     assert planned[1][0] < fresh[1][0]  # other depths learn from the pooled rank
     assert all(h >= p for row_h, row_p in zip(hopeful, planned) for h, p in zip(row_h, row_p))  # optimism

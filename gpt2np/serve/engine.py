@@ -193,8 +193,7 @@ class Engine:
     # the worker ---------------------------------------------------------------------------------
     def open_stream(self, g):
         """The adapter to gpt2np's decoders: a Generation -> a Stream of RoundEvents."""
-        rng = np.random.default_rng(g.seed)
-        sampling = dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, rng=rng)
+        sampling = sampling_of(g)
         if g.drafter is None:
             return gpt2np.plain_stream(self.target, list(g.prompt_ids), g.max_tokens, **sampling)
         drafter = copy.copy(self.drafters[g.drafter])  # its own state (a cache, an index): streams interleave
@@ -229,7 +228,7 @@ class Engine:
 
     def _add_to_batch(self, batch, g):  # -> its handle in the batch
         """The adapter to gpt2np's packed batches: a Generation joins a plain or a drafting batch."""
-        sampling = dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, rng=np.random.default_rng(g.seed))
+        sampling = sampling_of(g)
         if batch is self._batch:
             return batch.add(list(g.prompt_ids), g.max_tokens, **sampling)
         return batch.add(list(g.prompt_ids), g.max_tokens, g.K, K_max=g.K_max, **sampling)
@@ -293,6 +292,10 @@ class Engine:
         job.put(message)
         self.served += 1
         self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * (time.perf_counter() - active.started)
+
+
+def sampling_of(g):  # -> the decoders' sampling arguments for a Generation, its own seeded generator included
+    return dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, rng=np.random.default_rng(g.seed))
 
 
 def hide_drafter_path(drafter):

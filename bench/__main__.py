@@ -51,7 +51,8 @@ def parse_args(argv):
     ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
     ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")
     ap.add_argument("--policy-drafters", default="model,lookup",
-                    help="the sweep's drafters: model (the pair's draft, forced acceptance), lookup (prompt lookup's cost)")
+                    help="the sweep's drafters: model (the pair's draft, forced acceptance), lookup (prompt lookup's cost), "
+                         "self (the target drafting for itself: alpha 1, c ~ 1; once per repeat)")
     ap.add_argument("--spec-tokens", type=int, default=None,
                     help="tokens per speculative/baseline run; default 6 (K+1), so that alpha = 1 runs end on a "
                          "full round (a clamped last round would bias tokens per round low)")
@@ -114,8 +115,8 @@ def policy_options(args):
     drafters = tuple(d.strip() for d in args.policy_drafters.split(",") if d.strip())
     if not all(0 <= a <= 1 for a in alphas) or not all(1 <= K <= 8 for K in Ks) or args.policy_tokens < 2:
         raise SystemExit("--policy-alphas must lie in [0, 1], --policy-Ks in 1..8, --policy-tokens >= 2")
-    if not drafters or set(drafters) - {"model", "lookup"}:
-        raise SystemExit(f"--policy-drafters: model and/or lookup, got {args.policy_drafters!r}")
+    if not drafters or set(drafters) - {"model", "lookup", "self"}:
+        raise SystemExit(f"--policy-drafters: model, lookup and/or self, got {args.policy_drafters!r}")
     return dict(policy_alphas=alphas, policy_Ks=Ks, policy_tokens=args.policy_tokens, policy_drafters=drafters)
 
 

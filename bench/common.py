@@ -101,6 +101,7 @@ def tiny_plan(repeats=2, **overrides):
               contexts=(8, 16, 22), verify_contexts=(8, 22), verify_context=8, verify_max_m=9, spec_prompt_len=4,
               spec_long_prompt=16, spec_tokens=12, spec_repeats=repeats, K=3, alphas=(0.5, 1.0),
               pair=("tiny", "tiny2"), policy_alphas=(0.5, 1.0), policy_K_max=3, policy_tokens=12,
+              policy_drafters=("model", "lookup", "self"),
               policy_repeats=1, reference_size="tiny2", reference_new=12, reference_tokens=4,
               memory_sizes=("tiny", "tiny2"), kernel_sizes=("tiny2",), kernel_max_m=16, kernel_rounds=2,
               bandwidth_mib=8, small_m_shape=(64, 256),

@@ -5,6 +5,9 @@ alpha in plan.policy_alphas, two drafters:
   model    the 124M draft around forced_draft.ForcedAcceptanceDraft: a real draft's cost (c ~ 0.35)
   lookup   ForcedLookupDrafter below: proposes like prompt lookup (one-hot q, a few microseconds,
            c ~ 0), agreeing with the target's greedy token with probability alpha
+  self     the target drafting for itself (the repositories' sanity pair): every draft accepted
+           (alpha 1 by nature, reported as alpha 1.0), but a draft costs a whole target call (c ~ 1),
+           so no fixed K can pay and auto must stay plain; run once per repeat, not per alpha
 and for each, the fixed Ks plan.policy_Ks (default 1..plan.policy_K_max), then heuristic and auto
 (K_max = plan.policy_K_max); plan.policy_drafters picks the drafters. One repeat = a plain-decoding
 baseline, then every run of one alpha, back to back; speedups are per-repeat ratios, medians over
@@ -137,13 +140,20 @@ def run(target, plan, draft_model):
             log(f"policies: repeat {r + 1}/{plan.policy_repeats}, alpha {a}: baseline, then K {Ks} x "
                 f"{', '.join(plan.policy_drafters)}")
             baseline = baseline_run(target, prompt, N)
-            for name in plan.policy_drafters:
+            for name in (d for d in plan.policy_drafters if d != "self"):
                 for K in Ks:
                     draft_proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=r)) if name == "model" else None
                     drafter = (ModelDrafter(draft_proxy, c_prior=c_prior) if draft_proxy
                                else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=r))
                     one = run_one(target, drafter, draft_proxy, prompt, N, K, K_max, baseline)
                     runs.setdefault((name, a, str(K)), []).append(one)
+        if "self" in plan.policy_drafters:
+            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, the target drafting for itself: baseline, then K {Ks}")
+            baseline = baseline_run(target, prompt, N)
+            for K in Ks:
+                draft_proxy = TimedProxy(target)  # the same weights, its own cache: c ~ 1
+                one = run_one(target, ModelDrafter(draft_proxy, c_prior=1.0), draft_proxy, prompt, N, K, K_max, baseline)
+                runs.setdefault(("self", 1.0, str(K)), []).append(one)
     rows = [{"drafter": name, "alpha_nominal": a, **combine(rs)} for (name, a, _), rs in runs.items()]
     return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows}
 
@@ -170,6 +180,14 @@ def bundled_lookup(plan):
     return {"prompt_tokens": len(prompt), "n_tokens": N, "rows": rows}
 
 
+def by_drafter_and_alpha(rows):
+    """{(drafter, alpha): {str(K): row}}: the sweep's rows, one group per drafter and alpha."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["drafter"], r["alpha_nominal"]), {})[str(r["K"])] = r
+    return by
+
+
 def against_best_fixed(group, Ks, name):
     """(median, worst) over seeds of policy `name`'s speedup / the best fixed K's on the same coins
     (the best fixed K: the best median; plain decoding, 1.0, where no fixed K beats it)."""
@@ -182,27 +200,25 @@ def against_best_fixed(group, Ks, name):
 def print_report(result):
     if not result:
         return
-    Ks, by = result.get("Ks") or list(range(1, result["K_max"] + 1)), {}
-    for r in result["rows"]:
-        by.setdefault((r["drafter"], r["alpha_nominal"]), {})[str(r["K"])] = r
-    rows = []
-    for (name, a), g in by.items():
+    Ks, rows = result.get("Ks") or list(range(1, result["K_max"] + 1)), []
+    for (name, a), g in by_drafter_and_alpha(result["rows"]).items():
         fixed = [g[str(K)]["speedup"] for K in Ks]
         worst_err = max(abs(r["refined_error"]) for r in g.values() if r["refined_error"] is not None)
         auto_med, auto_worst = against_best_fixed(g, Ks, "auto")
+        heuristic_med, heuristic_worst = against_best_fixed(g, Ks, "heuristic")
         rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], max(max(fixed), 1.0),
-                     auto_med, auto_worst, min(g["auto"]["speedups"]),
+                     heuristic_med, heuristic_worst, auto_med, auto_worst, min(g["auto"]["speedups"]),
                      " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
                      worst_err, all(r["exact"] for r in g.values())])
     seeds = len(next(iter(result["rows"]))["speedups"]) if result["rows"] else 0
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s)",
-                ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best",
+                ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
                  "auto/best", "worst seed", "auto's worst", "auto's K:rounds (all seeds)", "max |err|", "exact"], rows,
                 note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
-                     "(c ~ 0);\nbest: the best fixed K's median, or plain decoding (1.0) if no fixed K beats it; "
-                     "auto/best and worst seed:\nthe median and the worst over seeds of auto / best, seed by seed on "
-                     "the same coins;\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
+                     "(c ~ 0); self: the target\ndrafting for itself (alpha 1, c ~ 1); best: the best fixed K's "
+                     "median, or plain decoding (1.0) if no fixed K beats it;\nheur/best, auto/best and worst seed: "
+                     "the median and the worst over seeds of the policy / best, seed by seed on the same coins;\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
 
 
 def print_bundled(result):

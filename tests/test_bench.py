@@ -125,10 +125,14 @@ def test_policy_sweep_and_bundled_prompt_lookup(results):
     sweep = results["sizes"][plan.pair[1]]["policies"]
     Ks = [str(K) for K in range(1, plan.policy_K_max + 1)] + ["heuristic", "auto"]
     got = {(r["drafter"], r["alpha_nominal"], str(r["K"])) for r in sweep["rows"]}
-    assert got == {(d, a, K) for d in ("model", "lookup") for a in plan.policy_alphas for K in Ks}
+    assert got == {(d, a, K) for d in ("model", "lookup") for a in plan.policy_alphas for K in Ks} | \
+        {("self", 1.0, K) for K in Ks}  # the target drafting for itself: once per repeat, alpha 1 by nature
     for row in sweep["rows"]:
-        assert row["exact"] is True and positive(row["speedup"]) and positive(row["predicted_refined"])
+        drafted = set(map(str, row["K_counts"])) != {"0"}  # auto may stay plain throughout (self): no alpha_hat to predict with
+        assert row["exact"] is True and positive(row["speedup"]) and (positive(row["predicted_refined"]) or not drafted)
         assert sum(row["K_counts"].values()) == row["rounds"]
+    for row in (r for r in sweep["rows"] if r["drafter"] == "self" and r["K"] != "auto"):
+        assert row["alpha_hat"] == 1.0 and row["c"] > 0.3, row  # every draft accepted; a draft costs a target call
     at_one = [r for r in sweep["rows"] if r["alpha_nominal"] == 1.0 and r["K"] == 2]
     assert all(r["alpha_hat"] == 1.0 for r in at_one)  # forced alpha = 1: every draft accepted
     bundled = results["bundled_lookup"]

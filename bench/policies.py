@@ -9,9 +9,11 @@ alpha in plan.policy_alphas, two drafters:
            (alpha 1 by nature, reported as alpha 1.0), but a draft costs a whole target call (c ~ 1),
            so no fixed K can pay and auto must stay plain; run once per repeat, not per alpha
 and for each, the fixed Ks plan.policy_Ks (default 1..plan.policy_K_max), then heuristic and auto
-(K_max = plan.policy_K_max); plan.policy_drafters picks the drafters. One repeat = a plain-decoding
-baseline, then every run of one alpha, back to back; speedups are per-repeat ratios, medians over
-repeats. Repeat r draws its forced coins with seed r, the same for every K of the repeat: auto's
+(K_max = plan.policy_K_max); plan.policy_drafters picks the drafters. One repeat = for each alpha,
+a group: a plain-decoding baseline, every run of that alpha back to back (in an order rotated with
+the repeat), and a second baseline; each run's speedup is over the baseline drawn on the line between
+the two at the run's midpoint (baseline_at: a shared machine's speed drifts by several per cent
+within the minutes a group lasts; the report gives the drift), medians over repeats. Repeat r draws its forced coins with seed r, the same for every K of the repeat: auto's
 early rounds decide how it goes on, so one coin sequence for all repeats would measure that
 sequence's luck (seed 0 at alpha 0.8 rejects the very first draft), not the policy. The report
 gives each policy's median and worst seed against the best fixed K (the K with the best median),
@@ -78,28 +80,35 @@ def mean_call(calls, n_seq):
     return sum(secs) / len(secs) if secs else None
 
 
-def run_one(target, drafter, draft_proxy, prompt, n_tokens, K, K_max, baseline):
-    """One greedy run through the stream; speedup, prediction and K usage as the docstring says."""
+def run_one(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
+    """One greedy run through the stream, timed: what measured() needs once its baseline is known."""
     proxy = TimedProxy(target)
     start = time.perf_counter()
     stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True)
     ks = [event.K for event in stream]
     wall = time.perf_counter() - start - stream.result.stats.calibration_seconds
-    result, t1 = stream.result, baseline["t1"]
-    steady_calls = proxy.calls[1:len(ks)]  # the rounds' target calls after the first (not calibration)
+    return {"K": K, "K_max": K_max, "ks": ks, "wall": wall, "when": start + wall / 2, "result": stream.result,
+            "calls": proxy.calls, "draft_calls": draft_proxy.calls if draft_proxy else [],
+            "cost_per_token": drafter.cost_per_token(), "prompt_len": len(prompt)}
+
+
+def measured(run, baseline):
+    """A run's speedup and refined prediction against its baseline (t1, steady seconds, tokens)."""
+    ks, K_max, result, t1 = run["ks"], run["K_max"], run["result"], baseline["t1"]
+    steady_calls = run["calls"][1:len(ks)]  # the rounds' target calls after the first (not calibration)
     v_fit = v_curve({m: [s for n, s in steady_calls if n == m] for m in range(1, K_max + 2)}, K_max + 1)
     v = {m: ratio(mean_call(steady_calls, m), t1) or v_fit[m] for m in range(1, K_max + 2)}
-    first_target = proxy.calls[0][1] - v[ks[0] + 1] * t1
-    draft_calls = draft_proxy.calls if draft_proxy else []
+    first_target = run["calls"][0][1] - v[ks[0] + 1] * t1
+    draft_calls = run["draft_calls"]
     one_token = [s for n, s in draft_calls if n == 1] or [s for n, s in draft_calls[1:] if n == 2]
-    t_draft = median(one_token) if one_token else (drafter.cost_per_token() or 0.0)
-    first_draft = draft_calls[0][1] - t_draft if draft_calls and draft_calls[0][0] == len(prompt) else 0.0
-    steady = wall - first_target - first_draft
+    t_draft = median(one_token) if one_token else (run["cost_per_token"] or 0.0)
+    first_draft = draft_calls[0][1] - t_draft if draft_calls and draft_calls[0][0] == run["prompt_len"] else 0.0
+    steady = run["wall"] - first_target - first_draft
     a, c = result.stats.alpha_hat, t_draft / t1
     predicted = None
     if a is not None:
         predicted = sum(expected_tokens_per_round(a, k) for k in ks) / sum(k * c + v[k + 1] for k in ks)
-    return {"K": K, "speedup": baseline["steady"] / steady, "predicted_refined": predicted, "alpha_hat": a,
+    return {"K": run["K"], "speedup": baseline["steady"] / steady, "predicted_refined": predicted, "alpha_hat": a,
             "c": c, "rounds": len(ks), "K_counts": result.stats.K_counts,
             "exact": result.tokens == baseline["tokens"]}
 
@@ -110,7 +119,25 @@ def baseline_run(target, prompt, n_tokens):
     tokens = generate(proxy, prompt, n_tokens, temperature=0)
     wall = time.perf_counter() - start
     t1 = median([s for _, s in proxy.calls[1:]])
-    return {"tokens": tokens, "t1": t1, "steady": wall - proxy.calls[0][1] + t1}
+    return {"tokens": tokens, "t1": t1, "steady": wall - proxy.calls[0][1] + t1, "when": start + wall / 2}
+
+
+def baseline_at(before, after, when):
+    """The plain baseline at time `when`, drawn on the line between one run just before a group of
+    runs and one just after it: on a shared machine the speed drifts by several per cent within
+    minutes, and a group of runs lasts minutes (its last run would otherwise be measured against a
+    baseline taken minutes before it)."""
+    share = min(1.0, max(0.0, (when - before["when"]) / (after["when"] - before["when"])))
+    return {"tokens": before["tokens"], **{key: before[key] + share * (after[key] - before[key]) for key in ("t1", "steady")}}
+
+
+def timed_group(target, prompt, N, runs):
+    """[measured run] for a group of runs (callables, each returning run_one's record), bracketed by
+    plain baselines; and the group's drift, the later baseline's steady seconds over the earlier's."""
+    before = baseline_run(target, prompt, N)
+    records = [one() for one in runs]
+    after = baseline_run(target, prompt, N)
+    return [measured(r, baseline_at(before, after, r["when"])) for r in records], after["steady"] / before["steady"]
 
 
 def combine(runs):
@@ -129,33 +156,44 @@ def combine(runs):
 
 
 def run(target, plan, draft_model):
-    """{"rows": [...]} for every (drafter, alpha, K) of the module docstring."""
+    """{"rows": [...], "drifts": [...]} for every (drafter, alpha, K) of the module docstring. Within a
+    group (one repeat, one alpha) the runs' order rotates with the repeat, so that no policy is always
+    the one furthest from a baseline."""
     prompt, N, K_max = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
     sequence = prompt + baseline_run(target, prompt, N)["tokens"]  # warm-up, and what greedy decoding gives
     Ks = list(plan.policy_Ks or range(1, K_max + 1)) + ["heuristic", "auto"]
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
-    runs = {}
+    runs, drifts = {}, []
+
+    def forced(name, a, K, seed):  # -> a callable: one run of the forced drafter `name` at alpha a
+        def one():
+            proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=seed)) if name == "model" else None
+            drafter = (ModelDrafter(proxy, c_prior=c_prior) if proxy
+                       else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=seed))
+            return run_one(target, drafter, proxy, prompt, N, K, K_max)
+        return (name, a, str(K)), one
+
+    def itself(K):  # the target drafting for itself: the same weights, its own cache (c ~ 1)
+        def one():
+            proxy = TimedProxy(target)
+            return run_one(target, ModelDrafter(proxy, c_prior=1.0), proxy, prompt, N, K, K_max)
+        return ("self", 1.0, str(K)), one
+
     for r in range(plan.policy_repeats):
-        for a in plan.policy_alphas:
-            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, alpha {a}: baseline, then K {Ks} x "
-                f"{', '.join(plan.policy_drafters)}")
-            baseline = baseline_run(target, prompt, N)
-            for name in (d for d in plan.policy_drafters if d != "self"):
-                for K in Ks:
-                    draft_proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=r)) if name == "model" else None
-                    drafter = (ModelDrafter(draft_proxy, c_prior=c_prior) if draft_proxy
-                               else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=r))
-                    one = run_one(target, drafter, draft_proxy, prompt, N, K, K_max, baseline)
-                    runs.setdefault((name, a, str(K)), []).append(one)
-        if "self" in plan.policy_drafters:
-            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, the target drafting for itself: baseline, then K {Ks}")
-            baseline = baseline_run(target, prompt, N)
-            for K in Ks:
-                draft_proxy = TimedProxy(target)  # the same weights, its own cache: c ~ 1
-                one = run_one(target, ModelDrafter(draft_proxy, c_prior=1.0), draft_proxy, prompt, N, K, K_max, baseline)
-                runs.setdefault(("self", 1.0, str(K)), []).append(one)
+        groups = [(f"alpha {a}", [forced(name, a, K, r) for name in plan.policy_drafters if name != "self" for K in Ks])
+                  for a in plan.policy_alphas]
+        groups += [("the target drafting for itself", [itself(K) for K in Ks])] if "self" in plan.policy_drafters else []
+        for what, group in groups:
+            if not group:
+                continue
+            group = group[r % len(group):] + group[:r % len(group)]  # rotated with the repeat
+            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, {what}: baseline, {len(group)} runs, baseline")
+            rows, drift = timed_group(target, prompt, N, [one for _, one in group])
+            drifts.append(drift)
+            for (key, _), row in zip(group, rows):
+                runs.setdefault(key, []).append(row)
     rows = [{"drafter": name, "alpha_nominal": a, **combine(rs)} for (name, a, _), rs in runs.items()]
-    return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows}
+    return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows, "drifts": drifts}
 
 
 def bundled_lookup(plan):
@@ -175,7 +213,8 @@ def bundled_lookup(plan):
                 for _ in range(plan.policy_repeats + 1):
                     proxy = TimedProxy(draft) if name == "model" else None
                     drafter = ModelDrafter(proxy, c_prior=0.1) if proxy else NgramDrafter(n_max=3)
-                    runs.append(run_one(target, drafter, proxy, prompt, N, K, 8, baseline_run(target, prompt, N)))
+                    baseline = baseline_run(target, prompt, N)
+                    runs.append(measured(run_one(target, drafter, proxy, prompt, N, K, 8), baseline))
                 rows.append({"drafter": name, **combine(runs)})
     return {"prompt_tokens": len(prompt), "n_tokens": N, "rows": rows}
 
@@ -211,6 +250,9 @@ def print_report(result):
                      " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
                      worst_err, all(r["exact"] for r in g.values())])
     seeds = len(next(iter(result["rows"]))["speedups"]) if result["rows"] else 0
+    drifts = result.get("drifts") or [1.0]
+    drift = (f"\nplain baselines bracketing each group: the later over the earlier {min(drifts):.3f}-{max(drifts):.3f} "
+             f"(median {median(drifts):.3f}, {len(drifts)} groups); each run is measured against the line between them")
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s)",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
@@ -218,7 +260,7 @@ def print_report(result):
                 note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
                      "(c ~ 0); self: the target\ndrafting for itself (alpha 1, c ~ 1); best: the best fixed K's "
                      "median, or plain decoding (1.0) if no fixed K beats it;\nheur/best, auto/best and worst seed: "
-                     "the median and the worst over seeds of the policy / best, seed by seed on the same coins;\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs")
+                     "the median and the worst over seeds of the policy / best, seed by seed on the same coins;\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs" + drift)
 
 
 def print_bundled(result):

@@ -141,6 +141,19 @@ def test_policy_sweep_and_bundled_prompt_lookup(results):
         assert all(r["exact"] and 0 < r["alpha_hat"] < 1 for r in bundled["rows"])
     names = [t["target"] for t in results["targets"]]
     assert any("K-policy sweep" in n for n in names)
+    groups = len(plan.policy_alphas) + 1  # one per alpha, one for the target drafting for itself
+    assert len(sweep["drifts"]) == groups * plan.policy_repeats and all(positive(d) for d in sweep["drifts"])
+
+
+def test_a_run_is_measured_against_the_baseline_at_its_own_time():
+    """baseline_at: the line between the plain runs before and after a group, at the run's midpoint
+    (clamped to the two ends), so that a drifting machine does not favour the runs nearest the first."""
+    from bench.policies import baseline_at
+    before = {"tokens": [1, 2], "t1": 1.0, "steady": 10.0, "when": 100.0}
+    after = {"tokens": [1, 2], "t1": 1.2, "steady": 12.0, "when": 200.0}
+    assert baseline_at(before, after, 150.0) == {"tokens": [1, 2], "t1": 1.1, "steady": 11.0}
+    assert baseline_at(before, after, 175.0)["steady"] == pytest.approx(11.5)
+    assert baseline_at(before, after, 50.0)["steady"] == 10.0 and baseline_at(before, after, 250.0)["steady"] == 12.0
 
 
 def test_reference_overhead_memory(results):

@@ -40,6 +40,13 @@ EXPLORE_PRICE = 3.0        # auto: draft against the belief only if the optimist
 PATIENCE = 3.0             # ... a price divided by 1 + (plain rounds waited) / PATIENCE, so that bad luck
                            # early costs a few plain rounds, never the run (simulated: price 3 and patience 3
                            # trade alpha 0.3 under Haswell against lock-outs at 0.6-0.8; teach/policy_simulation)
+STALE_CALLS = 16           # auto: where the plan is within MARGINAL of plain decoding, a one-token call last timed
+MARGINAL = 0.4             # this many target calls ago is timed again (one plain round): v(M) is a ratio of two
+                           # medians, and a shared machine's speed drifts by 10-40 % within a minute (measured at
+                           # 1558M: one-token calls 0.28 s, then 0.39 s, then 0.28 s); a denominator timed in the
+                           # slow minute and never again made v(2) look like 1.0 and K = 1 like a 5 % gain at
+                           # alpha 0.3 for the rest of the run. Where drafting clearly pays, or clearly does not,
+                           # a stale v cannot change the answer, and no round is spent on it
 FIRST_ROUND_RISK = 0.75    # auto: the first round drafts at most the K whose round, if its first draft fails,
                            # costs this many one-token calls more than a plain step (K c + v(K + 1) - 1)
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
@@ -56,10 +63,14 @@ class Measurements:
     draft_cost: float | None = None                # drafter wall seconds per drafted token (median)
     draft_costs: list = field(default_factory=list)  # the same, one per round that drafted
     c_prior: float = 0.5                           # the drafter's c before anything is measured
+    n_calls: int = 0                               # target calls timed so far
+    last_timed: dict = field(default_factory=dict)  # tokens per call -> n_calls when that size was last timed
 
     def add_target_call(self, n_seq, seconds):
         """One timed target call of n_seq tokens (only the latest WINDOW of each size are kept)."""
         keep(self.target_durations.setdefault(n_seq, []), seconds)
+        self.n_calls += 1
+        self.last_timed[n_seq] = self.n_calls
 
     def add_draft_cost(self, seconds_per_token):
         """One drafting round's wall seconds per drafted token; draft_cost becomes their median."""
@@ -189,7 +200,9 @@ class AutoK:
        drafter's own clock vouches for the guess: a model drafter's c_prior is its share of a
        target call (the ratio of parameters), so its measured seconds per token over c_prior are
        a one-token target call, and where they agree with the guess to CLOCK_AGREEMENT, the
-       guess holds (a kernel without a few-row path, v twice the prior, disagrees by 2x).
+       guess holds (a kernel without a few-row path, v twice the prior, disagrees by 2x). Later,
+       where the best drafting round is planned within MARGINAL of plain decoding, a one-token
+       call last timed STALE_CALLS calls ago is timed again: the machine's speed drifts.
 
     Deterministic: K is a function of the past alone (the round count and the plain rounds waited
     included), as exactness needs.
@@ -215,7 +228,7 @@ class AutoK:
         self.t += 1
         (a, b), c, v = self.estimates(past)
         planned = expected_speedups_under_belief(a, b, c, v, self.K_max)
-        if needs_timing(past, c, max(planned)):
+        if needs_timing(past, c, max(planned)) or stale_one_token_call(past, max(planned[1:])):
             return 0                                                     # 3. time one plain call
         optimistic = max(predicted_speedups(optimistic_alpha(a, b, self.t), c, v, self.K_max)[1:])
         price = EXPLORE_PRICE * (1.0 - max(planned[1:])) / (1 + self.waited / PATIENCE)
@@ -240,6 +253,22 @@ def needs_timing(past, c, best_planned):
     vouched = past.c_prior > 0 and past.draft_cost is not None and \
         1 / CLOCK_AGREEMENT <= c / past.c_prior <= CLOCK_AGREEMENT
     return not vouched
+
+
+def stale_one_token_call(past, best_drafting):
+    """Whether the one-token call that every v(M) is measured against was last timed STALE_CALLS or
+    more target calls ago while the plan's best drafting round is within MARGINAL of plain decoding
+    (AutoK, 3.): there a drift of the machine's speed since then could decide.
+
+    >>> past = Measurements()
+    >>> past.add_target_call(1, 1.0)
+    >>> for _ in range(STALE_CALLS): past.add_target_call(2, 1.2)
+    >>> stale_one_token_call(past, 1.05), stale_one_token_call(past, 1.5)
+    (True, False)
+    """
+    if 1 not in past.last_timed or past.n_calls - past.last_timed[1] < STALE_CALLS:
+        return False
+    return abs(best_drafting - 1.0) <= MARGINAL
 
 
 def first_round_cap(c, v, K_max):

@@ -38,12 +38,14 @@ def forced_coins(n_tokens, alpha, seed):
     return np.random.default_rng(seed).random(n_tokens) < alpha  # [n_tokens]
 
 
-def simulate_policy(policy, alpha, c, v, n_tokens, seed):
+def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None):
     """Run `policy` for n_tokens: {"speedup" over plain decoding, "K_counts", "rounds"}.
 
     v: {M: cost of an M-token target call in one-token calls}, M = 1..K_max + 1. As in the real
     loop (speculative.observe), the first round's target call carries the prompt and is not shown
-    to the policy; every later call is, with the drafter's cost once it has drafted.
+    to the policy; every later call is, with the drafter's cost once it has drafted. drift: None,
+    or round -> the factor by which the machine's speed distorts the timings the policy sees in
+    that round (a shared machine's minute-to-minute drift; the costs counted stay c and v).
     """
     accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
     policy.reset()
@@ -53,9 +55,10 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed):
         n_ok = first_failure(accepted[emitted:emitted + K])
         past.overlaps += [1.0] * n_ok + [0.0] * (n_ok < K)    # the positions the round examined
         if K_counts:                                          # not the first round (the prompt's)
-            past.add_target_call(K + 1, v[K + 1])
+            seen = drift(sum(K_counts.values())) if drift else 1.0
+            past.add_target_call(K + 1, v[K + 1] * seen)
             if K:
-                past.add_draft_cost(c)
+                past.add_draft_cost(c * seen)
         K_counts[K] = K_counts.get(K, 0) + 1
         emitted, cost = emitted + n_ok + 1, cost + K * c + v[K + 1]
     return {"speedup": n_tokens / cost, "K_counts": dict(sorted(K_counts.items())),

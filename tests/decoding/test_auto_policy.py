@@ -7,8 +7,9 @@ with a scripted clock, greedy equality, caches against recomputation).
 import numpy as np
 import pytest
 
-from gpt2np.decoding.policies import (ALPHA_PRIOR, FIRST_ROUND_RISK, TIMING_MARGIN, AutoK, Measurements,
-                                      first_round_cap, optimistic_alpha, prior_v_curve)
+from gpt2np.decoding import policies
+from gpt2np.decoding.policies import (ALPHA_PRIOR, FIRST_ROUND_RISK, MARGINAL, STALE_CALLS, TIMING_MARGIN, AutoK,
+                                      Measurements, first_round_cap, optimistic_alpha, prior_v_curve)
 from gpt2np.decoding.theory import expected_speedups_under_belief, predicted_speedups
 from gpt2np.teach.policy_simulation import GreedyAutoK, compare_policies, measured_v, simulate_policy
 
@@ -162,3 +163,43 @@ def test_the_drafters_clock_can_vouch_for_the_guessed_one_token_call():
         (a, b), c, v = AutoK(8).estimates(past)
         assert max(expected_speedups_under_belief(a, b, c, v, 8)) < TIMING_MARGIN
         assert (AutoK(8).choose(past) == 0) == expected_plain, (true_v5, c_prior, c)
+
+
+def test_a_stale_one_token_timing_is_taken_again_where_the_plan_is_marginal():
+    """Every v(M) is a ratio to the one-token call. Timed in a slow minute and never again, it makes
+    drafting look better than it is: where the plan is within MARGINAL of plain decoding, a one-token
+    call last timed STALE_CALLS calls ago is timed again (a plain round); where drafting clearly
+    pays, no round is spent on it."""
+    for overlaps, expected_plain in [([1.0, 0.0, 0.0] * 20, True), ([1.0] * 60, False)]:
+        past = Measurements(overlaps=overlaps, draft_cost=0.9, c_prior=0.09)
+        for _ in range(3):
+            past.add_target_call(1, 14.0)        # the slow minute: 1.4 x the machine's usual 10.0
+        for _ in range(STALE_CALLS - 1):
+            past.add_target_call(2, 12.3)        # v(2) = 1.23, read as 0.88 against the stale call
+        assert AutoK(8).choose(past) > 0, "not yet stale: the plan decides"
+        past.add_target_call(2, 12.3)
+        (a, b), c, v = AutoK(8).estimates(past)
+        best = max(expected_speedups_under_belief(a, b, c, v, 8)[1:])
+        assert (abs(best - 1) <= MARGINAL) == expected_plain, best  # alpha ~0.34 planned at 1.29 (truly ~1.0)
+        assert (AutoK(8).choose(past) == 0) == expected_plain, (overlaps[:3], best)
+        past.add_target_call(1, 10.0)            # timed again: no longer stale
+        assert AutoK(8).choose(past) > 0
+
+
+def test_under_a_drifting_clock_the_refresh_keeps_the_worst_seeds_closer_to_plain():
+    """alpha 0.3 with a 124M draft into 1558M on a curve where K = 1 is about level with plain
+    decoding (v(2) 1.23, c 0.09); the machine runs 1.4x slower in rounds 5-14 (timings only). With the
+    refresh, the worst 5 % of 100 seeds lose less than without it (STALE_CALLS never reached)."""
+    v = {1: 1.0, 2: 1.23, 3: 1.44, 4: 1.41, 5: 1.66, 6: 1.77, 7: 2.01, 8: 1.91, 9: 2.17}
+    slow = lambda r: 1.4 if 5 <= r < 15 else 1.0  # noqa: E731
+
+    def p5():
+        runs = [simulate_policy(AutoK(8), 0.3, 0.09, v, 100, s, drift=slow)["speedup"] for s in range(100)]
+        return float(np.quantile(runs, 0.05))
+    refreshed = p5()
+    try:
+        policies.STALE_CALLS = 10 ** 9
+        control = p5()
+    finally:
+        policies.STALE_CALLS = STALE_CALLS
+    assert refreshed >= control + 0.01, (refreshed, control)

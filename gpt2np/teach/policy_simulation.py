@@ -20,7 +20,7 @@ prediction; what a policy loses to it is what it pays for learning alpha, c and 
 ({4: 10}, 2.577)
 
 `python -m gpt2np.teach.policy_simulation` prints auto against the best fixed K for both kernels'
-measured v (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
+measured v on two CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
 with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
 alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins.
 """
@@ -98,21 +98,27 @@ class GreedyAutoK(AutoK):
         return max(range(self.K_max + 1), key=planned.__getitem__)
 
 
-# v(M) measured per BLAS kernel and target size (PERFORMANCE.md; sizes not measured are interpolated):
-# 1558M SkylakeX "K policies, third look" (v(2) 1.2, v(5) 1.42), 1558M Haswell `rows` (v(2) 1.36,
-# v(3) 1.52, v(5) 1.85, v(8) 2.23), 355M SkylakeX the verification curve, 355M Haswell `rows`.
+# v(M) measured per CPU, BLAS kernel and target size (PERFORMANCE.md; sizes not measured are interpolated).
+# EPYC, the AMD EPYC (AVX-512) of the first sessions: 1558M SkylakeX "K policies, third look" (v(2) 1.2,
+# v(5) 1.42), 1558M Haswell `rows` (v(2) 1.36, v(3) 1.52, v(5) 1.85, v(8) 2.23), 355M SkylakeX the
+# verification curve, 355M Haswell `rows`. Xeon, an Intel Xeon (Sapphire Rapids, AVX-512), 1558M,
+# `python -m bench --sections kernels --kernel-sizes 1558M`: steeper, and not monotonic (under Haswell
+# 8 rows take plain sgemm, cheaper than 7 or 9; under SkylakeX v(4) < v(3) and v(8) < v(7)), so the best
+# K is where the curve dips (K = 3 or 7), which a line through the timed sizes does not see.
 MEASURED_V = {
-    ("SkylakeX", "1558M"): (1.2, 1.27, 1.35, 1.42, 1.49, 1.56, 1.63, 1.7),
-    ("Haswell", "1558M"): (1.36, 1.52, 1.69, 1.85, 1.98, 2.1, 2.23, 2.35),
-    ("SkylakeX", "355M"): (1.39, 1.40, 1.37, 1.50, 1.60, 1.77, 1.75, 2.01),
-    ("Haswell", "355M"): (1.49, 1.56, 1.68, 1.79, 2.05, 2.30, 2.41, 2.62),
+    ("EPYC", "SkylakeX", "1558M"): (1.2, 1.27, 1.35, 1.42, 1.49, 1.56, 1.63, 1.7),
+    ("EPYC", "Haswell", "1558M"): (1.36, 1.52, 1.69, 1.85, 1.98, 2.1, 2.23, 2.35),
+    ("EPYC", "SkylakeX", "355M"): (1.39, 1.40, 1.37, 1.50, 1.60, 1.77, 1.75, 2.01),
+    ("EPYC", "Haswell", "355M"): (1.49, 1.56, 1.68, 1.79, 2.05, 2.30, 2.41, 2.62),
+    ("Xeon", "SkylakeX", "1558M"): (1.23, 1.44, 1.41, 1.66, 1.77, 2.01, 1.91, 2.17),
+    ("Xeon", "Haswell", "1558M"): (1.48, 1.78, 1.89, 2.16, 2.39, 2.53, 2.52, 3.07),
 }
 DRAFTERS = (("1558M", "124M", 0.09), ("1558M", "lookup", 0.0), ("355M", "124M", 0.3), ("355M", "lookup", 0.0))
 
 
-def measured_v(kernel, target):
+def measured_v(kernel, target, cpu="EPYC"):
     """{M: v(M)} for M = 1..9 from MEASURED_V."""
-    return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[kernel, target], start=2)}}
+    return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[cpu, kernel, target], start=2)}}
 
 
 def table_row(policy, alpha, c, v, n_tokens, seeds):
@@ -131,18 +137,20 @@ def table_row(policy, alpha, c, v, n_tokens, seeds):
 
 
 def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100)):
-    """The markdown table of `policy` against the best fixed K, every kernel x drafter x tokens x alpha."""
-    print("| kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
+    """The markdown table of `policy` against the best fixed K, every measured curve x drafter x tokens x alpha."""
+    print("| cpu | kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
           " | 5 % of seeds | worst seed | auto / plain: worst seed |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for kernel in ("SkylakeX", "Haswell"):
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for cpu, kernel in dict.fromkeys((cpu, kernel) for cpu, kernel, _ in MEASURED_V):
         for target, drafter, c in DRAFTERS:
+            if (cpu, kernel, target) not in MEASURED_V:
+                continue
             for n_tokens in tokens:
                 for alpha in alphas:
-                    r = table_row(policy, alpha, c, measured_v(kernel, target), n_tokens, seeds)
+                    r = table_row(policy, alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds)
                     best = f"K={r['best_K']} {r['best_median']:.2f}" if r["best_K"] else "plain"
-                    print(f"| {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} | {r['median']:.3f}"
-                          f" | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
+                    print(f"| {cpu} | {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} "
+                          f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
 
 
 def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8):
@@ -175,23 +183,24 @@ def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8):
     return cost(n_tokens, 0, 0)
 
 
-def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range(200)):
+def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range(200), cpu="EPYC"):
     """The Bayes-optimal policy's expected cost against the best fixed K's (or plain decoding's), per
     alpha, for a 124M draft into 1558M under `kernel` and a uniform prior over `alphas`."""
-    v, c = measured_v(kernel, "1558M"), 0.09
+    v, c = measured_v(kernel, "1558M", cpu), 0.09
     optimal = bayes_optimal_costs(alphas, [1.0] * len(alphas), c, v, n_tokens)
     for alpha, cost in zip(alphas, optimal):
         fixed = compare_policies(alpha, c, v, n_tokens, seeds, policies=())["fixed"]
         reference = min([n_tokens] + [np.mean([n_tokens / x for x in s]) for s in fixed.values()])
-        print(f"{kernel}, {n_tokens} tokens, alpha {alpha}: Bayes-optimal / best (expected cost) "
+        print(f"{cpu} {kernel}, {n_tokens} tokens, alpha {alpha}: Bayes-optimal / best (expected cost) "
               f"{reference / cost:.3f}")
 
 
-if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound]: the table over 200 seeds (~30 s)
+if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound]: the table over 200 seeds (~45 s)
     if sys.argv[1:] not in ([], ["--bound"]):
         sys.exit(f"usage: python -m gpt2np.teach.policy_simulation [--bound]; got {' '.join(sys.argv[1:])}")
     if sys.argv[1:]:
-        for kernel, n in (("SkylakeX", 40), ("Haswell", 40), ("Haswell", 100)):
-            print_bound(kernel, n)
+        for cpu, kernel, n in (("EPYC", "SkylakeX", 40), ("EPYC", "Haswell", 40), ("EPYC", "Haswell", 100),
+                               ("Xeon", "SkylakeX", 40), ("Xeon", "Haswell", 40)):
+            print_bound(kernel, n, cpu=cpu)
     else:
         print_table(AutoK(8), range(200))

@@ -13,7 +13,7 @@ from gpt2np.decoding.policies import (ALPHA_PRIOR, FIRST_ROUND_RISK, MARGINAL, S
 from gpt2np.decoding.theory import expected_speedups_under_belief, predicted_speedups
 from gpt2np.teach.policy_simulation import GreedyAutoK, compare_policies, measured_v, simulate_policy
 
-V_SKYLAKEX, V_HASWELL = measured_v("SkylakeX", "1558M"), measured_v("Haswell", "1558M")  # measured, 1558M
+V_SKYLAKEX, V_HASWELL = measured_v("SkylakeX", "1558M"), measured_v("Haswell", "1558M")  # measured, 1558M, EPYC
 
 
 def timed(v, t1=10.0):
@@ -124,18 +124,26 @@ def test_auto_against_every_fixed_K_over_many_coin_seeds(v):
     assert against_best(runs).min() >= 0.9, (against_best(runs), control)
 
 
-@pytest.mark.parametrize("kernel", ["SkylakeX", "Haswell"])
-def test_auto_at_40_and_100_tokens_where_the_issue_set_targets(kernel):
+FLOORS = {  # (cpu, kernel) -> {alpha: the median's floor at 40 tokens}; 100 tokens: + 0.02 at alpha 0.3
+    ("EPYC", "SkylakeX"): {0.3: 0.96, 0.8: 0.97, 1.0: 0.98}, ("EPYC", "Haswell"): {0.3: 0.92, 0.8: 0.955, 1.0: 0.98},
+    ("Xeon", "SkylakeX"): {0.3: 0.93, 0.8: 0.92, 1.0: 0.94}, ("Xeon", "Haswell"): {0.3: 0.90, 0.8: 0.93, 1.0: 0.89},
+}
+
+
+@pytest.mark.parametrize("cpu, kernel", list(FLOORS))
+def test_auto_at_40_and_100_tokens_where_the_issue_set_targets(cpu, kernel):
     """The rule's simulated medians over 100 coin seeds, 124M -> 1558M (c 0.09): at alpha 0.3 of
     plain decoding (or K = 1 where it pays), at 0.8 and 1.0 of the best fixed K. The previous rule
     (Bayes-UCB alone, no first-round cap, a plain timing round whatever the drafter's clock said)
-    measured 0.903 / 0.938 under Haswell at alpha 0.3 and 0.955 under SkylakeX at alpha 0.8, 40 tokens."""
-    v, seeds = measured_v(kernel, "1558M"), range(100)
-    floors = {("SkylakeX", 0.3): 0.96, ("Haswell", 0.3): 0.92, ("SkylakeX", 0.8): 0.97, ("Haswell", 0.8): 0.955}
+    measured 0.903 / 0.938 under Haswell at alpha 0.3 and 0.955 under SkylakeX at alpha 0.8, 40 tokens,
+    on the EPYC's curves. The Xeon's curves are steeper and dip (v(4) < v(3), v(8) < v(7) or v(9)):
+    the best fixed K sits in a dip that a line through the timed sizes does not see, and auto's
+    floors there are lower (simulated 0.91-0.98)."""
+    v, seeds = measured_v(kernel, "1558M", cpu), range(100)
     for n_tokens in (40, 100):
         for alpha in (0.3, 0.8, 1.0):
             ratio = against_best(compare_policies(alpha, 0.09, v, n_tokens, seeds, policies=("auto",)))
-            floor = floors.get((kernel, alpha), 0.98) + (0.02 if n_tokens == 100 and alpha == 0.3 else 0.0)
+            floor = FLOORS[cpu, kernel][alpha] + (0.02 if n_tokens == 100 and alpha == 0.3 else 0.0)
             assert np.median(ratio) >= floor, (n_tokens, alpha, round(float(np.median(ratio)), 3), floor)
 
 

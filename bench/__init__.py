@@ -23,9 +23,10 @@ One file per section:
                   (forced_draft.py) at 124M -> 355M shapes, measured vs Thm 3.8 and its refinement;
                   the forced runs again after an 896-token prompt (do the speedups hold?)
   policies.py     section "policies": K policies (fixed Ks vs heuristic vs auto) at forced alpha with
-                  the pair's draft and with a drafter of prompt lookup's cost, over --policy-repeats coin
-                  seeds (median and worst seed); with "speculative": the real n-gram drafter on the
-                  bundled pair
+                  the pair's draft and with a drafter of prompt lookup's cost, and the target drafting
+                  for itself (--policy-drafters self), over --policy-repeats coin seeds (median and
+                  worst seed), each group of runs between two plain baselines; with "speculative":
+                  the real n-gram drafter on the bundled pair
   batching.py     section "batching", only when named (not in "all"): tokens/s of a batch of B sequences
                   (--batch-sizes) at forced alpha (--batch-alphas), per --batch-pairs DRAFT,TARGET pair:
                   plain batched decoding, fixed Ks (--batch-Ks) and K="auto", sides alternated in one

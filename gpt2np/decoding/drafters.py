@@ -10,6 +10,7 @@ The loop (speculative.py) sees a drafter only through this interface:
     drafter.calls, drafter.seconds, drafter.timings   # its cost, for c in the statistics
     drafter.cost_per_token()                       # seconds per drafted token (None until known)
     drafter.c_prior                                # c to assume before anything is measured
+    drafter.caught_up                              # optional: tokens its last propose fed before drafting
 
 A tree drafter (tree_drafts.py: ModelTreeDrafter, NgramTreeDrafter; speculative_generate's tree=)
 returns a DraftTree from propose (depth <= k: the round still emits at most k + 1 tokens), has a
@@ -109,7 +110,7 @@ class ModelDrafter:
     def __init__(self, model, sampler=sample, c_prior=None):
         self.model, self.sampler, self.c_given = model, sampler, c_prior
         self.name = getattr(model, "name", None) or repr(model)
-        self.timed, self.c_prior = None, c_prior  # reset() gives each run a fresh cache
+        self.timed, self.c_prior, self.caught_up = None, c_prior, 0  # reset() gives each run a fresh cache
 
     def check(self, target, prompt_ids, n_tokens):
         check_same_vocabulary(target, self.model)
@@ -123,6 +124,7 @@ class ModelDrafter:
         """x_1..x_k autoregressively; q_i is the draft's distribution for x_i."""
         drafts, q = [], []
         new_ids = context[len(self.timed.cache):]  # what the draft has not seen: usually 1 or 2 tokens
+        self.caught_up = len(new_ids)              # more after plain rounds: their debt, paid now
         greedy = is_greedy(options["temperature"])
         for _ in range(k):
             q_i = distribution(self.timed.feed(new_ids)[-1], **options)  # [n_vocab]

@@ -66,6 +66,7 @@ from .tree_policy import auto_tree
 from ..model import rows
 
 DEFAULT_K = 4  # speculative_generate's K; a tree (tree=, or a tree drafter) fixes its drafts instead
+CATCH_UP = 2   # a draft model's usual first feed of a round: x_K and the bonus token after a full acceptance
 
 
 @dataclass(frozen=True)
@@ -164,15 +165,19 @@ def speculative_round(target, drafter, context, k, options, rng, kernels, keep_r
         parents=parents, path=result.path, tried=result.tried)
 
 
-def observe(past, event, target, first_round):
+def observe(past, event, target, first_round, caught_up=1):
     """What the K policy may use next: this round's overlaps, its target call and the drafter's
-    wall time per drafted token (both without the first round, whose calls carry the prompt)."""
+    wall time per drafted token (both without the first round, whose calls carry the prompt). No
+    draft cost from a round whose draft model first caught up on more than CATCH_UP tokens (the
+    drafter's caught_up): those were the plain rounds' debt, and charged to this round's one or two
+    drafts they read c as 0.6-0.8 for a 124M draft of a 355M target (0.35 by parameters), which
+    kept auto plain at alpha 0.8 (PERFORMANCE.md, "K policies, fifth look")."""
     past.overlaps += event.overlaps
     if first_round:
         return
     n_seq = 1 + len(event.drafts)
     past.add_target_call(n_seq, target.durations[n_seq][-1])
-    if event.drafts:
+    if event.drafts and caught_up <= CATCH_UP:
         past.add_draft_cost(event.propose_seconds / len(event.drafts))
 
 
@@ -196,7 +201,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         records.append(event)
         Ks.append(event.K if getattr(drafter, "depth", None) else K)  # a tree: the nodes it drafted
         policy.update(event)
-        observe(past, event, timed_target, first_round=len(records) == 1)
+        observe(past, event, timed_target, first_round=len(records) == 1, caught_up=getattr(drafter, "caught_up", 1))
         yield event
     enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
     calibration = time_one_token_calls(timed_target, context, CALIBRATION_CALLS) if calibrate and not enough else []

@@ -326,3 +326,28 @@ def test_stream_checks_before_any_work_and_can_stop_early():
     first = next(stream)
     stream.close()
     assert stream.tokens == first.tokens and stream.result is None
+
+
+def test_a_draft_models_catch_up_after_plain_rounds_is_not_charged_to_its_drafts():
+    """After plain rounds a draft model first feeds every token it has not seen (the plain rounds'
+    debt); charged to that round's one or two drafts it read c as 0.6-0.8 against 0.35 at 124M ->
+    355M and kept auto plain. A round that fed at most CATCH_UP tokens is timed as before."""
+    target, draft = toy_pair(**PAIRS["4 tokens, 30% zeros"])
+    drafter = ModelDrafter(draft, c_prior=0.1)
+    drafter.reset(target)
+    options = dict(temperature=1.0, top_k=None, top_p=None)
+    drafter.propose([0, 1, 0], 2, options, np.random.default_rng(0))
+    assert drafter.caught_up == 3, drafter.caught_up          # the prompt
+    drafter.roll_back(3)
+    drafter.propose([0, 1, 0, 2, 1, 3, 0, 1], 1, options, np.random.default_rng(0))
+    assert drafter.caught_up == 5, drafter.caught_up          # five plain-decoded tokens
+    calls = {2: [1.0]}
+    event = RoundEvent(tokens=[1, 2], provenance=["draft", "target"], K=1, n_emitted=2, drafts=[1],
+                       overlaps=[1.0], propose_seconds=0.8)
+    past = Measurements(c_prior=0.1)
+    speculative.observe(past, event, type("Timed", (), {"durations": calls})(), first_round=False,
+                        caught_up=drafter.caught_up)
+    assert past.draft_cost is None and past.target_durations == {2: [1.0]}, (past.draft_cost, past.target_durations)
+    speculative.observe(past, event, type("Timed", (), {"durations": calls})(), first_round=False,
+                        caught_up=speculative.CATCH_UP)
+    assert past.draft_cost == 0.8, past.draft_cost

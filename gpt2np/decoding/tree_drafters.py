@@ -93,6 +93,7 @@ class ModelTreeDrafter(ModelDrafter):
             self.levels = None
             return DraftTree((int(context[-1]),), (-1,), np.zeros((1, self.model.n_vocab)), self.replacement)
         widths = (self.shape() if self.shape else self.widths)[:k]
+        self.caught_up = len(context) - len(self.timed.cache)  # as ModelDrafter.propose: the loop's CATCH_UP
         if max(widths) == 1:  # a chain: the chain drafter's plain calls (one token a call, no rows scopes)
             return self.chain(context, len(widths), options, rng)
         greedy = is_greedy(options["temperature"])

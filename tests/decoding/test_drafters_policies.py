@@ -29,6 +29,7 @@ from gpt2np.decoding.policies import (WINDOW, AutoK, HeuristicK,
                                       Measurements, least_squares_slope, make_policy, prior_v_curve, t1_estimate,
                                       v_curve)
 from gpt2np.decoding.speculative import speculative_generate, speculative_stream
+from gpt2np.decoding.tree_drafters import ModelTreeDrafter
 from gpt2np.decoding.stream import RoundEvent
 from gpt2np.decoding.theory import predicted_speedup, predicted_speedups
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
@@ -341,6 +342,12 @@ def test_a_draft_models_catch_up_after_plain_rounds_is_not_charged_to_its_drafts
     drafter.roll_back(3)
     drafter.propose([0, 1, 0, 2, 1, 3, 0, 1], 1, options, np.random.default_rng(0))
     assert drafter.caught_up == 5, drafter.caught_up          # five plain-decoded tokens
+    tree = ModelTreeDrafter(draft, (2, 1))  # a tree round after plain rounds owes the same debt
+    tree.reset(target)
+    tree.propose([0, 1, 0], 2, options, np.random.default_rng(0))
+    tree.roll_back(3, (0,))
+    tree.propose([0, 1, 0, 2, 1, 3, 0, 1], 2, options, np.random.default_rng(0))
+    assert tree.caught_up == 5, tree.caught_up
     calls = {2: [1.0]}
     event = RoundEvent(tokens=[1, 2], provenance=["draft", "target"], K=1, n_emitted=2, drafts=[1],
                        overlaps=[1.0], propose_seconds=0.8)

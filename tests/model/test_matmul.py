@@ -59,7 +59,7 @@ def test_row_blocks_cover_whole_blocks_once_and_free_the_gil(m, k, n):
 
 
 SHAPES = [(2, 1024, 4096), (5, 1024, 3072), (5, 4096, 1024), (9, 768, 2304), (16, 1024, 1024), (5, 768, 50257),
-          (3, 1500, 700), (8, 1600, 6400), (2, 6400, 1600)]
+          (3, 1500, 700), (8, 1600, 6400), (2, 6400, 1600), (13, 1024, 1024)]
 
 
 @pytest.mark.parametrize("method", sorted(mm.BY_NAME))
@@ -95,7 +95,8 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
         assert all(mm.method_for(m, large, kernel) == "plain" for m in range(1, 17) for kernel in mm.METHODS)
         return
     assert [mm.method_for(m, large, "SkylakeX") for m in (1, 2, 16, 17)] == ["plain", "pieces", "pieces", "plain"]
-    assert [mm.method_for(m, large, "Haswell") for m in (1, 2, 7, 8, 9, 12, 13)] == ["plain", "rows", "rows", "plain", "rows", "rows", "plain"]
+    assert [mm.method_for(m, large, "Haswell") for m in (1, 2, 7, 8, 9, 12, 13, 15, 16)] == \
+        ["plain", "rows", "rows", "plain", "rows", "rows", "padded", "padded", "plain"]
     assert mm.method_for(5, large, "Zen") == "rows"                 # Zen runs Haswell's kernel files
     assert [mm.method_for(m, small, "Haswell") for m in (1, 7, 8)] == ["plain", "rows", "plain"]
     assert mm.method_for(5, small, "SkylakeX") == "plain"
@@ -128,10 +129,11 @@ def test_blas_threads_restored_and_any_thread_count_agrees(threads, k, n):
     assert max_relative_error(got, x @ w) <= 2e-6
 
 
-@pytest.mark.parametrize("method", ["pieces", "rows"])
+@pytest.mark.parametrize("method", ["pieces", "rows", "padded"])
 def test_model_through_many_pieces_or_blocks_equals_reference(monkeypatch, method):
     """Shrink the thresholds so a small model's every product goes through the method: for pieces,
-    several products in one call, one, and a narrower rest; for rows, several blocks and a rest."""
+    several products in one call, one, and a narrower rest; for rows, several blocks and a rest; padded:
+    the 8 rows padded to 10."""
     config = GPT2Config(n_vocab=50, n_ctx=16, n_embd=24, n_head=3, n_layer=2)
     monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 1)  # column-major weights, shared between threads
     model = GPT2(config, random_params(config, seed=3))
@@ -144,9 +146,11 @@ def test_model_through_many_pieces_or_blocks_equals_reference(monkeypatch, metho
         monkeypatch.setattr(mm, "SMALL_MNK", 8 * 96 * 5)
         monkeypatch.setattr(mm, "SMALL_MN", 40)
         assert mm.pieces(8, 4 * 24, 24) == ((0, 15, 5), (15, 24, 5))  # MLP down-projection: 3 products, 1, a rest
-    else:
+    elif method == "rows":
         monkeypatch.setattr(mm, "BLOCK_BYTES", 4 * 96 * 8)
         assert mm.row_blocks(8, 4 * 24, 50) == (8, ((0, 2), (2, 4), (4, 6)))  # head: 6 blocks of 8, a rest of 2
+    else:
+        monkeypatch.setattr(mm, "PAD_ROWS", 5)
     cut = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)  # [8, n_vocab]
     slow = gpt2_reference(ids, model.params, config)[4:]
     print(f"{method}: max |cut - plain| = {np.abs(cut - plain).max():.2e}, vs reference {np.abs(cut - slow).max():.2e}")

@@ -19,6 +19,10 @@ run of our own:
            cache, which reads several times faster. Not free: an extra row costs ~0.15-0.25 of
            the first, so plain sgemm is level at M = 8 (its micro-kernel's rows come out even)
            and ahead from M ~ 13.
+  padded   (Haswell, 13-15 rows.) Plain sgemm's cost steps with its micro-kernel's tiles: 16 rows
+           cost less than 13-15 (a partial tile runs a slower edge kernel), so x gets zero rows up
+           to a multiple of 8 and the added rows' outputs are dropped (an Intel Xeon, passes over
+           13-15 rows: 3.8-3.9 one-row passes against 4.4-4.9 plain at 355M).
   plain    x @ w: one row (gemv already streams), many rows (packing pays for itself), and every
            kernel nobody has measured (ARM, Apple's Accelerate, MKL, other x86 kernels).
 
@@ -57,16 +61,17 @@ KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for 
 # The method for m rows, by kernel: ((largest m, method), ...) in increasing m; beyond the last, or for a
 # kernel not in the table, plain. Separate rows for weights stored column-major (GPT-2's, 2 MiB and more)
 # and the small row-major ones (the bundled models'). Measured on an AVX-512 AMD EPYC with OpenBLAS 0.3.31,
-# each kernel in its own process (PERFORMANCE.md, "Every CPU"); Zen runs Haswell's kernel files.
+# each kernel in its own process (PERFORMANCE.md, "Every CPU"), Haswell's padded rows on an Intel Xeon (Sapphire
+# Rapids); Zen runs Haswell's kernel files.
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "small": ()}
-_HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows")), "small": ((1, "plain"), (7, "rows"))}
+_HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")), "small": ((1, "plain"), (7, "rows"))}
 METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
 
 
 def blas_kernel():
     """One line naming NumPy's BLAS kernel and the few-row methods METHODS gives it (plain x @ w
     elsewhere), for headers and benchmark tables: "OpenBLAS 0.3.31 Haswell, 2 threads, few-row
-    products: rows (M 2-7), rows (M 9-12); small row-major weights: rows (M 2-7)"."""
+    products: rows (M 2-7), rows (M 9-12), padded (M 13-15); small row-major weights: rows (M 2-7)"."""
     if BLAS is None:
         return "not OpenBLAS (or no threadpoolctl): few-row products are plain x @ w"
     threads = BLAS.get_num_threads()
@@ -211,4 +216,22 @@ def by_rows(x, w):  # [m, k] @ [k, n] -> [m, n]
     return out
 
 
-BY_NAME = {"plain": plain, "pieces": in_pieces, "rows": by_rows}
+# ---- padded: plain sgemm over rows rounded up to its micro-kernel's multiple (Haswell) ----
+
+PAD_ROWS = 8  # Haswell's sgemm costs least per row at multiples of 8 rows (355M passes, plain: 16 rows 3.9-4.2
+              # one-row passes, 13-15 rows 4.4-5.2; 8 rows 2.7-3.1, below 7 rows' 3.4-3.7)
+
+
+def padded(x, w):  # [m, k] @ [k, n] -> [m, n]
+    """x @ w over x with zero rows added up to a multiple of PAD_ROWS, the added rows' outputs dropped:
+    where plain sgemm runs a partial micro-kernel tile slower than a whole one, the whole one is cheaper."""
+    m, k = x.shape
+    rows = -(-m // PAD_ROWS) * PAD_ROWS
+    if rows == m:
+        return x @ w
+    x_pad = np.zeros((rows, k), dtype=x.dtype)                # [rows, k]
+    x_pad[:m] = x
+    return (x_pad @ w)[:m]                                    # [rows, n] -> [m, n], its first m rows
+
+
+BY_NAME = {"plain": plain, "pieces": in_pieces, "rows": by_rows, "padded": padded}

@@ -47,6 +47,9 @@ def parse_args(argv):
     ap.add_argument("--alphas", default="0.5,0.8,1.0", help="forced acceptance rates of the benchmark drafter")
     ap.add_argument("--policy-repeats", type=int, default=1,
                     help="coin seeds of the K-policy sweep, one repeat each (20 runs per alpha; ~10 minutes at 355M)")
+    ap.add_argument("--policy-runs", type=int, default=1,
+                    help="runs per coin seed of the K-policy sweep, each between its own baselines: a seed's speedup "
+                         "is their median (identical runs differ by up to 17 %% on a shared host)")
     ap.add_argument("--policy-alphas", default="0.3,0.6,0.8,1.0", help="forced acceptance rates of the K-policy sweep")
     ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
     ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")
@@ -85,6 +88,8 @@ def make_plan(args):
         raise SystemExit(f"--kernel-rounds must be >= 1, got {args.kernel_rounds}")
     if args.policy_repeats < 1:
         raise SystemExit(f"--policy-repeats must be >= 1, got {args.policy_repeats}")
+    if args.policy_runs < 1:
+        raise SystemExit(f"--policy-runs must be >= 1, got {args.policy_runs}")
     policy = policy_options(args)
     alphas = tuple(float(a) for a in args.alphas.split(","))
     if args.tiny:
@@ -98,7 +103,7 @@ def make_plan(args):
     kernel_sizes = tuple(s.strip() for s in args.kernel_sizes.split(",") if s.strip())
     named = tuple(s for s in dict.fromkeys(sizes + list(pair) + list(kernel_sizes)) if s not in PRESETS)
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
-                     policy_repeats=args.policy_repeats, spec_long_prompt=args.spec_long_prompt,
+                     policy_repeats=args.policy_repeats, policy_runs=args.policy_runs, spec_long_prompt=args.spec_long_prompt,
                      reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
                      kernel_rounds=args.kernel_rounds, **policy,
                      configs={**PRESETS, **{name: named_config(name) for name in named}})

@@ -47,6 +47,7 @@ class Plan:
     policy_tokens: int = 100        # tokens per run of the sweep: at 40 (~15 rounds) auto's first, learning
                                     # rounds are a large share of every run (PERFORMANCE.md, K policies)
     policy_repeats: int = 1         # coin seeds of the sweep (repeat r: seed r); 20 runs per alpha (~10 min at 355M)
+    policy_runs: int = 1            # runs per coin seed (each its own bracketed group): a seed's speedup is their median
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)

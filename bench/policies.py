@@ -17,7 +17,10 @@ within the minutes a group lasts; the report gives the drift), medians over repe
 early rounds decide how it goes on, so one coin sequence for all repeats would measure that
 sequence's luck (seed 0 at alpha 0.8 rejects the very first draft), not the policy. The report
 gives each policy's median and worst seed against the best fixed K (the K with the best median),
-seed by seed on the same coins.
+seed by seed on the same coins. With plan.policy_runs = n, every seed's groups run n times over (each
+group between its own baselines, the rotation advancing each time) and a seed's speedup is the median
+of its n runs (per_seed): identical runs differ by up to 17 % on a shared host, so with one run per
+seed the worst seed is mostly the worst minute of the clock.
 
 Prefill. As in spec.py, `speedup` replaces the first target call (prompt + k_1 drafts) by a
 steady call of k_1 + 1 tokens, and the draft's prompt prefill by a one-token draft call.
@@ -145,11 +148,12 @@ def combine(runs):
     over the repeats (each repeat has its own coins, so repeat 0's K usage alone can mislead)."""
     out = dict(runs[0])
     out["speedups"] = [r["speedup"] for r in runs]  # one per coin seed, in seed order
+    out["spreads"] = [r.get("spread") for r in runs]  # per seed: [lowest, highest] of its runs
     out["speedup"] = median(out["speedups"])
     out["rounds"] = sum(r["rounds"] for r in runs)
     out["K_counts"] = {K: sum(r["K_counts"].get(K, 0) for r in runs)
                        for K in sorted({K for r in runs for K in r["K_counts"]})}
-    out["predicted_refined"] = median([r["predicted_refined"] for r in runs if r["predicted_refined"]])
+    out["predicted_refined"] = median([r["predicted_refined"] for r in runs])
     out["exact"] = all(r["exact"] for r in runs)
     out["refined_error"] = None if out["predicted_refined"] is None else out["speedup"] / out["predicted_refined"] - 1
     return out
@@ -179,21 +183,49 @@ def run(target, plan, draft_model):
             return run_one(target, ModelDrafter(proxy, c_prior=1.0), proxy, prompt, N, K, K_max)
         return ("self", 1.0, str(K)), one
 
+    n_runs = plan.policy_runs
     for r in range(plan.policy_repeats):
         groups = [(f"alpha {a}", [forced(name, a, K, r) for name in plan.policy_drafters if name != "self" for K in Ks])
                   for a in plan.policy_alphas]
         groups += [("the target drafting for itself", [itself(K) for K in Ks])] if "self" in plan.policy_drafters else []
-        for what, group in groups:
-            if not group:
-                continue
-            group = group[r % len(group):] + group[:r % len(group)]  # rotated with the repeat
-            log(f"policies: repeat {r + 1}/{plan.policy_repeats}, {what}: baseline, {len(group)} runs, baseline")
-            rows, drift = timed_group(target, prompt, N, [one for _, one in group])
-            drifts.append(drift)
-            for (key, _), row in zip(group, rows):
-                runs.setdefault(key, []).append(row)
-    rows = [{"drafter": name, "alpha_nominal": a, **combine(rs)} for (name, a, _), rs in runs.items()]
-    return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows, "drifts": drifts}
+        for i in range(n_runs):
+            turn = r * n_runs + i
+            for what, group in groups:
+                if not group:
+                    continue
+                group = group[turn % len(group):] + group[:turn % len(group)]  # rotated with every group's turn
+                log(f"policies: seed {r + 1}/{plan.policy_repeats}, run {i + 1}/{n_runs}, {what}: baseline, "
+                    f"{len(group)} runs, baseline")
+                rows, drift = timed_group(target, prompt, N, [one for _, one in group])
+                drifts.append(drift)
+                for (key, _), row in zip(group, rows):
+                    runs.setdefault(key, {}).setdefault(r, []).append(row)
+    rows = [{"drafter": name, "alpha_nominal": a, **combine([per_seed(rs) for _, rs in sorted(by_seed.items())])}
+            for (name, a, _), by_seed in runs.items()]
+    return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows,
+            "drifts": drifts, "runs_per_seed": n_runs}
+
+
+def per_seed(runs):
+    """One coin seed's row from its runs (the same coins, each run between its own baselines): the
+    median speedup and prediction, the speedups' range, rounds and K_counts summed over the runs
+    (the same coins give the same rounds unless auto's clock readings decided otherwise).
+
+    >>> runs = [{"speedup": s, "predicted_refined": 1.0, "exact": True, "rounds": 2, "K_counts": {3: 2}}
+    ...         for s in (1.0, 1.3, 1.1)]
+    >>> row = per_seed(runs)
+    >>> row["speedup"], row["spread"], row["rounds"], row["K_counts"]
+    (1.1, [1.0, 1.3], 6, {3: 6})
+    """
+    out = dict(runs[0])
+    speedups = [r["speedup"] for r in runs]
+    out["speedup"], out["spread"] = median(speedups), [min(speedups), max(speedups)]
+    out["predicted_refined"] = median([r["predicted_refined"] for r in runs])
+    out["exact"] = all(r["exact"] for r in runs)
+    out["rounds"] = sum(r["rounds"] for r in runs)
+    out["K_counts"] = {K: sum(r["K_counts"].get(K, 0) for r in runs)
+                       for K in sorted({K for r in runs for K in r["K_counts"]})}
+    return out
 
 
 def bundled_lookup(plan):
@@ -250,11 +282,13 @@ def print_report(result):
                      " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
                      worst_err, all(r["exact"] for r in g.values())])
     seeds = len(next(iter(result["rows"]))["speedups"]) if result["rows"] else 0
+    n_runs = result.get("runs_per_seed", 1)
     drifts = result.get("drifts") or [1.0]
     drift = (f"\nplain baselines bracketing each group: the later over the earlier {min(drifts):.3f}-{max(drifts):.3f} "
              f"(median {median(drifts):.3f}, {len(drifts)} groups); each run is measured against the line between them")
+    each = f", each seed the median of {n_runs} runs" if n_runs > 1 else ""
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
-                f"{seeds} coin seed(s)",
+                f"{seeds} coin seed(s){each}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
                  "auto/best", "worst seed", "auto's worst", "auto's K:rounds (all seeds)", "max |err|", "exact"], rows,
                 note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "

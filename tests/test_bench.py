@@ -352,3 +352,24 @@ def test_seed_table_prints_the_seed_repositories_columns_and_its_sanity_check(ca
     assert "method                  | num_runs |    time | +/- std | speedup" in out
     assert "autoregressive sampling |        3 |" in out and "speculative sampling    |        3 |" in out
     assert sanity(target, prompt, 10, 3) == 0
+
+
+def test_policy_sweep_with_several_runs_per_seed_takes_each_seeds_median(capsys):
+    """--policy-runs 2: every seed's group runs twice, each between its own baselines, and the seed's
+    speedup is the median of its two runs, lying within their range; rounds count both runs."""
+    from bench import policies
+    plan = tiny_plan(policy_repeats=2, policy_runs=2, policy_alphas=(0.5,), policy_Ks=(1,),
+                     policy_drafters=("lookup",))
+    target = gpt2np.random_model(plan.config("tiny2"), tokenizer=None)
+    sweep = policies.run(target, plan, gpt2np.random_model(plan.config("tiny"), tokenizer=None))
+    assert sweep["runs_per_seed"] == 2 and len(sweep["drifts"]) == 2 * 2  # 2 seeds x 2 runs, one alpha
+    for row in sweep["rows"]:
+        assert row["exact"] and len(row["speedups"]) == 2 and len(row["spreads"]) == 2
+        for speedup, (low, high) in zip(row["speedups"], row["spreads"]):
+            assert low <= speedup <= high, (row["K"], speedup, low, high)
+        assert sum(row["K_counts"].values()) == row["rounds"]
+    fixed = next(r for r in sweep["rows"] if r["K"] == 1)
+    n_tokens = plan.policy_tokens
+    assert fixed["rounds"] >= 2 * 2 * -(-n_tokens // 2), fixed  # K = 1: at least n/2 rounds a run, 4 runs
+    policies.print_report(sweep)
+    assert "each seed the median of 2 runs" in capsys.readouterr().out

@@ -22,7 +22,9 @@ prediction; what a policy loses to it is what it pays for learning alpha, c and 
 `python -m gpt2np.teach.policy_simulation` prints auto against the best fixed K for both kernels'
 measured v on two CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
 with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
-alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins.
+alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins;
+with --told-v, auto against auto told the true v(M) from its first round (ToldCostsAutoK): what
+learning the cost curve costs it on the Xeon's 1558M curve.
 """
 import sys
 from functools import lru_cache
@@ -96,6 +98,20 @@ class GreedyAutoK(AutoK):
         (a, b), c, v = self.estimates(past)
         planned = expected_speedups_under_belief(a, b, c, v, self.K_max)
         return max(range(self.K_max + 1), key=planned.__getitem__)
+
+
+class ToldCostsAutoK(AutoK):
+    """auto told the true cost curve v(M) at every size from its first round (its belief about alpha
+    still learned): the simulation's measure of what learning v costs auto (PERFORMANCE.md, "K
+    policies, sixth look"). Not a policy for real runs: no run knows its v before timing it."""
+
+    def __init__(self, v, K_max=8):
+        super().__init__(K_max)
+        self.true_v, self.name = dict(v), "auto told v"
+
+    def estimates(self, past):
+        belief, c, _ = super().estimates(past)
+        return belief, c, self.true_v
 
 
 # v(M) measured per CPU, BLAS kernel and target size (PERFORMANCE.md; sizes not measured are interpolated).
@@ -195,10 +211,26 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
               f"{reference / cost:.3f}")
 
 
-if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound]: the table over 200 seeds (~45 s)
-    if sys.argv[1:] not in ([], ["--bound"]):
-        sys.exit(f"usage: python -m gpt2np.teach.policy_simulation [--bound]; got {' '.join(sys.argv[1:])}")
-    if sys.argv[1:]:
+def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200), alphas=(0.3, 0.8, 1.0),
+                        tokens=(40, 100)):
+    """auto against ToldCostsAutoK on one measured 1558M curve: each over the best fixed K (plain
+    decoding where none beats it), median and worst seed."""
+    v = measured_v(kernel, "1558M", cpu)
+    print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto: median / worst | told v: median / worst |")
+    print("| --- | --- | --- | --- |")
+    for n_tokens in tokens:
+        for alpha in alphas:
+            auto, told = (table_row(policy, alpha, c, v, n_tokens, seeds) for policy in (AutoK(8), ToldCostsAutoK(v)))
+            print(f"| {n_tokens} | {alpha} | {auto['median']:.3f} / {auto['worst']:.3f} "
+                  f"| {told['median']:.3f} / {told['worst']:.3f} |")
+
+
+if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v]: the table, 200 seeds (~45 s)
+    if sys.argv[1:] not in ([], ["--bound"], ["--told-v"]):
+        sys.exit(f"usage: python -m gpt2np.teach.policy_simulation [--bound | --told-v]; got {' '.join(sys.argv[1:])}")
+    if sys.argv[1:] == ["--told-v"]:
+        print_learning_cost()
+    elif sys.argv[1:]:
         for cpu, kernel, n in (("EPYC", "SkylakeX", 40), ("EPYC", "Haswell", 40), ("EPYC", "Haswell", 100),
                                ("Xeon", "SkylakeX", 40), ("Xeon", "Haswell", 40)):
             print_bound(kernel, n, cpu=cpu)

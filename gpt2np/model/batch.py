@@ -10,16 +10,21 @@ step; packed, once. Each sequence keeps its own KV cache and length, so nothing 
     products   over all n_rows    c_attn, c_proj, the MLP, the output head: one read of each weight
     attention  block by block     block i's queries against cache_i (its keys and values written there
                                   first), causal within the block: forward.causal_attention, the call
-                                  GPT2.forward makes for that sequence alone (blocked at long prefill too)
+                                  GPT2.forward makes for that sequence alone (blocked at long prefill too);
+                                  the blocks shared between the cores where that pays (shares_the_cores)
 
 So a sequence's logits differ from its solo run only where a product's float32 sums run in another
 order for more rows (measured in tests/model/test_batch_forward.py); with one sequence it is the solo
 run, bit for bit. forward_separately, beside it, is that solo run for every sequence: the reference.
 """
+import contextlib
+
 import numpy as np
 
 from .fast.matmul import matmul
-from .forward import GPT2, causal_attention, ffn, layer_norm, linear, merge_heads, split_heads, token_id_array
+from .fast.threads import blas_single_threaded, share, threads_allowed
+from .forward import (BLOCKS_MIN_SCORES, GPT2, causal_attention, ffn, layer_norm, linear, merge_heads, split_heads,
+                      token_id_array)
 from .kv_cache import check_cache, check_room
 
 
@@ -58,12 +63,32 @@ def cached_attention(q, k, v, cache, layer):  # [n_head, n_out, d_head], 2 x [n_
     return causal_attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv])
 
 
+SHARE_MIN_SCORES = 1 << 14  # blocks' attention goes to both cores from this many scores in all (sum of n_head *
+                            # n_out * n_kv) on; below it waking a helper costs more than it saves (124M, 2
+                            # sequences at context 64: 0.96x; 8 at context 256: 1.12x; 355M, 8 at 512: 1.25x)
+
+
+def shares_the_cores(n_head, q_starts, starts, caches):
+    """Whether the blocks' attention is shared between the cores: enough of it in all (SHARE_MIN_SCORES),
+    and every block short of forward's BLOCKS_MIN_SCORES (a long block's attention shares itself out,
+    block by block, and two of them side by side would each find one core)."""
+    n_outs, n_kvs = np.diff(q_starts), [len(cache) + n for cache, n in zip(caches, np.diff(starts))]
+    scores = [n_head * n_out * n_kv for n_out, n_kv in zip(n_outs, n_kvs)]
+    return bool(len(scores) > 1 and sum(scores) >= SHARE_MIN_SCORES and max(scores) < BLOCKS_MIN_SCORES)
+
+
 def packed_block(x, block, caches, layer, n_head, starts, out_rows, n_outs):  # [n_rows, n_embd] -> [n_out, n_embd]
     """forward.transformer_block over packed rows: the products once over every row, attention per block."""
     q, k, v = packed_qkv(layer_norm(x, **block["ln_1"]), block["attn"]["c_attn"], n_head, out_rows)
     q_starts = np.cumsum([0, *n_outs])                               # block i's queries: q_starts[i]..[i+1]
-    heads = [cached_attention(q[:, q_starts[i]:q_starts[i + 1]], k[:, starts[i]:starts[i + 1]],
-                              v[:, starts[i]:starts[i + 1]], cache, layer) for i, cache in enumerate(caches)]
+    heads = [None] * len(caches)
+
+    def attend(i):                                                   # block i against its own cache
+        heads[i] = cached_attention(q[:, q_starts[i]:q_starts[i + 1]], k[:, starts[i]:starts[i + 1]],
+                                    v[:, starts[i]:starts[i + 1]], caches[i], layer)
+    n_threads = threads_allowed() if shares_the_cores(q.shape[0], q_starts, starts, caches) else 1
+    with blas_single_threaded() if n_threads > 1 else contextlib.nullcontext():
+        share(attend, range(len(caches)), n_threads)                 # the blocks shared between the cores
     heads = np.concatenate(heads, axis=1)                            # [n_head, n_out, d_head]
     residual = x if len(out_rows) == len(x) else x[out_rows]         # [n_out, n_embd]
     x = linear(merge_heads(heads), **block["attn"]["c_proj"], residual=residual)

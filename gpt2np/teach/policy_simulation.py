@@ -225,7 +225,7 @@ def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200),
                   f"| {told['median']:.3f} / {told['worst']:.3f} |")
 
 
-if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v]: the table, 200 seeds (~45 s)
+if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v]: 200 seeds (~45 s)
     if sys.argv[1:] not in ([], ["--bound"], ["--told-v"]):
         sys.exit(f"usage: python -m gpt2np.teach.policy_simulation [--bound | --told-v]; got {' '.join(sys.argv[1:])}")
     if sys.argv[1:] == ["--told-v"]:

@@ -149,3 +149,42 @@ def test_bad_packed_calls_are_one_line_errors(models):
             call()
         assert "\n" not in str(info.value)
     assert len(cache) == 0  # nothing ran
+
+
+@pytest.mark.parametrize("layout, shared", [("decode, 1 row each", True), ("long prefills (blocked attention)", False)])
+def test_short_blocks_share_the_cores_and_a_long_one_keeps_its_own_split(models, monkeypatch, layout, shared):
+    """Under two BLAS threads, a step of short blocks hands its blocks' attention to two threads (the
+    threshold of total scores lowered for this small model); a step with a block long enough for
+    blocked attention runs the blocks one by one (each long one then splits itself between the
+    cores). Either way every sequence gets what it gets alone."""
+    from threadpoolctl import threadpool_limits
+    from gpt2np.model import batch
+    monkeypatch.setattr(batch, "SHARE_MIN_SCORES", 1)
+    calls, share = [], batch.share
+    monkeypatch.setattr(batch, "share", lambda work, tasks, n: calls.append(n) or share(work, tasks, n))
+    model, which = models["random small"], "random small"
+    rng = np.random.default_rng(7)
+    n_prefix, n_new, n_logits = LAYOUTS[layout]
+    with threadpool_limits(limits=2, user_api="blas"):
+        if batch.threads_allowed() < 2:
+            pytest.skip("needs two CPUs and NumPy's OpenBLAS (threadpoolctl): nothing to share otherwise")
+        packed_against_alone(model, [rng.integers(0, model.n_vocab, n) for n in n_prefix],
+                             [rng.integers(0, model.n_vocab, n) for n in n_new], n_logits, which)
+    # one share per layer; with long prefills the last layer's blocks are short (only the rows whose
+    # logits are wanted go on to it), so only the layers before it keep their blocks one by one
+    assert calls == ([2] * SMALL.n_layer if shared else [1] * (SMALL.n_layer - 1) + [2]), calls
+
+
+def test_a_small_steps_attention_stays_on_one_core():
+    """Waking a helper costs more than a few short attentions (124M, 2 sequences at context 64); a long
+    enough step shares them; a block long enough to split itself keeps the blocks one by one."""
+    from gpt2np.model.batch import BLOCKS_MIN_SCORES, SHARE_MIN_SCORES, shares_the_cores
+    caches = [gpt2np.random_model(SMALL, tokenizer=None).new_cache() for _ in range(2)]
+    for cache in caches:
+        cache.length = 150
+    one_row_each = np.array([0, 1, 2])                                     # starts and q_starts alike
+    assert not shares_the_cores(12, one_row_each, one_row_each, caches)    # 2 x 12 x 151 scores
+    assert 2 * 64 * 151 >= SHARE_MIN_SCORES and shares_the_cores(64, one_row_each, one_row_each, caches)
+    assert not shares_the_cores(64, one_row_each[:2], one_row_each[:2], caches[:1])  # one sequence
+    long_block = np.array([0, 1, 1 + 40])                                  # 40 new rows, 40 queries
+    assert 64 * 40 * 190 >= BLOCKS_MIN_SCORES and not shares_the_cores(64, long_block, long_block, caches)

@@ -64,7 +64,8 @@ KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for 
 # each kernel in its own process (PERFORMANCE.md, "Every CPU"), Haswell's padded rows on an Intel Xeon (Sapphire
 # Rapids); Zen runs Haswell's kernel files.
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "small": ()}
-_HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")), "small": ((1, "plain"), (7, "rows"))}
+_HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")),
+            "small": ((1, "plain"), (7, "rows"))}
 METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
 
 

@@ -64,8 +64,9 @@ def cached_attention(q, k, v, cache, layer):  # [n_head, n_out, d_head], 2 x [n_
 
 
 SHARE_MIN_SCORES = 1 << 14  # blocks' attention goes to both cores from this many scores in all (sum of n_head *
-                            # n_out * n_kv) on; below it waking a helper costs more than it saves (124M, 2
-                            # sequences at context 64: 0.96x; 8 at context 256: 1.12x; 355M, 8 at 512: 1.25x)
+                            # n_out * n_kv) on; below it a helper's wake-up (40-85 us) eats what it saves (355M,
+                            # 8 sequences at context 64: 1.02x, within noise; 124M, 8 at 256: 1.12x; 355M, 8 at
+                            # 512: 1.25x; PERFORMANCE.md, "What each change bought")
 
 
 def shares_the_cores(n_head, q_starts, starts, caches):

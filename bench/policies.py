@@ -143,18 +143,25 @@ def timed_group(target, prompt, N, runs):
     return [measured(r, baseline_at(before, after, r["when"])) for r in records], after["steady"] / before["steady"]
 
 
-def combine(runs):
-    """One row from a cell's repeats: median speedup and prediction; rounds and K_counts summed
-    over the repeats (each repeat has its own coins, so repeat 0's K usage alone can mislead)."""
+def pooled(runs):
+    """Runs of one cell as one row: the first run's fields, the rounds and K_counts summed over the
+    runs, the median prediction, and exact only if every run was."""
     out = dict(runs[0])
-    out["speedups"] = [r["speedup"] for r in runs]  # one per coin seed, in seed order
-    out["spreads"] = [r.get("spread") for r in runs]  # per seed: [lowest, highest] of its runs
-    out["speedup"] = median(out["speedups"])
     out["rounds"] = sum(r["rounds"] for r in runs)
     out["K_counts"] = {K: sum(r["K_counts"].get(K, 0) for r in runs)
                        for K in sorted({K for r in runs for K in r["K_counts"]})}
     out["predicted_refined"] = median([r["predicted_refined"] for r in runs])
     out["exact"] = all(r["exact"] for r in runs)
+    return out
+
+
+def combine(runs):
+    """One row from a cell's repeats: median speedup and prediction; rounds and K_counts summed
+    over the repeats (each repeat has its own coins, so repeat 0's K usage alone can mislead)."""
+    out = pooled(runs)
+    out["speedups"] = [r["speedup"] for r in runs]  # one per coin seed, in seed order
+    out["spreads"] = [r.get("spread") for r in runs]  # per seed: [lowest, highest] of its runs
+    out["speedup"] = median(out["speedups"])
     out["refined_error"] = None if out["predicted_refined"] is None else out["speedup"] / out["predicted_refined"] - 1
     return out
 
@@ -217,14 +224,9 @@ def per_seed(runs):
     >>> row["speedup"], row["spread"], row["rounds"], row["K_counts"]
     (1.1, [1.0, 1.3], 6, {3: 6})
     """
-    out = dict(runs[0])
+    out = pooled(runs)
     speedups = [r["speedup"] for r in runs]
     out["speedup"], out["spread"] = median(speedups), [min(speedups), max(speedups)]
-    out["predicted_refined"] = median([r["predicted_refined"] for r in runs])
-    out["exact"] = all(r["exact"] for r in runs)
-    out["rounds"] = sum(r["rounds"] for r in runs)
-    out["K_counts"] = {K: sum(r["K_counts"].get(K, 0) for r in runs)
-                       for K in sorted({K for r in runs for K in r["K_counts"]})}
     return out
 
 

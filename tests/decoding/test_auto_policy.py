@@ -217,11 +217,11 @@ def test_what_learning_v_costs_auto_on_a_steep_curve():
     """ToldCostsAutoK plans with the true v(M) from its first round (its belief about alpha still
     learned); on the Xeon's steep 1558M curve at alpha 0.8, 100 tokens, knowing v saves auto's
     worst seeds most (PERFORMANCE.md, "K policies, sixth look": worst 0.815 -> 0.923 over 200 seeds)."""
-    from gpt2np.teach.policy_simulation import ToldCostsAutoK, table_row
+    from gpt2np.teach.policy_simulation import ToldCostsAutoK, table_rows
     v = measured_v("SkylakeX", "1558M", cpu="Xeon")
     past = Measurements(target_durations=timed(prior_v_curve(9)), c_prior=0.09)
     assert ToldCostsAutoK(v).estimates(past)[2] == v and AutoK(8).estimates(past)[2] != v
     seeds = range(100)
-    auto, told = (table_row(p, 0.8, 0.09, v, 100, seeds) for p in (AutoK(8), ToldCostsAutoK(v)))
+    auto, told = table_rows((AutoK(8), ToldCostsAutoK(v)), 0.8, 0.09, v, 100, seeds)
     print(f"auto {auto['median']:.3f} / {auto['worst']:.3f}, told v {told['median']:.3f} / {told['worst']:.3f}")
     assert told["median"] >= auto["median"] and told["worst"] >= auto["worst"] + 0.05, (auto, told)

@@ -8,7 +8,7 @@ noise), so the same run replays exactly, and compare its total seconds with plai
 import numpy as np
 import pytest
 
-from gpt2np.decoding import batched_speculative
+from gpt2np.decoding import batch_policy, batched_speculative
 from gpt2np.decoding.batch_policy import BatchAutoK, goodputs
 from gpt2np.decoding.batched import generate_batch
 from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
@@ -96,13 +96,50 @@ def test_a_short_run_that_owes_the_prompts_stays_plain_where_the_unpriced_rule_d
 
 
 def test_a_long_run_pays_the_catch_up_once_and_wins():
-    B, prompt_len, n_tokens, alpha = 8, 32, 400, 0.9
+    B, prompt_len, n_tokens, alpha = 4, 32, 400, 0.9
     plain = plain_seconds(B, prompt_len, n_tokens)
     priced, Ks = simulate(B, prompt_len, n_tokens, alpha)
     print(f"400 tokens: priced {priced:.3f} s against plain {plain:.3f} s; rounds drafting {sum(k > 0 for k in Ks)}"
           f" of {len(Ks)}, first at round {next(r for r, k in enumerate(Ks) if k)}")
     assert Ks[0] == 0 and max(Ks) >= 1, "the first round owes the prompts to a prior only: plain"
     assert priced < 0.97 * plain, f"{priced / plain:.3f} of plain's seconds"
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5])
+def test_a_try_that_owes_the_prompts_is_priced_whole_where_the_belief_says_drafting_loses(alpha):
+    """B = 4, 32 tokens after 32: drafting loses here (K = 1 at alpha 0.5: 0.95 x plain's goodput once
+    caught up), and a try pays 4 prompts' catch-up at once. AutoK's price alone (three times the
+    belief's expected loss) took 1.09-1.20 x plain's seconds: it tried, and kept drafting a while."""
+    B, prompt_len, n_tokens = 4, 32, 32
+    plain = plain_seconds(B, prompt_len, n_tokens)
+    runs = [simulate(B, prompt_len, n_tokens, alpha, seed=seed) for seed in range(3)]
+    print(f"B 4, alpha {alpha}: " + ", ".join(f"{s / plain:.3f} (K {Ks})" for s, Ks in runs))
+    assert all(s <= 1.01 * plain for s, _ in runs), [round(s / plain, 3) for s, _ in runs]
+
+
+def test_the_plain_pass_is_read_twice_near_a_tie_and_again_when_stale():
+    """One reading of the B-row plain pass taken in a slow second (30 % high) makes a drafting round
+    look like a gain; near a tie the rule reads it again before drafting, and re-reads it STALE_CALLS
+    timed rounds later."""
+    policy = BatchAutoK(K_max=2, c_prior=C)
+    policy.overlaps = [0.5] * 40                                      # alpha 0.5 well known
+    policy.update([], 1, 1.3 * target_seconds(1), [], first_round=False)  # the slow reading
+    for rows in (2, 3):
+        policy.update([], rows, target_seconds(rows), [(1, draft_seconds(1)), (2, draft_seconds(2))],
+                      first_round=False)
+    D, T = policy.costs(1)
+    gain = max(goodputs([1.0, 1.5, 1.75], 1, D(1), T)[1:]) / goodputs([1.0], 1, D(1), T)[0]
+    print(f"read once: T(1) {T(1):.4f} against {target_seconds(1):.4f}; alpha 0.5 plans {gain:.3f} x plain")
+    assert gain > 1.0, "the slow reading makes drafting look like a gain"
+    assert policy.times_plain(1, gain) and policy.choose(1) == 0, "one reading near a tie: read it again"
+    assert not policy.times_plain(1, 1.5), "far from a tie one reading decides"
+    policy.update([], 1, target_seconds(1), [], first_round=False)
+    assert not policy.times_plain(1, gain), "read twice"
+    for _ in range(batch_policy.STALE_CALLS):
+        policy.update([], 2, target_seconds(2), [], first_round=False)
+    assert policy.times_plain(1, 1.05) and not policy.times_plain(1, 1.5), "stale near a tie, not far from one"
+    policy.update([], 1, target_seconds(1), [], first_round=False)
+    assert not policy.times_plain(1, 1.05), "read again: fresh"
 
 
 @pytest.mark.parametrize("alpha", [0.3, 0.8])
@@ -116,7 +153,8 @@ def test_where_drafting_cannot_pay_the_priced_rule_is_within_two_percent_of_plai
 
 def test_the_catch_up_is_priced_from_the_drafts_own_calls():
     policy = BatchAutoK(K_max=2, c_prior=0.9)  # a prior far from the measured draft
-    for rows in (8, 16):
+    policy.overlaps = [0.95] * 50              # a belief that says drafting pays once caught up
+    for rows in (8, 8, 16):  # the plain pass read twice (near a tie one reading is not trusted)
         policy.update([], rows, target_seconds(rows), [], first_round=False)
     policy.update([], 16, target_seconds(16), [(8, 0.010), (136, 0.100)], first_round=False)
     D, T = policy.costs(8)

@@ -42,8 +42,8 @@ and what a try that finds nothing loses, its whole catch-up paid in one round; t
 every plain round waited (PATIENCE). K at the belief's average. The plain pass of the batch's B rows
 is timed by a plain round when nothing else would time it, read a second time where the plan is
 within ONE_READING of plain decoding, and read again STALE_CALLS rounds later where it is within
-MARGINAL (the machine's speed drifts). One K for every running sequence of a round (their rows share the pass), each clamped to
-what it still wants. K is a function of the past only, so every sequence stays exact
+MARGINAL (the machine's speed drifts). One K for every running sequence of a round (their rows
+share the pass), each clamped to what it still wants. K is a function of the past only, so every sequence stays exact
 (tests/decoding/test_batched_speculative.py enumerates it; tests/decoding/test_batch_policy.py
 runs the rule against scripted costs).
 
@@ -115,9 +115,10 @@ def explore_price(gain, trial, waited):
     belief's plan gains `gain` x plain decoding's goodput and `trial` x with the whole catch-up paid in
     this round: nothing where the belief says drafting pays; else the larger of EXPLORE_PRICE x the
     loss the belief expects and a one-round try's loss, divided by 1 + waited / PATIENCE.
-    Simulated with 12 % timing noise (B 1-8, alpha 0.5 / 0.8, 32 tokens after 16, 124M -> 355M and
-    1558M costs), AutoK's price alone left auto at 0.930 of plain decoding at B = 4, alpha 0.5 (a try
-    there owes 4 prompts' catch-up, ~2.6 plain rounds); with the try's own loss, 1.000.
+    Simulated (`python -m gpt2np.teach.batch_simulation`: 40 seeds, 12 % noise on every reading, B 1-8,
+    alpha 0.5 / 0.8, 124M -> 355M and 1558M costs on both kernels' curve shapes), the rule without a
+    price left auto at 0.899 of plain decoding at B = 4, alpha 0.5 (a try there owes four prompts'
+    catch-up, ~2.6 plain rounds), with it 1.000; the lowest of the 32 cells' medians 0.881 -> 0.934.
 
     >>> explore_price(1.02, 0.5, 0), explore_price(0.9, 0.5, 0), round(explore_price(0.9, 0.95, 3), 3)
     (0.0, 0.5, 0.15)
@@ -184,11 +185,12 @@ class BatchAutoK:
             self.last_timed[rows] = self.n_calls
 
     def times_plain(self, B, drafting):
-        """Whether this round is plain to time the B-row pass that plain decoding's goodput rests on:
-        never timed while the plan's best drafting round is under TIMING_MARGIN x plain decoding; or,
-        where it is within MARGINAL of plain decoding, timed only once or last STALE_CALLS target
-        rounds ago (AutoK's stale one-token call: one reading taken in a slow second of a shared
-        machine, never taken again, made drafting at alpha 0.5 look like a 10 % gain for a whole run)."""
+        """Whether this round is plain to time the B-row pass that plain decoding's goodput rests on
+        (drafting: the plan's best drafting goodput over plain decoding's): never timed, while drafting
+        is under TIMING_MARGIN; timed once, while it is within ONE_READING of 1 (one reading taken in a
+        slow second of a shared machine, never taken again, made K = 1 at alpha 0.5 look like a gain
+        for a whole run: 19 drafting rounds of 22); last timed STALE_CALLS target rounds ago, while it
+        is within MARGINAL of 1 (AutoK's stale one-token call: the machine's speed drifts)."""
         if B not in self.target_durations:
             return drafting < TIMING_MARGIN
         once = len(self.target_durations[B]) < 2 and abs(drafting - 1.0) <= ONE_READING

@@ -9,6 +9,7 @@
     explain.py              the forward pass step by step with every intermediate, for the notebooks
     blas_curves.py          what M rows cost against one, per OpenBLAS kernel, for notebook 07 and the bench
     policy_simulation.py    a K policy against a cost model: many coin seeds in a second, no model, no clock
+    batch_simulation.py     the batch's K policy against scripted costs and noisy readings: seeds in seconds
 
 May import every layer below. Imported only by notebooks, tests, the bench and the classroom command.
 """

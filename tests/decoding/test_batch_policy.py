@@ -14,6 +14,7 @@ from gpt2np.decoding.batched import generate_batch
 from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
+from gpt2np.teach import batch_simulation
 from gpt2np.teach.toy_models import random_toy_model
 from conftest import random_params
 
@@ -28,52 +29,28 @@ def draft_seconds(M):
     return C * target_seconds(M)
 
 
-class Batch:
-    """B sequences' lengths as batched_speculative keeps them: context, target cache, draft cache."""
+class Unpriced:
+    """The rule told nothing of the draft's catch-up (choose(B) alone): the control."""
 
-    def __init__(self, B, prompt_len, n_tokens):
-        self.ctx, self.tc, self.dc = [prompt_len] * B, [0] * B, [0] * B
-        self.left = [n_tokens] * B
+    def __init__(self, policy):
+        self.policy = policy
 
-    def running(self):
-        return [i for i, n in enumerate(self.left) if n > 0]
+    def choose(self, B, lag, horizon):
+        return self.policy.choose(B)
 
-    def debt(self):  # batched_speculative.draft_debt's numbers
-        run = self.running()
-        return (sum(self.ctx[i] - self.dc[i] - 1 for i in run if self.left[i] >= 2),
-                sum(self.left[i] for i in run))
+    def update(self, *measured, first_round):
+        self.policy.update(*measured, first_round=first_round)
 
 
 def simulate(B, prompt_len, n_tokens, alpha, priced=True, seed=0):  # -> (seconds, [drafts per round])
-    """A BatchAutoK run against the scripted costs; acceptance coins from one seeded generator."""
-    policy, batch, coins = BatchAutoK(K_max=4, c_prior=C), Batch(B, prompt_len, n_tokens), np.random.default_rng(seed)
-    seconds, Ks = 0.0, []
-    while batch.running():
-        run = batch.running()
-        K = policy.choose(len(run), *batch.debt()) if priced else policy.choose(len(run))
-        ks = {i: min(K, batch.left[i] - 1) for i in run}
-        calls = []
-        for j in range(max(ks.values())):  # draft steps: the first feeds what each draft cache lacks
-            rows = sum(batch.ctx[i] - batch.dc[i] if j == 0 else 1 for i in run if ks[i] > j)
-            calls.append((rows, draft_seconds(rows)))
-        rows = sum(batch.ctx[i] - batch.tc[i] + ks[i] for i in run)
-        overlaps = []
-        for i in run:
-            accepted = next((n for n in range(ks[i]) if coins.random() >= alpha), ks[i])
-            overlaps += [alpha] * min(accepted + 1, ks[i])
-            if ks[i]:
-                batch.dc[i] = batch.ctx[i] + ks[i] - 1
-            batch.ctx[i] += accepted + 1
-            batch.left[i] -= accepted + 1
-            batch.tc[i], batch.dc[i] = batch.ctx[i] - 1, min(batch.dc[i], batch.ctx[i] - 1)
-        policy.update(overlaps, rows, target_seconds(rows), calls, first_round=not Ks)
-        seconds += target_seconds(rows) + sum(s for _, s in calls)
-        Ks.append(max(ks.values()))
-    return seconds, Ks
+    """A BatchAutoK run against the scripted costs (teach/batch_simulation.py; no timing noise)."""
+    policy = BatchAutoK(K_max=4, c_prior=C)
+    return batch_simulation.simulate(policy if priced else Unpriced(policy), B, prompt_len, n_tokens, alpha,
+                                     target_seconds, C, seed)
 
 
 def plain_seconds(B, prompt_len, n_tokens):
-    return target_seconds(B * prompt_len) + (n_tokens - 1) * target_seconds(B)
+    return batch_simulation.plain_seconds(B, prompt_len, n_tokens, target_seconds)
 
 
 def test_in_these_costs_drafting_pays_a_little_once_the_draft_has_caught_up():

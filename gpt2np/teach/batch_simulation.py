@@ -1,0 +1,146 @@
+"""K for a batch (decoding/batch_policy.BatchAutoK) against scripted costs: many coin seeds in seconds.
+
+A batch of B sequences, each a prompt of prompt_len tokens and n_tokens to decode, run the way
+decoding/batched_speculative.py runs them, but with lengths for caches and a clock for models:
+
+  * every sequence keeps its context length, its target cache's and its draft cache's; a draft
+    step feeds each drafting sequence what its draft cache lacks (its whole prompt and every token
+    since, the first time), and the target round feeds each sequence its new token and its drafts;
+  * coins: sequence i's draft at a position is accepted with probability alpha (one generator per
+    seed), so a round accepts each sequence's drafts up to its first failed coin;
+  * costs, in seconds: a target round over M rows in all takes target_seconds(M), a draft call
+    over M rows c x target_seconds(M); the policy sees them, times a log-normal timing noise
+    (a shared machine's readings), and the run counts them without it.
+
+The policy is told what the real loop tells it (the round's B, the rows the draft caches lack,
+the tokens still wanted), so a run here replays its decisions exactly. Plain decoding's seconds:
+a prefill round over the prompts, then n_tokens - 1 rounds of B rows.
+
+>>> costs = row_costs(v2=1.25, v16=2.3)
+>>> seconds, Ks = simulate(FixedBatchK(0), B=4, prompt_len=8, n_tokens=5, alpha=0.8, target_seconds=costs, c=0.3)
+>>> Ks, round(seconds / plain_seconds(4, 8, 5, costs), 6)  # K = 0 every round is plain decoding
+([0, 0, 0, 0, 0], 1.0)
+
+`python -m gpt2np.teach.batch_simulation` prints BatchAutoK against the best fixed K (plain
+decoding included) for a 124M draft of a 355M target (c 0.35) and of a 1558M target (c 0.09),
+on cost curves shaped like the Xeon's under SkylakeX and under Haswell, B 1-8, alpha 0.5 / 0.8,
+32 tokens after 16: the median and the 10th percentile over the seeds of auto's seconds over the
+best fixed K's median seconds (above 1: auto is faster).
+"""
+import argparse
+import math
+
+import numpy as np
+
+from ..decoding.batch_policy import BatchAutoK
+
+FEW_ROWS = 16
+CURVES = {  # (v(2), v(16)) of a target round's seconds over M rows against one row, shaped like the Xeon's
+    "SkylakeX": (1.25, 2.3),  # 355M / 1558M under SkylakeX: v(2) 1.23-1.25, v(16) 2.2-2.5
+    "Haswell": (1.5, 3.3),    # under Haswell: v(2) 1.48-1.52, v(16) 3.3-3.9 (13-16 rows padded)
+}
+PAIRS = {"124M -> 355M": 0.35, "124M -> 1558M": 0.09}  # the draft's cost c, its share of a target call
+
+
+def row_costs(v2, v16, t1=0.28, tail=0.12):  # -> M -> seconds of a target round over M rows
+    """v(1) = 1, v(M) on the line from v(2) to v(16), then `tail` one-row rounds for every row past 16."""
+    def target_seconds(M):
+        v = 1.0 if M == 1 else v2 + (min(M, FEW_ROWS) - 2) * (v16 - v2) / (FEW_ROWS - 2)
+        return t1 * (v + tail * max(M - FEW_ROWS, 0))
+    return target_seconds
+
+
+class FixedBatchK:
+    """The same K every round (0: plain decoding)."""
+
+    def __init__(self, K):
+        self.K = K
+
+    def choose(self, B, lag=0, horizon=None):
+        return self.K
+
+    def update(self, *measured, first_round):
+        pass
+
+
+class Batch:
+    """B sequences' lengths as batched_speculative keeps them: context, target cache, draft cache."""
+
+    def __init__(self, B, prompt_len, n_tokens):
+        self.ctx, self.tc, self.dc = [prompt_len] * B, [0] * B, [0] * B
+        self.left = [n_tokens] * B
+
+    def running(self):
+        return [i for i, n in enumerate(self.left) if n > 0]
+
+    def debt(self):  # batched_speculative.draft_debt's numbers: (rows the draft lacks, tokens still wanted)
+        run = self.running()
+        return (sum(self.ctx[i] - self.dc[i] - 1 for i in run if self.left[i] >= 2),
+                sum(self.left[i] for i in run))
+
+
+def simulate(policy, B, prompt_len, n_tokens, alpha, target_seconds, c, seed=0, noise=0.0):
+    """One run: (seconds, [the round's largest k]). noise: the timing noise's log-standard deviation."""
+    batch, coins = Batch(B, prompt_len, n_tokens), np.random.default_rng(seed)
+    readings = np.random.default_rng([seed, 1])
+    seen = (lambda s: s * math.exp(readings.normal(0.0, noise))) if noise else (lambda s: s)
+    seconds, Ks = 0.0, []
+    while batch.running():
+        run = batch.running()
+        K = policy.choose(len(run), *batch.debt())
+        ks = {i: min(K, batch.left[i] - 1) for i in run}
+        calls = []
+        for j in range(max(ks.values())):  # draft steps: the first feeds what each draft cache lacks
+            rows = sum(batch.ctx[i] - batch.dc[i] if j == 0 else 1 for i in run if ks[i] > j)
+            calls.append((rows, c * target_seconds(rows)))
+        rows = sum(batch.ctx[i] - batch.tc[i] + ks[i] for i in run)
+        overlaps = []
+        for i in run:
+            accepted = next((n for n in range(ks[i]) if coins.random() >= alpha), ks[i])
+            overlaps += [alpha] * min(accepted + 1, ks[i])
+            if ks[i]:
+                batch.dc[i] = batch.ctx[i] + ks[i] - 1
+            batch.ctx[i] += accepted + 1
+            batch.left[i] -= accepted + 1
+            batch.tc[i], batch.dc[i] = batch.ctx[i] - 1, min(batch.dc[i], batch.ctx[i] - 1)
+        policy.update(overlaps, rows, seen(target_seconds(rows)), [(m, seen(s)) for m, s in calls],
+                      first_round=not Ks)
+        seconds += target_seconds(rows) + sum(s for _, s in calls)
+        Ks.append(max(ks.values()))
+    return seconds, Ks
+
+
+def plain_seconds(B, prompt_len, n_tokens, target_seconds):
+    return target_seconds(B * prompt_len) + (n_tokens - 1) * target_seconds(B)
+
+
+def compare(B, alpha, c, target_seconds, seeds, Ks=(0, 1, 2, 4), prompt_len=16, n_tokens=32, noise=0.12,
+            policy=lambda c: BatchAutoK(K_max=4, c_prior=c)):
+    """{"best": the fixed K with the least median seconds, "ratios": best's median / auto's, per seed}."""
+    def seconds(make, seed):
+        return simulate(make(), B, prompt_len, n_tokens, alpha, target_seconds, c, seed, noise)[0]
+    fixed = {K: np.median([seconds(lambda: FixedBatchK(K), s) for s in seeds]) for K in Ks}
+    best = min(fixed, key=fixed.get)
+    return {"best": best, "ratios": sorted(fixed[best] / seconds(lambda: policy(c), s) for s in seeds)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m gpt2np.teach.batch_simulation", description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=40, help="coin seeds per cell (default: 40)")
+    p.add_argument("--noise", type=float, default=0.12, help="timing noise, log-standard deviation (default: 0.12)")
+    args = p.parse_args(argv)
+    seeds = range(args.seeds)
+    print(f"BatchAutoK against the best fixed K (plain decoding is K = 0): the best's median seconds over auto's,"
+          f" {args.seeds} seeds, timing noise {args.noise}, 32 tokens after 16")
+    print(f"{'curve':<9} {'pair':<14} {'B':>2} {'alpha':>5} {'best':>5} {'median':>6} {'p10':>6}")
+    for kernel, (v2, v16) in CURVES.items():
+        for pair, c in PAIRS.items():
+            for B in (1, 2, 4, 8):
+                for alpha in (0.5, 0.8):
+                    r = compare(B, alpha, c, row_costs(v2, v16), seeds, noise=args.noise)
+                    ratios = r["ratios"]
+                    print(f"{kernel:<9} {pair:<14} {B:>2} {alpha:>5} {'K=' + str(r['best']):>5} "
+                          f"{np.median(ratios):>6.3f} {ratios[len(ratios) // 10]:>6.3f}")
+
+if __name__ == "__main__":
+    main()

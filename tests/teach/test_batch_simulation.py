@@ -1,0 +1,56 @@
+"""teach/batch_simulation.py: the batch K policy against scripted costs, with noisy readings."""
+import numpy as np
+
+from gpt2np.teach import batch_simulation
+from gpt2np.teach.batch_simulation import FixedBatchK, compare, plain_seconds, row_costs, simulate
+
+SKYLAKEX = row_costs(*batch_simulation.CURVES["SkylakeX"])
+
+
+def test_the_curve_is_flat_to_16_rows_then_a_row_at_a_time():
+    v = [SKYLAKEX(M) / SKYLAKEX(1) for M in (1, 2, 16, 17)]
+    assert np.allclose(v, [1.0, 1.25, 2.3, 2.42]), v
+
+
+def test_a_fixed_K_counts_the_draft_catch_up_and_its_rows():
+    seconds, Ks = simulate(FixedBatchK(1), B=2, prompt_len=4, n_tokens=3, alpha=1.0, target_seconds=SKYLAKEX, c=0.5)
+    # round 1: drafts over 2 x 4 prompt rows, target 2 x (4 + 1) rows -> 2 tokens each; round 2: k = 0 (1 left)
+    expected = 0.5 * SKYLAKEX(8) + SKYLAKEX(10) + SKYLAKEX(2)
+    assert Ks == [1, 0] and np.isclose(seconds, expected), (Ks, seconds, expected)
+
+
+def test_the_noise_reaches_the_readings_not_the_seconds_counted():
+    quiet = simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3)
+    noisy = simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3, noise=0.3)
+    assert quiet == noisy
+
+    class Recorder(FixedBatchK):
+        def update(self, overlaps, rows, seconds, calls, first_round):
+            self.read.append(seconds / SKYLAKEX(rows))
+    recorder = Recorder(0)
+    recorder.read = []
+    simulate(recorder, 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3, noise=0.3)
+    spread = np.std(np.log(recorder.read))
+    assert 0.2 < spread < 0.4, f"log-readings' spread {spread:.3f} against the noise's 0.3"
+
+
+def test_where_plain_decoding_is_best_auto_stays_near_it():
+    r = compare(8, 0.5, 0.35, SKYLAKEX, seeds=range(8))
+    print(f"B 8, alpha 0.5, c 0.35: best K={r['best']}, auto {np.median(r['ratios']):.3f} of it")
+    assert r["best"] == 0 and np.median(r["ratios"]) >= 0.98, r
+    plain = plain_seconds(8, 16, 32, SKYLAKEX)
+    assert np.isclose(simulate(FixedBatchK(0), 8, 16, 32, 0.5, SKYLAKEX, 0.35)[0], plain)
+
+
+def test_a_policy_that_always_drafts_four_loses_where_plain_is_best():
+    """The comparison can fail: K = 4 every round, measured as the policy, at B = 8 and alpha 0.5."""
+    r = compare(8, 0.5, 0.35, SKYLAKEX, seeds=range(4), policy=lambda c: FixedBatchK(4))
+    assert np.median(r["ratios"]) < 0.7, r
+
+
+def test_the_table_prints_every_cell(capsys):
+    batch_simulation.main(["--seeds", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell"))]
+    assert len(cells) == 2 * 2 * 4 * 2, lines
+    assert all(0 < float(line.split()[-1]) <= float(line.split()[-2]) < 2 for line in cells), cells

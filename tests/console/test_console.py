@@ -244,7 +244,8 @@ def test_on_a_terminal_prompt_colours_clear_and_ctrl_d(no_color):
 
 def test_ctrl_c_stops_a_run_then_quits_at_the_prompt_without_a_traceback():
     console = subprocess.Popen([sys.executable, "-m", "gpt2np.console"], cwd=REPO, text=True, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # SIGABRT: every thread's stack
     console.stdin.write(f":tokens 250\n:cache off\n:target on\n:speculative off\n{PROMPT}\n")  # a slow run
     console.stdin.flush()
     while "=== target-only, no KV cache" not in console.stdout.readline():
@@ -256,7 +257,13 @@ def test_ctrl_c_stops_a_run_then_quits_at_the_prompt_without_a_traceback():
     while not output or not output[-1].startswith("  :quit"):  # help's last line: now it waits for input
         output.append(console.stdout.readline())
     console.send_signal(signal.SIGINT)  # at the prompt: quit
-    console.wait(timeout=60)
+    try:
+        console.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # seen once in many runs: say where it hung (faulthandler's dump)
+        console.send_signal(signal.SIGABRT)
+        console.wait(timeout=10)
+        pytest.fail(f"the console did not quit on Ctrl-C at the prompt; last output {output[-2:]}; "
+                    f"stderr:\n{console.stderr.read()[-4000:]}")
     err = console.stderr.read()
     console.stdin.close(), console.stdout.close(), console.stderr.close()
     assert any(line.startswith("target-only, no KV cache: 5 tokens") for line in output), output

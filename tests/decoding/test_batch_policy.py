@@ -84,9 +84,9 @@ def test_a_long_run_pays_the_catch_up_once_and_wins():
 
 @pytest.mark.parametrize("alpha", [0.3, 0.5])
 def test_a_try_that_owes_the_prompts_is_priced_whole_where_the_belief_says_drafting_loses(alpha):
-    """B = 4, 32 tokens after 32: drafting loses here (K = 1 at alpha 0.5: 0.95 x plain's goodput once
-    caught up), and a try pays 4 prompts' catch-up at once. AutoK's price alone (three times the
-    belief's expected loss) took 1.09-1.20 x plain's seconds: it tried, and kept drafting a while."""
+    """B = 4, 32 tokens after 32: drafting loses here (K = 1 at alpha 0.5: 0.95-0.98 x plain's goodput
+    once caught up), and a try pays 4 prompts' catch-up at once. The rule without a price (before
+    2026-11-27) took 1.07-1.20 x plain's seconds: it tried on the optimistic alpha, and kept drafting."""
     B, prompt_len, n_tokens = 4, 32, 32
     plain = plain_seconds(B, prompt_len, n_tokens)
     runs = [simulate(B, prompt_len, n_tokens, alpha, seed=seed) for seed in range(3)]

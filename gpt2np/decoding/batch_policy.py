@@ -157,15 +157,16 @@ class BatchAutoK:
             return 0                                                   # no catch-up paid on the prior alone
         D, T = self.costs(B)
         d, first = D(B), D(B + min(lag, B))  # a drafting batch's first step: up to one more row a sequence
-        owes = (D(B + lag) - first if lag > B else 0.0), horizon, first - d
+        catch_up, behind = (D(B + lag) - first if lag > B else 0.0), first - d
         believed = expected_tokens_under_belief(a, b, self.K_max)
-        planned = goodputs(believed, B, d, T, *owes)
+        planned = goodputs(believed, B, d, T, catch_up, horizon, behind)
         gain = max(planned[1:]) / planned[0]                           # the belief's best drafting over plain
         if self.target_durations and self.times_plain(B, gain):
             return 0                                                   # time the plain pass of these B rows
         alpha = optimistic_alpha(a, b, self.t)
-        hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T, *owes)
-        trial = goodputs(believed, B, d, T, owes[0], None, owes[2])    # the whole catch-up on this round
+        hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T,
+                           catch_up, horizon, behind)
+        trial = goodputs(believed, B, d, T, catch_up, None, behind)    # the whole catch-up on this round
         if max(hopeful[1:]) / hopeful[0] - 1.0 <= explore_price(gain, max(trial[1:]) / trial[0], self.waited):
             self.waited += 1
             return 0                                                   # plain wins even so, or a try costs too much

@@ -32,9 +32,8 @@ import math
 
 import numpy as np
 
-from ..decoding.batch_policy import BatchAutoK
+from ..decoding.batch_policy import FEW_ROWS, BatchAutoK
 
-FEW_ROWS = 16
 CURVES = {  # (v(2), v(16)) of a target round's seconds over M rows against one row, shaped like the Xeon's
     "SkylakeX": (1.25, 2.3),  # 355M / 1558M under SkylakeX: v(2) 1.23-1.25, v(16) 2.2-2.5
     "Haswell": (1.5, 3.3),    # under Haswell: v(2) 1.48-1.52, v(16) 3.3-3.9 (13-16 rows padded)

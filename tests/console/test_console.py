@@ -6,6 +6,7 @@ console prints are compared with what gpt2np.generate / speculative_generate giv
 model, seed and sampling options, decoded with the tokenizer; the command table itself is tested
 in-process (parse_command is pure).
 """
+import contextlib
 import os
 import re
 import select
@@ -242,10 +243,27 @@ def test_on_a_terminal_prompt_colours_clear_and_ctrl_d(no_color):
     assert b"\033[H\033[2J" in cleared
 
 
+@contextlib.contextmanager
+def ctrl_c_reaches_children():
+    """Children started inside get SIGINT's default action, as a program started at a terminal does.
+
+    A command started in the background without job control (`pytest ... &` in a script, a CI step
+    run that way) ignores SIGINT, and an ignored signal stays ignored across fork and exec: the
+    console would then never see its Ctrl-C (Python installs KeyboardInterrupt only where SIGINT was
+    not ignored when it started). With a handler installed here instead, exec gives the child the
+    default action. The hang this caused was seen as "the console did not quit" in such runs."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_stops_a_run_then_quits_at_the_prompt_without_a_traceback():
-    console = subprocess.Popen([sys.executable, "-m", "gpt2np.console"], cwd=REPO, text=True, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # SIGABRT: every thread's stack
+    with ctrl_c_reaches_children():
+        console = subprocess.Popen([sys.executable, "-m", "gpt2np.console"], cwd=REPO, text=True,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # SIGABRT: every thread's stack
     console.stdin.write(f":tokens 250\n:cache off\n:target on\n:speculative off\n{PROMPT}\n")  # a slow run
     console.stdin.flush()
     while "=== target-only, no KV cache" not in console.stdout.readline():
@@ -259,7 +277,7 @@ def test_ctrl_c_stops_a_run_then_quits_at_the_prompt_without_a_traceback():
     console.send_signal(signal.SIGINT)  # at the prompt: quit
     try:
         console.wait(timeout=60)
-    except subprocess.TimeoutExpired:  # seen once in many runs: say where it hung (faulthandler's dump)
+    except subprocess.TimeoutExpired:  # say where it hung (faulthandler's dump)
         console.send_signal(signal.SIGABRT)
         console.wait(timeout=10)
         pytest.fail(f"the console did not quit on Ctrl-C at the prompt; last output {output[-2:]}; "

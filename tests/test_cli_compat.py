@@ -110,10 +110,12 @@ def test_the_json_has_per_position_acceptance(ss_table):
 
 
 def test_same_model_as_target_and_draft_has_zero_rejections():
-    out = main_py(*[("gpt2-xl" if arg == "gpt2" else arg) for arg in SS])  # --draft-model gpt2-xl
+    args = [("gpt2-xl" if arg == "gpt2" else arg) for arg in SS]  # --draft-model gpt2-xl
+    args[args.index("--num-runs") + 1] = "8"  # 8 runs of 40 tokens: 0 rejections in ~80 rounds says it
+    out = main_py(*args)
     table_rows(out)
     assert "drafter: shakespeare-2.6M" in out
-    assert re.search(r"speculative sampling: 0 rejections in 50 runs \((\d+) drafts proposed, \1 accepted\)", out), out
+    assert re.search(r"speculative sampling: 0 rejections in 8 runs \((\d+) drafts proposed, \1 accepted\)", out), out
     rates = re.findall(r"\d: ([\d.]+) \(\d+/\d+\)", out.split("accepted by draft position (i: rate):")[1])
     assert rates and set(rates) == {"1.00"}, rates
 

@@ -10,8 +10,10 @@ outputs, outputs made with the bundled weights shipped now, and no function or c
 notebook (STYLE H13: a helper a notebook needs goes into gpt2np/, usually gpt2np/teach/explain.py).
 """
 import importlib.util
+import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SCRIPTS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 CELL_TIMEOUT = 120  # seconds: a whole notebook should take well under a minute on 2 cores
+WORKERS = min(2, os.cpu_count() or 1)  # notebooks executed at once: one core each
 DEFINITION = re.compile(r"^\s*(def|class|async def)\s|\blambda\b", re.MULTILINE)
 
 
@@ -95,12 +98,37 @@ def test_no_definitions_in_notebooks(path):
     assert not defined, f"{path.name} defines a function or class (move it into gpt2np/): {defined}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path):
+def execute_script(path, kernel):  # -> (the executed notebook, seconds), or (the exception, seconds)
     start = time.perf_counter()
     nb = jupytext.read(script_of(path))  # the source a person edits, not the committed outputs
-    BUILDER.execute(nb, timeout=CELL_TIMEOUT)  # raises CellExecutionError
-    print(f"{script_of(path).name}: {time.perf_counter() - start:.1f} s")
+    try:
+        BUILDER.execute(nb, timeout=CELL_TIMEOUT, kernel=kernel)
+    except Exception as e:  # CellExecutionError: the cell and its traceback; raised again by its own test
+        return e, time.perf_counter() - start
+    return nb, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def executed(request):  # -> {notebook stem: (executed notebook or exception, seconds)}
+    """The selected notebooks' scripts executed, WORKERS at a time, the slowest (highest numbers) first.
+
+    Every notebook sets one BLAS thread (its models are tiny), so each kernel keeps one core busy:
+    two at once on two cores take about half the time of one after the other (the notebooks' own
+    timings move, and nothing here checks them; tools/build_notebooks.py, which writes the committed
+    outputs, runs one at a time)."""
+    chosen = [item.callspec.params["path"] for item in request.session.items
+              if getattr(item, "originalname", None) == "test_notebook_executes"]
+    with BUILDER.this_python_kernel() as kernel, ThreadPoolExecutor(WORKERS) as pool:
+        results = pool.map(lambda path: execute_script(path, kernel), sorted(chosen, reverse=True))
+        return {path.stem: result for path, result in zip(sorted(chosen, reverse=True), results)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes(path, executed):
+    nb, seconds = executed[path.stem]
+    print(f"{script_of(path).name}: {seconds:.1f} s ({WORKERS} at a time)")
+    if isinstance(nb, Exception):
+        raise nb
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} drew no plot"

@@ -1,6 +1,6 @@
 """Execute the notebooks from their percent scripts and save each .ipynb with its outputs.
 
-    python tools/build_notebooks.py              # all five
+    python tools/build_notebooks.py              # all of them
     python tools/build_notebooks.py 04 05        # only those whose file name starts with 04 / 05
 
 Each notebook's source is a jupytext-paired percent script beside it (notebooks/NN_name.py: `# %%`
@@ -49,17 +49,22 @@ def this_python_kernel():
             yield KERNEL
 
 
-def execute(nb, timeout=CELL_TIMEOUT):
+def execute(nb, timeout=CELL_TIMEOUT, kernel=None):
     """Run the notebook's cells top to bottom in notebooks/, filling in its outputs; return seconds.
 
+    kernel: the name this_python_kernel() gave, where the caller holds one open for several
+    executions (tests/test_notebooks.py runs two notebooks at a time: one this_python_kernel for
+    all, since it sets JUPYTER_PATH for the whole process); None opens one for this call alone.
     Raises nbclient's CellExecutionError, naming the cell and the traceback, if any cell fails.
     """
-    with this_python_kernel() as kernel:
-        client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, record_timing=False,
-                                resources={"metadata": {"path": str(NOTEBOOKS)}})
-        start = time.perf_counter()
-        client.execute()
-        return time.perf_counter() - start
+    if kernel is None:
+        with this_python_kernel() as kernel:
+            return execute(nb, timeout, kernel)
+    client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, record_timing=False,
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    start = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - start
 
 
 def bundled_fingerprint():

@@ -11,7 +11,8 @@ gpt2np.random_model(config, seed=0), fills its cache to --context random tokens,
              per token + KV bytes at the context) / that bandwidth, and paired with a gemv pass
   verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, twice: with
              gpt2np's few-row methods ("gpt2np"), then with gpt2np.model.fast.matmul.METHODS emptied so that
-             every product is plain x @ w on the weights as stored ("plain")
+             every product is plain x @ w on the weights as stored ("plain"), and plain again with every
+             weight copied row-major ("plain_row_major": its own one-token pass is its M = 1)
   methods    per M, the method gpt2np.model.fast.matmul.method_for picks for a column-major [n_embd, 4 n_embd]
              weight (c_fc's shape), which names what the "gpt2np" curve ran
 It prints one JSON object on stdout (with the kernel's threadpoolctl name and gpt2np.blas_kernel()
@@ -67,7 +68,20 @@ def measure(config, context, max_m, repeats, bandwidth_bytes):
     log(f"{kernel}: verification curve M = 1..{max_m}, plain x @ w")
     gpt2np.model.fast.matmul.METHODS = {}  # method_for now answers "plain" for every product (this process ends next)
     out["verify"]["plain"] = measure_verify(model, cache, context, extra, max_m, repeats)
+    log(f"{kernel}: verification curve M = 1..{max_m}, plain x @ w on row-major copies of the weights")
+    model.params = row_major(model.params)
+    out["verify"]["plain_row_major"] = measure_verify(model, cache, context, extra, max_m, repeats)
     return out
+
+
+def row_major(node):  # params -> the same params, every array C-contiguous (copies of the column-major weights)
+    """The layout question (PERFORMANCE.md, Batching): gpt2np stores weights of 2 MiB and more column-major,
+    which its few-row methods need; plain sgemm under some kernels packs row-major weights faster."""
+    if isinstance(node, dict):
+        return {key: row_major(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [row_major(value) for value in node]
+    return np.ascontiguousarray(node)
 
 
 def main(argv=None):

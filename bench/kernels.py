@@ -9,8 +9,9 @@ gpt2np.teach.blas_curves.blas_kernel_envs finds (a child process asked under eac
               AVX-512 runs; only where /proc/cpuinfo lists avx2
 one environment per distinct kernel, in that order. For each size of plan.kernel_sizes (random weights),
 a worker process per kernel (kernel_worker.py) measures, at context plan.verify_context: v(M) =
-t(forward over M new tokens) / t(forward over 1) for M = 1..plan.kernel_max_m, with gpt2np's methods
-and with every product plain x @ w, and decode s/token against the roofline with that worker's
+t(forward over M new tokens) / t(forward over 1) for M = 1..plan.kernel_max_m, with gpt2np's methods,
+with every product plain x @ w, and plain again on row-major copies of the weights (the layout
+question, PERFORMANCE.md), and decode s/token against the roofline with that worker's
 best gemv bandwidth. The workers run one after the other, kernel by kernel, plan.kernel_rounds
 times over (A, B, A, B: the host's drift reaches every kernel alike), and every number reported is
 the median over the rounds. Cost at 355M: ~40 s per kernel and round (7 s of it building the model).
@@ -71,6 +72,8 @@ def summarise(name, runs):
     return {"name": name, "methods": runs[0]["methods"],
             "ratio": {m: over_runs(lambda r: r["verify"]["gpt2np"]["ratio"][m]) for m in keys},
             "ratio_plain": {m: over_runs(lambda r: r["verify"]["plain"]["ratio"][m]) for m in keys},
+            "ratio_plain_row_major": {m: over_runs(lambda r: r["verify"]["plain_row_major"]["ratio"][m]) for m in keys},
+            "one_token_row_major_s": over_runs(lambda r: r["verify"]["plain_row_major"]["seconds"]["1"]),
             "one_token_s": over_runs(lambda r: r["verify"]["gpt2np"]["seconds"]["1"]),
             "decode_s": over_runs(lambda r: r["decode"]["s_per_token"]),
             "roofline_s": over_runs(lambda r: r["decode"]["roofline_s"]),
@@ -112,17 +115,22 @@ def describe(kernel, worker):
 def print_report(r):
     for size, entries in r["sizes"].items():
         m_keys = list(entries[0]["ratio"])[1:]
-        rows = [[int(m)] + [cell for e in entries for cell in (e["methods"][m], e["ratio"][m], e["ratio_plain"][m])]
+        rows = [[int(m)] + [cell for e in entries for cell in (e["methods"][m], e["ratio"][m], e["ratio_plain"][m],
+                                                                  e["ratio_plain_row_major"][m])]
                 for m in m_keys]
         print_table(f"Verification curve per OpenBLAS kernel: {size}, context {r['context']}, v(M) = "
                     f"t(forward over M) / t(forward over 1), median of {r['rounds']} round(s)",
-                    ["M"] + [f"{e['name']} {h}" for e in entries for h in ("method", "v gpt2np", "v plain")], rows,
+                    ["M"] + [f"{e['name']} {h}" for e in entries
+                             for h in ("method", "v gpt2np", "v plain", "v plain row-major")], rows,
                     note="method: gpt2np's for a column-major [n_embd, 4 n_embd] weight (c_fc); v plain: every "
-                         "product x @ w (gpt2np.model.fast.matmul.METHODS emptied)")
-        rows = [[e["name"], ms(e["one_token_s"]), ms(e["decode_s"]), ms(e["roofline_s"]), e["vs_roofline"],
-                 e["vs_roofline_paired"], e["bandwidth_gbps"]] for e in entries]
+                         "product x @ w (gpt2np.model.fast.matmul.METHODS emptied); v plain row-major: the same "
+                         "with every weight copied row-major, over its own one-token pass (M=1 row-major ms, "
+                         "below)")
+        rows = [[e["name"], ms(e["one_token_s"]), ms(e["one_token_row_major_s"]), ms(e["decode_s"]), ms(e["roofline_s"]),
+                 e["vs_roofline"], e["vs_roofline_paired"], e["bandwidth_gbps"]] for e in entries]
         print_table(f"Decode per OpenBLAS kernel: {size}, context {r['context']} (median of {r['rounds']} round(s))",
-                    ["kernel", "M=1 ms", "decode ms", "roofline ms", "x roofline", "x paired", "gemv GB/s"], rows,
+                    ["kernel", "M=1 ms", "M=1 row-major ms", "decode ms", "roofline ms", "x roofline", "x paired",
+                     "gemv GB/s"], rows,
                     note="roofline = (weight bytes per token + KV bytes at the context) / the worker's best gemv "
                          "bandwidth; x paired: each step over a gemv pass timed right after it")
     for k in r["kernels"]:

@@ -69,19 +69,21 @@ def measure(config, context, max_m, repeats, bandwidth_bytes):
     gpt2np.model.fast.matmul.METHODS = {}  # method_for now answers "plain" for every product (this process ends next)
     out["verify"]["plain"] = measure_verify(model, cache, context, extra, max_m, repeats)
     log(f"{kernel}: verification curve M = 1..{max_m}, plain x @ w on row-major copies of the weights")
-    model.params = row_major(model.params)
+    make_row_major(model.params)
     out["verify"]["plain_row_major"] = measure_verify(model, cache, context, extra, max_m, repeats)
     return out
 
 
-def row_major(node):  # params -> the same params, every array C-contiguous (copies of the column-major weights)
+def make_row_major(node):  # params, in place: every array replaced by a C-contiguous copy
     """The layout question (PERFORMANCE.md, Batching): gpt2np stores weights of 2 MiB and more column-major,
-    which its few-row methods need; plain sgemm under some kernels packs row-major weights faster."""
-    if isinstance(node, dict):
-        return {key: row_major(value) for key, value in node.items()}
-    if isinstance(node, list):
-        return [row_major(value) for value in node]
-    return np.ascontiguousarray(node)
+    which its few-row methods need; plain sgemm under some kernels packs row-major weights faster. One
+    array at a time, each column-major one freed as its copy replaces it: at 1558M a second copy of
+    every weight at once would take another 6 GB."""
+    for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+        if isinstance(value, (dict, list)):
+            make_row_major(value)
+        else:
+            node[key] = np.ascontiguousarray(value)
 
 
 def main(argv=None):

@@ -116,11 +116,11 @@ def executed(request):  # -> {notebook stem: (executed notebook or exception, se
     two at once on two cores take about half the time of one after the other (the notebooks' own
     timings move, and nothing here checks them; tools/build_notebooks.py, which writes the committed
     outputs, runs one at a time)."""
-    chosen = [item.callspec.params["path"] for item in request.session.items
-              if getattr(item, "originalname", None) == "test_notebook_executes"]
+    chosen = sorted((item.callspec.params["path"] for item in request.session.items
+                     if getattr(item, "originalname", None) == "test_notebook_executes"), reverse=True)
     with BUILDER.this_python_kernel() as kernel, ThreadPoolExecutor(WORKERS) as pool:
-        results = pool.map(lambda path: execute_script(path, kernel), sorted(chosen, reverse=True))
-        return {path.stem: result for path, result in zip(sorted(chosen, reverse=True), results)}
+        results = pool.map(lambda path: execute_script(path, kernel), chosen)
+        return {path.stem: result for path, result in zip(chosen, results)}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

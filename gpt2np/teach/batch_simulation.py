@@ -141,5 +141,6 @@ def main(argv=None):
                     print(f"{kernel:<9} {pair:<14} {B:>2} {alpha:>5} {'K=' + str(r['best']):>5} "
                           f"{np.median(ratios):>6.3f} {ratios[len(ratios) // 10]:>6.3f}")
 
+
 if __name__ == "__main__":
     main()

@@ -84,8 +84,9 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
   kernels     context, max_m, rounds, kernels[]: {name (threadpoolctl's), source (this run's | CPU's own |
               forced: Haswell), env (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), blas_kernel (gpt2np.blas_kernel()),
               measured (in gpt2np.model.fast.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
-              ratio["1".."16"] (gpt2np), ratio_plain["1".."16"],
-              ratio_plain_row_major["1".."16"] (plain on row-major copies), one_token_row_major_s,
+              methods_row_major["1".."16"], ratio["1".."16"] (gpt2np), ratio_row_major["1".."16"] (gpt2np on
+              row-major weights: gpt2np.model.fast.layout), ratio_plain["1".."16"],
+              ratio_plain_row_major["1".."16"] (plain on row-major weights), one_token_row_major_s,
               one_token_s, decode_s, roofline_s, vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv),
               runs[] (each worker's own JSON)}
   batching    plan, blas_kernel, seconds, pairs[]: {draft, target, stops_paying{alpha: B or null (pays at

@@ -9,12 +9,15 @@ gpt2np.random_model(config, seed=0), fills its cache to --context random tokens,
   bandwidth  best gemv pass over a --bandwidth-mib buffer (bench.bandwidth.Probe: larger than L3)
   decode     bench.decode.measure_decode at the context: s/token, over the roofline (weight bytes
              per token + KV bytes at the context) / that bandwidth, and paired with a gemv pass
-  verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, twice: with
-             gpt2np's few-row methods ("gpt2np"), then with gpt2np.model.fast.matmul.METHODS emptied so that
-             every product is plain x @ w on the weights as stored ("plain"), and plain again with every
-             weight copied row-major ("plain_row_major": its own one-token pass is its M = 1)
-  methods    per M, the method gpt2np.model.fast.matmul.method_for picks for a column-major [n_embd, 4 n_embd]
-             weight (c_fc's shape), which names what the "gpt2np" curve ran
+  verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, four times: with
+             gpt2np's few-row methods on the weights as stored ("gpt2np") and made row-major as a batching
+             server makes them under some kernels ("gpt2np_row_major", gpt2np.model.fast.layout), then with
+             gpt2np.model.fast.matmul.METHODS emptied so that every product is plain x @ w, on the
+             row-major weights ("plain_row_major") and on the stored ones ("plain"); each curve's M = 1 is
+             its own one-token pass
+  methods    per M, the method gpt2np.model.fast.matmul.method_for picks for a [n_embd, 4 n_embd] weight
+             (c_fc's shape), column-major as stored ("methods") and row-major ("methods_row_major"): what
+             the two gpt2np curves ran
 It prints one JSON object on stdout (with the kernel's threadpoolctl name and gpt2np.blas_kernel()
 line); progress and everything else goes to stderr. --threads limits BLAS through threadpoolctl.
 """
@@ -28,6 +31,7 @@ import numpy as np
 
 import gpt2np.model.fast.matmul
 from gpt2np.model.config import GPT2Config
+from gpt2np.model.fast.layout import set_weights_order
 
 from .bandwidth import Probe, best_rate
 from .common import blas_limits, log, random_ids
@@ -37,9 +41,9 @@ from .prefill_worker import blas_threads, protocol_stdout
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # what chose the kernel, as this process saw it
 
 
-def methods_by_m(config, max_m):
-    """{str(m): method} gpt2np.model.fast.matmul picks for m rows times a column-major c_fc-shaped weight."""
-    w = np.asfortranarray(np.empty((config.n_embd, 4 * config.n_embd), np.float32))
+def methods_by_m(config, max_m, order=np.asfortranarray):
+    """{str(m): method} gpt2np.model.fast.matmul picks for m rows times a c_fc-shaped weight in that order."""
+    w = order(np.empty((config.n_embd, 4 * config.n_embd), np.float32))
     return {str(m): gpt2np.model.fast.matmul.method_for(m, w) for m in range(1, max_m + 1)}
 
 
@@ -62,28 +66,19 @@ def measure(config, context, max_m, repeats, bandwidth_bytes):
     decode = measure_decode(model, cache, context, extra[0], repeats, gbps, probe)
     del probe  # the verification curves need no buffer beside the model
     out = {"kernel": kernel, "blas_kernel": gpt2np.blas_kernel(), "measured": kernel in gpt2np.model.fast.matmul.METHODS,
-           "methods": methods_by_m(config, max_m), "bandwidth_gbps": gbps, "decode": decode, "verify": {}}
-    log(f"{kernel}: verification curve M = 1..{max_m}, gpt2np's methods")
-    out["verify"]["gpt2np"] = measure_verify(model, cache, context, extra, max_m, repeats)
-    log(f"{kernel}: verification curve M = 1..{max_m}, plain x @ w")
-    gpt2np.model.fast.matmul.METHODS = {}  # method_for now answers "plain" for every product (this process ends next)
-    out["verify"]["plain"] = measure_verify(model, cache, context, extra, max_m, repeats)
-    log(f"{kernel}: verification curve M = 1..{max_m}, plain x @ w on row-major copies of the weights")
-    make_row_major(model.params)
-    out["verify"]["plain_row_major"] = measure_verify(model, cache, context, extra, max_m, repeats)
+           "methods": methods_by_m(config, max_m),
+           "methods_row_major": methods_by_m(config, max_m, np.ascontiguousarray),
+           "bandwidth_gbps": gbps, "decode": decode, "verify": {}}
+    for curve, order, what in (("gpt2np", "column-major", "gpt2np's methods"),
+                               ("gpt2np_row_major", "row-major", "gpt2np's methods, row-major weights"),
+                               ("plain_row_major", "row-major", "plain x @ w, row-major weights"),
+                               ("plain", "column-major", "plain x @ w")):
+        if curve.startswith("plain"):
+            gpt2np.model.fast.matmul.METHODS = {}  # method_for now answers "plain" (this process ends next)
+        set_weights_order(model, order)  # one weight at a time, and only where the order changes (model/fast/layout.py)
+        log(f"{kernel}: verification curve M = 1..{max_m}, {what}")
+        out["verify"][curve] = measure_verify(model, cache, context, extra, max_m, repeats)
     return out
-
-
-def make_row_major(node):  # params, in place: every array replaced by a C-contiguous copy
-    """The layout question (PERFORMANCE.md, Batching): gpt2np stores weights of 2 MiB and more column-major,
-    which its few-row methods need; plain sgemm under some kernels packs row-major weights faster. One
-    array at a time, each column-major one freed as its copy replaces it: at 1558M a second copy of
-    every weight at once would take another 6 GB."""
-    for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
-        if isinstance(value, (dict, list)):
-            make_row_major(value)
-        else:
-            node[key] = np.ascontiguousarray(value)
 
 
 def main(argv=None):

@@ -69,11 +69,12 @@ def summarise(name, runs):
         return median([get(r) for r in runs])
 
     keys = list(runs[0]["verify"]["gpt2np"]["ratio"])
-    return {"name": name, "methods": runs[0]["methods"],
+    return {"name": name, "methods": runs[0]["methods"], "methods_row_major": runs[0]["methods_row_major"],
             "ratio": {m: over_runs(lambda r: r["verify"]["gpt2np"]["ratio"][m]) for m in keys},
+            "ratio_row_major": {m: over_runs(lambda r: r["verify"]["gpt2np_row_major"]["ratio"][m]) for m in keys},
             "ratio_plain": {m: over_runs(lambda r: r["verify"]["plain"]["ratio"][m]) for m in keys},
             "ratio_plain_row_major": {m: over_runs(lambda r: r["verify"]["plain_row_major"]["ratio"][m]) for m in keys},
-            "one_token_row_major_s": over_runs(lambda r: r["verify"]["plain_row_major"]["seconds"]["1"]),
+            "one_token_row_major_s": over_runs(lambda r: r["verify"]["gpt2np_row_major"]["seconds"]["1"]),
             "one_token_s": over_runs(lambda r: r["verify"]["gpt2np"]["seconds"]["1"]),
             "decode_s": over_runs(lambda r: r["decode"]["s_per_token"]),
             "roofline_s": over_runs(lambda r: r["decode"]["roofline_s"]),
@@ -115,17 +116,19 @@ def describe(kernel, worker):
 def print_report(r):
     for size, entries in r["sizes"].items():
         m_keys = list(entries[0]["ratio"])[1:]
-        rows = [[int(m)] + [cell for e in entries for cell in (e["methods"][m], e["ratio"][m], e["ratio_plain"][m],
-                                                                  e["ratio_plain_row_major"][m])]
+        rows = [[int(m)] + [cell for e in entries for cell in (f"{e['methods'][m]} / {e['methods_row_major'][m]}",
+                                                                  e["ratio"][m], e["ratio_row_major"][m],
+                                                                  e["ratio_plain"][m], e["ratio_plain_row_major"][m])]
                 for m in m_keys]
         print_table(f"Verification curve per OpenBLAS kernel: {size}, context {r['context']}, v(M) = "
                     f"t(forward over M) / t(forward over 1), median of {r['rounds']} round(s)",
                     ["M"] + [f"{e['name']} {h}" for e in entries
-                             for h in ("method", "v gpt2np", "v plain", "v plain row-major")], rows,
-                    note="method: gpt2np's for a column-major [n_embd, 4 n_embd] weight (c_fc); v plain: every "
-                         "product x @ w (gpt2np.model.fast.matmul.METHODS emptied); v plain row-major: the same "
-                         "with every weight copied row-major, over its own one-token pass (M=1 row-major ms, "
-                         "below)")
+                             for h in ("methods", "v gpt2np", "v gpt2np row-major", "v plain", "v plain row-major")],
+                    rows,
+                    note="methods: gpt2np's for a [n_embd, 4 n_embd] weight (c_fc), column-major as stored / "
+                         "row-major as a batching server makes it under some kernels (gpt2np.model.fast.layout); v "
+                         "plain: every product x @ w (gpt2np.model.fast.matmul.METHODS emptied); each row-major "
+                         "curve over its own one-token pass (M=1 row-major ms, below)")
         rows = [[e["name"], ms(e["one_token_s"]), ms(e["one_token_row_major_s"]), ms(e["decode_s"]), ms(e["roofline_s"]),
                  e["vs_roofline"], e["vs_roofline_paired"], e["bandwidth_gbps"]] for e in entries]
         print_table(f"Decode per OpenBLAS kernel: {size}, context {r['context']} (median of {r['rounds']} round(s))",

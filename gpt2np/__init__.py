@@ -13,6 +13,9 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
     cache = model.new_cache()                          # preallocated KV cache
     logits = model.forward(ids, cache, n_logits=1)     # [1, n_vocab]; cache.truncate(n) rolls back
 
+    gpt2np.order_for_batches(model)                    # the weights' memory order for many rows a pass, by BLAS kernel
+    outs = gpt2np.generate_batch(model, [ids, ids[:3]], 20)   # several prompts, one forward pass per step
+
     result = gpt2np.speculative_generate(target, draft, ids, n_tokens=40, K=4,
                                          temperature=0.8, rng=np.random.default_rng(0))
     result.tokens, result.provenance, result.stats
@@ -67,6 +70,7 @@ from .decoding.speculative import SpeculativeResult, speculative_generate, specu
 from .decoding.stream import RoundEvent, Stream
 from .model.config import PRESETS, GPT2Config
 from .model.fast.matmul import blas_kernel
+from .model.fast.layout import order_for_batches, set_weights_order, weights_order
 from .model.forward import GPT2
 from .model.kv_cache import KVCache
 
@@ -76,8 +80,9 @@ __all__ = [
     "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
     "generate_batch", "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
-    "random_model", "sample", "sampling_distribution", "speculative_batch_stream", "speculative_generate",
-    "speculative_generate_batch", "speculative_stream",
+    "order_for_batches", "random_model", "sample", "sampling_distribution", "set_weights_order",
+    "speculative_batch_stream", "speculative_generate", "speculative_generate_batch", "speculative_stream",
+    "weights_order",
 ]
 
 

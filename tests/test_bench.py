@@ -217,16 +217,17 @@ def test_kernels(bench_run):
     for size, entries in r["sizes"].items():
         assert [e["name"] for e in entries] == names, size
         for e in entries:
-            for curve in ("ratio", "ratio_plain", "ratio_plain_row_major"):
+            for curve in ("ratio", "ratio_row_major", "ratio_plain", "ratio_plain_row_major"):
                 assert list(e[curve]) == m_keys and e[curve]["1"] == 1.0, (size, e["name"], curve)
                 assert all(positive(v) for v in e[curve].values()), (size, e["name"], curve)
-            assert list(e["methods"]) == m_keys and set(e["methods"].values()) <= set(gpt2np.model.fast.matmul.BY_NAME)
+            for methods in (e["methods"], e["methods_row_major"]):
+                assert list(methods) == m_keys and set(methods.values()) <= set(gpt2np.model.fast.matmul.BY_NAME)
             assert all(positive(e[k]) for k in ("one_token_s", "one_token_row_major_s", "decode_s", "roofline_s",
                                                 "vs_roofline"))
             assert len(e["runs"]) == plan.kernel_rounds and all(run["kernel"] == e["name"] for run in e["runs"])
     assert "## Verification curve per OpenBLAS kernel" in stdout
     for k in r["kernels"]:
-        assert f"{k['name']} v gpt2np" in stdout and f"{k['name']} v plain row-major" in stdout
+        assert all(f"{k['name']} v {curve}" in stdout for curve in ("gpt2np", "gpt2np row-major", "plain row-major"))
         assert k["blas_kernel"] in stdout
         assert k["measured"] == (k["name"] in gpt2np.model.fast.matmul.METHODS)
 

@@ -6,7 +6,10 @@
 For each size and B: B random prompts of --context tokens, --n_tokens greedy tokens each (random
 weights, no tokenizer: nothing stops early). "together" is generate_batch over the B prompts; "alone"
 is generate's loop (plain_stream) for each prompt in turn. The two alternate (which goes first
-alternates too), --repeats times, in this one process, after an untimed warm-up of each. Reported:
+alternates too), --repeats times, in this one process, after an untimed warm-up of each. As the
+server runs them: "together" on weights in the order batches want under this BLAS kernel
+(gpt2np/model/fast/layout.py: row-major under the Haswell kernels), "alone" on the weights as stored
+(column-major), each re-ordered untimed before its run (--together-order stored: both as stored). Reported:
 tokens/s over the whole run (the prefill step included) and decode tokens/s (the steps after each
 sequence's first token, which feed one token each), medians, and the together/alone ratio of each
 alternating pair (median and range): on a shared, noisy machine ratios measured side by side are the
@@ -22,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np from this
 import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 import numpy as np  # noqa: E402
 from gpt2np.decoding.batched import batch_stream  # noqa: E402
+from gpt2np import set_weights_order  # noqa: E402
+from gpt2np.model.fast.matmul import batch_layout  # noqa: E402
 
 
 def timed(run):  # run() -> (seconds to the first token of every sequence, tokens, decode tokens); -> + total
@@ -55,13 +60,17 @@ def alone(model, prompts, n_tokens):  # one sequence after the other; first: eac
     return first, n_total, n_decoded
 
 
-def measure(model, batch, context, n_tokens, repeats, rng):  # -> {"together": [...], "alone": [...]}
+def measure(model, batch, context, n_tokens, repeats, rng, orders):  # -> {"together": [...], "alone": [...]}
+    """orders: {"together": order, "alone": order}, the weights' order for each (set untimed before each run)."""
     prompts = [rng.integers(0, model.n_vocab, context).tolist() for _ in range(batch)]
     runs = {"together": lambda: together(model, prompts, n_tokens), "alone": lambda: alone(model, prompts, n_tokens)}
-    together(model, prompts[:1], 2), alone(model, prompts[:1], 2)  # warm-up: first calls, BLAS threads
+    for name, run in runs.items():  # warm-up: first calls, BLAS threads
+        set_weights_order(model, orders[name])
+        (together if name == "together" else alone)(model, prompts[:1], 2)
     results = {name: [] for name in runs}
     for repeat in range(repeats):
         for name in (("together", "alone") if repeat % 2 == 0 else ("alone", "together")):
+            set_weights_order(model, orders[name])
             results[name].append(timed(runs[name]))
     return results
 
@@ -93,6 +102,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts' np.random.Generator")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the BLAS default)")
+    parser.add_argument("--together-order", choices=("batches", "stored"), default="batches",
+                        help="the weights' order for the packed runs: the one batches want under this BLAS kernel "
+                             "(as the server with --max_batch above 1), or as stored")
     args = parser.parse_args(argv)
     sizes, batches = args.sizes.split(","), args.batches
     unknown = [s for s in sizes if s not in gpt2np.PRESETS]
@@ -102,16 +114,18 @@ def main(argv=None):
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads, user_api="blas")
+    orders = {"together": batch_layout() if args.together_order == "batches" else "column-major",
+              "alone": "column-major"}
     print(f"{gpt2np.blas_kernel()}; context {args.context}, {args.n_tokens} new tokens per sequence, greedy, "
-          f"{args.repeats} alternating repeats")
+          f"{args.repeats} alternating repeats; weights {orders['together']} together, {orders['alone']} alone")
     print("| size | B | alone tok/s | together tok/s | ratio (range) | alone decode tok/s | together decode "
           "tok/s | decode ratio (range) |\n|" + " --- |" * 8)
     rng = np.random.default_rng(args.seed)
     for size in sizes:
         model = gpt2np.random_model(gpt2np.PRESETS[size], tokenizer=None)
         for batch in batches:
-            print(summary_row(size, batch, measure(model, batch, args.context, args.n_tokens, args.repeats, rng)),
-                  flush=True)
+            print(summary_row(size, batch, measure(model, batch, args.context, args.n_tokens, args.repeats, rng,
+                                                   orders)), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ this command's flags, exit status 2.
 
 Up to --max_batch generations run at once (continuous batching, engine.py): plain requests share one
 forward pass per token, speculative ones run one round each per step; more wait in a queue of
---max_queue, and past that the server answers 429 with Retry-After.
+--max_queue, and past that the server answers 429 with Retry-After. With --max_batch above 1 the
+weights take the memory order that passes over many rows want under NumPy's BLAS kernel (row-major
+under the Haswell kernels: gpt2np/model/fast/layout.py); the startup line names it.
 """
 import sys
 
@@ -74,6 +76,9 @@ def load_engine(args):
         drafters[name] = drafter
     if "ngram" not in drafters:
         drafters["ngram"] = gpt2np.NgramDrafter(n_max=args.ngram_max)
+    if args.max_batch > 1:  # the weights' order for passes over many rows, by BLAS kernel (model/fast/layout.py)
+        for model in [target] + [d.model for d in drafters.values() if isinstance(d, gpt2np.ModelDrafter)]:
+            gpt2np.order_for_batches(model)
     return Engine(target, drafters, max_queue=args.max_queue, max_batch=args.max_batch,
                   prefill_chunk=args.prefill_chunk)  # a folder's name, never its path (names.py)
 
@@ -90,7 +95,8 @@ def main(argv=None):
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads or 1, user_api="blas")
     print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on http://{args.host}:{args.port}/ "
-          f"(up to {engine.max_batch} at once, {engine.max_queue} waiting)", file=sys.stderr)
+          f"(up to {engine.max_batch} at once, {engine.max_queue} waiting; weights {gpt2np.weights_order(engine.target)}; "
+          f"{gpt2np.blas_kernel()})", file=sys.stderr)
     uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
 
 

@@ -18,6 +18,7 @@ from conftest import random_params
 from gpt2np.model.fast import matmul as mm
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
+from gpt2np.model.fast.layout import set_weights_order
 from gpt2np.model.reference import gpt2_reference
 
 
@@ -62,12 +63,25 @@ SHAPES = [(2, 1024, 4096), (5, 1024, 3072), (5, 4096, 1024), (9, 768, 2304), (16
           (3, 1500, 700), (8, 1600, 6400), (2, 6400, 1600), (13, 1024, 1024)]
 
 
-@pytest.mark.parametrize("method", sorted(mm.BY_NAME))
-@pytest.mark.parametrize("m, k, n", SHAPES)
-def test_every_method_equals_numpy(method, m, k, n):
-    """Each method, whatever this kernel's table picks, against x @ w in float64."""
+@given(k=st.integers(1, 20_000), n=st.integers(1, 60_000))
+@settings(max_examples=200, deadline=None)
+def test_height_blocks_are_cache_sized_and_leave_less_than_a_block(k, n):
+    height, n_blocks = mm.height_blocks(k, n)
+    assert 1 <= height <= k and n_blocks == k // height and k - height * n_blocks < height
+    assert height == k or height == 8 or 4 * height * n <= mm.BLOCK_BYTES  # a block stays cache-sized
+
+
+@pytest.mark.parametrize("method, order", [(method, "column-major") for method in sorted(mm.BY_NAME)] +
+                         [(method, "row-major") for method in sorted(mm.BY_NAME) if method != "pieces"])  # pieces:
+@pytest.mark.parametrize("m, k, n", SHAPES)                            # column-major w only, else plain x @ w
+def test_every_method_equals_numpy(method, m, k, n, order):
+    """Each method, whatever this kernel's table picks, against x @ w in float64: on GPT-2's weights as
+    stored (column-major), and made row-major for batches (model/fast/layout.py)."""
     rng = np.random.default_rng(m * k + n)
     x, w = rng.standard_normal((m, k), dtype=np.float32), column_major(rng, k, n)
+    if order == "row-major":
+        w = np.ascontiguousarray(w)
+        assert mm.layout(w) == "row-major"
     if method == "pieces":
         assert mm.pieces(m, k, n) is not None  # these shapes are really cut
     got = mm.BY_NAME[method](x, w)
@@ -75,7 +89,7 @@ def test_every_method_equals_numpy(method, m, k, n):
     err = max_relative_error(got, want)
     assert got.shape == (m, n) and got.dtype == np.float32
     # float32 sums of up to 6400 terms in another order: measured <= 6e-7 of the largest entry
-    assert err <= 2e-6, f"{method} under {mm.KERNEL}: max |product - x @ w| = {err:.2e} of max |x @ w|"
+    assert err <= 2e-6, f"{method} on {order} w under {mm.KERNEL}: max |product - x @ w| = {err:.2e} of max |x @ w|"
 
 
 @pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 16])
@@ -84,8 +98,9 @@ def test_matmul_equals_numpy_with_the_method_this_kernel_gets(m):
     for k, n in ((1024, 4096), (4096, 1024), (160, 640)):  # GPT-2's column-major weights, a bundled row-major one
         x = rng.standard_normal((m, k), dtype=np.float32)
         w = column_major(rng, k, n) if k * n >= mm.COLUMN_MAJOR_MIN else rng.standard_normal((k, n), dtype=np.float32)
-        err = max_relative_error(mm.matmul(x, w), x.astype(np.float64) @ w.astype(np.float64))
-        assert err <= 2e-6, f"{mm.method_for(m, w)} under {mm.KERNEL}, [{m}, {k}] @ [{k}, {n}]: {err:.2e}"
+        for w in (w, np.ascontiguousarray(w), np.ascontiguousarray(w)[:, n // 4:]):  # stored, for batches, a slice
+            err = max_relative_error(mm.matmul(x, w), x.astype(np.float64) @ w.astype(np.float64))
+            assert err <= 2e-6, f"{mm.method_for(m, w)} under {mm.KERNEL}, [{m}, {k}] @ {list(w.shape)}: {err:.2e}"
 
 
 def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
@@ -100,8 +115,16 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert mm.method_for(5, large, "Zen") == "rows"                 # Zen runs Haswell's kernel files
     assert [mm.method_for(m, small, "Haswell") for m in (1, 7, 8)] == ["plain", "rows", "plain"]
     assert mm.method_for(5, small, "SkylakeX") == "plain"
+    row_major = np.ascontiguousarray(large)                          # made row-major for batches (layout.py)
+    assert [mm.method_for(m, row_major, "Haswell") for m in (1, 2, 7, 8, 9, 10, 15, 16)] == \
+        ["plain", "rows", "rows", "plain", "plain", "padded", "padded", "plain"]
+    assert all(mm.method_for(m, row_major, "SkylakeX") == "plain" for m in range(1, 17))  # pieces: column-major only
+    assert all(mm.method_for(m, row_major[:, 100:], "Haswell") == "plain" for m in range(1, 17))  # strided: plain
+    assert (mm.batch_layout("Haswell"), mm.batch_layout("Zen"), mm.batch_layout("SkylakeX")) == \
+        ("row-major", "row-major", "column-major")
     for kernel in ("Sandybridge", "neoversen1", "armv8", "Prescott"):  # nobody measured these: plain
-        assert all(mm.method_for(m, w, kernel) == "plain" for m in range(1, 17) for w in (large, small))
+        assert all(mm.method_for(m, w, kernel) == "plain" for m in range(1, 17) for w in (large, small, row_major))
+        assert mm.batch_layout(kernel) == "column-major"
     assert mm.KERNEL in mm.blas_kernel()
 
 
@@ -129,18 +152,21 @@ def test_blas_threads_restored_and_any_thread_count_agrees(threads, k, n):
     assert max_relative_error(got, x @ w) <= 2e-6
 
 
-@pytest.mark.parametrize("method", ["pieces", "rows", "padded"])
+@pytest.mark.parametrize("method", ["pieces", "rows", "padded", "rows, row-major"])
 def test_model_through_many_pieces_or_blocks_equals_reference(monkeypatch, method):
     """Shrink the thresholds so a small model's every product goes through the method: for pieces,
-    several products in one call, one, and a narrower rest; for rows, several blocks and a rest; padded:
-    the 8 rows padded to 10."""
+    several products in one call, one, and a narrower rest; for rows, several blocks and a rest (on
+    row-major weights: blocks of w's rows and a rest); padded: the 8 rows padded to 10."""
     config = GPT2Config(n_vocab=50, n_ctx=16, n_embd=24, n_head=3, n_layer=2)
     monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 1)  # column-major weights, shared between threads
     model = GPT2(config, random_params(config, seed=3))
     assert model.params["blocks"][0]["mlp"]["c_proj"]["w"].T.flags.c_contiguous
+    if method == "rows, row-major":
+        set_weights_order(model, "row-major")
+        assert model.params["blocks"][0]["mlp"]["c_proj"]["w"].flags.c_contiguous
     ids = np.random.default_rng(4).integers(0, 50, 12)
     plain = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)
-    monkeypatch.setattr(mm, "method_for", lambda m, w, kernel=None: method)
+    monkeypatch.setattr(mm, "method_for", lambda m, w, kernel=None: method.split(",")[0])
     monkeypatch.setattr(mm, "GIL_FREE_OUTPUT", 100)
     if method == "pieces":
         monkeypatch.setattr(mm, "SMALL_MNK", 8 * 96 * 5)
@@ -149,6 +175,9 @@ def test_model_through_many_pieces_or_blocks_equals_reference(monkeypatch, metho
     elif method == "rows":
         monkeypatch.setattr(mm, "BLOCK_BYTES", 4 * 96 * 8)
         assert mm.row_blocks(8, 4 * 24, 50) == (8, ((0, 2), (2, 4), (4, 6)))  # head: 6 blocks of 8, a rest of 2
+    elif method == "rows, row-major":
+        monkeypatch.setattr(mm, "BLOCK_BYTES", 4 * 24 * 10)
+        assert mm.height_blocks(4 * 24, 24) == (10, 9)  # MLP down-projection: 9 blocks of 10 rows, a rest of 6
     else:
         monkeypatch.setattr(mm, "PAD_ROWS", 5)
     cut = model.forward(ids[4:], cache_after(model, ids[:4]), n_logits=8)  # [8, n_vocab]

@@ -305,3 +305,19 @@ def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path):
                           "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "random:124M: the model has no tokenizer" in bad.stderr and "--models_dir" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("max_batch, order", [(8, "row-major"), (1, "column-major")])
+def test_a_batching_server_gives_its_models_the_batch_order(monkeypatch, bpe_dir, max_batch, order):
+    """--max_batch above 1: the target (and a draft model) take the order matmul.BATCH_LAYOUT names for
+    this kernel (here every kernel is told row-major); one at a time, the weights stay as stored."""
+    from gpt2np.model.fast import layout
+    from gpt2np.model.fast import matmul
+    from gpt2np.serve.__main__ import load_engine, parse_args
+    monkeypatch.setattr(matmul, "BATCH_LAYOUT", {matmul.KERNEL: "row-major"})
+    if matmul.BLAS is None:
+        pytest.skip("no OpenBLAS: no kernel table, the weights stay as stored")
+    engine = load_engine(parse_args(["--target_model_size", "random:124M", "--draft_model_size", "random:124M",
+                                     "--models_dir", str(bpe_dir.parent), "--max_batch", str(max_batch)]))
+    drafter = next(d for d in engine.drafters.values() if isinstance(d, gpt2np.ModelDrafter))
+    assert layout.weights_order(engine.target) == order and layout.weights_order(drafter.model) == order

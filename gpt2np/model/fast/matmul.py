@@ -18,7 +18,8 @@ run of our own:
            (M gemv calls): the first reads the block from memory, the other M - 1 from the core's
            cache, which reads several times faster. Not free: an extra row costs ~0.15-0.25 of
            the first, so plain sgemm is level at M = 8 (its micro-kernel's rows come out even)
-           and ahead from M ~ 13.
+           and ahead from M ~ 13. A row-major w is cut into blocks of its rows instead (each
+           block's partial sums added at the end).
   padded   (Haswell, 13-15 rows.) Plain sgemm's cost steps with its micro-kernel's tiles: 16 rows
            cost less than 13-15 (a partial tile runs a slower edge kernel), so x gets zero rows up
            to a multiple of 8 and the added rows' outputs are dropped (an Intel Xeon, passes over
@@ -32,6 +33,14 @@ product on the thread that calls it, and `rows` sets OpenBLAS to one thread whil
 threads never compete with OpenBLAS's; and NumPy releases the GIL inside matmul only when the
 output has more than ~500 elements, so every call writes more than that (pieces: several small
 products stacked in one np.matmul; rows: blocks of at least 500 / M + 1 outputs).
+
+The layout: the weights are stored column-major (weights.py), which `pieces` needs and which suits
+few rows under every kernel measured. Under the Haswell kernels plain sgemm packs a row-major w much
+faster (8 rows: 2.3 one-row products against 3.1 on column-major), so a model that decodes batches of
+many rows (the server's) can be given row-major weights (layout.py; `BATCH_LAYOUT` below), with rows
+of their own in METHODS: `rows` cut by blocks of w's rows, plain at 8-9 rows, `padded` from 10. A pass
+over 2-7 rows then costs 0-16 % more and one row 3-7 % (PERFORMANCE.md, Batching, "Row-major weights
+for batches"), so nothing else gets them.
 
 Every method equals x @ w up to float32 rounding (the sums run in another order); tests compare
 each with x @ w under the kernel they run with, and once more in a process with the other kernel.
@@ -58,21 +67,29 @@ BLOCK_BYTES = 512 << 10  # rows: weights per block, read from memory once and fr
 _BLAS = BLAS  # NumPy's OpenBLAS (threads.py), or None: then every product is plain x @ w
 KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for its kernel: "Haswell", ...
 
-# The method for m rows, by kernel: ((largest m, method), ...) in increasing m; beyond the last, or for a
-# kernel not in the table, plain. Separate rows for weights stored column-major (GPT-2's, 2 MiB and more)
-# and the small row-major ones (the bundled models'). Measured on an AVX-512 AMD EPYC with OpenBLAS 0.3.31,
-# each kernel in its own process (PERFORMANCE.md, "Every CPU"), Haswell's padded rows on an Intel Xeon (Sapphire
-# Rapids); Zen runs Haswell's kernel files.
-_SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "small": ()}
+# The method for m rows, by kernel and by w's layout: ((largest m, method), ...) in increasing m; beyond the
+# last, or for a kernel not in the table, plain. "large": weights of 2 MiB and more stored column-major
+# (GPT-2's, and the tied output head wte.T); "row-major": such weights made row-major for batches
+# (layout.py); "small": the bundled models' weights, row-major. Measured on an AVX-512 AMD EPYC with
+# OpenBLAS 0.3.31, each kernel in its own process (PERFORMANCE.md, "Every CPU"), Haswell's padded rows and
+# row-major rows on an Intel Xeon (Sapphire Rapids); Zen runs Haswell's kernel files.
+_SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "row-major": (), "small": ()}
 _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")),
+            "row-major": ((1, "plain"), (7, "rows"), (9, "plain"), (15, "padded")),
             "small": ((1, "plain"), (7, "rows"))}
 METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
+
+# The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
+# Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major (one row: 52.3 -> 55.5 ms,
+# 2-7 rows 0-10 % dearer; PERFORMANCE.md). SkylakeX's `pieces` needs column-major.
+BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major"}
 
 
 def blas_kernel():
     """One line naming NumPy's BLAS kernel and the few-row methods METHODS gives it (plain x @ w
     elsewhere), for headers and benchmark tables: "OpenBLAS 0.3.31 Haswell, 2 threads, few-row
-    products: rows (M 2-7), rows (M 9-12), padded (M 13-15); small row-major weights: rows (M 2-7)"."""
+    products: rows (M 2-7), rows (M 9-12), padded (M 13-15); small row-major weights: rows (M 2-7); row-major
+    weights (batches): rows (M 2-7), padded (M 10-15)"."""
     if BLAS is None:
         return "not OpenBLAS (or no threadpoolctl): few-row products are plain x @ w"
     threads = BLAS.get_num_threads()
@@ -89,7 +106,9 @@ def blas_kernel():
             low = largest_m + 1
         return ", ".join(said) or "plain"
     large, small = spans(table["large"]), spans(table["small"])
-    return f"{name}, few-row products: {large}" + (f"; small row-major weights: {small}" if small != large else "")
+    batches = f"; row-major weights (batches): {spans(table['row-major'])}" if batch_layout() == "row-major" else ""
+    return f"{name}, few-row products: {large}" + (f"; small row-major weights: {small}" if small != large else "") \
+        + batches
 
 
 def stored_column_major(shape):
@@ -97,14 +116,31 @@ def stored_column_major(shape):
     return shape[-2] * shape[-1] >= COLUMN_MAJOR_MIN
 
 
-def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows"
+def layout(w):  # -> "large" | "row-major" | "small" | None
+    """Which rows of a kernel's METHODS table w takes: "large" (column-major, 2 MiB and more), "row-major"
+    (as large, C order), "small"; None for a large w that is neither (a column slice of a row-major w)."""
+    if not stored_column_major(w.shape):
+        return "small"
+    if w.T.flags.c_contiguous:
+        return "large"
+    return "row-major" if w.flags.c_contiguous else None
+
+
+def batch_layout(kernel=None):  # -> "row-major" | "column-major"
+    """The layout BATCH_LAYOUT gives weights of a model that decodes batches under this kernel."""
+    if BLAS is None:
+        return "column-major"
+    return BATCH_LAYOUT.get(KERNEL if kernel is None else kernel, "column-major")
+
+
+def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows" | "padded"
     """The method for [m, k] @ w under this kernel (default: the one running), from METHODS.
     Read on every call (about 1 us): the bench and the tests may swap the table."""
     table = METHODS.get(KERNEL if kernel is None else kernel)
-    if table is None or BLAS is None:
+    rows = layout(w)
+    if table is None or BLAS is None or rows is None:
         return "plain"
-    large = w.T.flags.c_contiguous and stored_column_major(w.shape)
-    for largest_m, method in table["large" if large else "small"]:
+    for largest_m, method in table.get(rows, ()):
         if m <= largest_m:
             return method
     return "plain"
@@ -191,8 +227,11 @@ def by_rows(x, w):  # [m, k] @ [k, n] -> [m, n]
     Column-major w (each output's weights contiguous): calls of a few blocks each, shared between
     threads, OpenBLAS held at one thread meanwhile; inside a call NumPy runs the m products of one
     block, then the next block's (the output is laid out [block, row, column] for that, then put in
-    [row, column] order: a copy of m x n floats). A small row-major w: m products in one call."""
-    if not (w.T.flags.c_contiguous and stored_column_major(w.shape)):
+    [row, column] order: a copy of m x n floats). A large row-major w: by_row_blocks. A small row-major w:
+    m products in one call."""
+    if layout(w) == "row-major":
+        return by_row_blocks(x, w)
+    if layout(w) != "large":
         return np.matmul(x[:, None, :], w)[:, 0]              # [m, 1, k] @ [k, n] -> [m, 1, n] -> [m, n]
     m, k = x.shape
     n = w.shape[1]
@@ -214,6 +253,42 @@ def by_rows(x, w):  # [m, k] @ [k, n] -> [m, n]
     out[:, :n_cut] = by_block.reshape(-1, m, width).transpose(1, 0, 2).reshape(m, n_cut)  # [m, n_blocks * width]
     if n_cut < n:
         out[:, n_cut:] = x @ w[:, n_cut:]                     # the columns past the last whole block
+    return out
+
+
+def height_blocks(k, n):  # -> (height, n_blocks): blocks of `height` of w's k rows, about BLOCK_BYTES each
+    """Cut a row-major w's k rows into n_blocks blocks of `height` rows (at least 8), about BLOCK_BYTES of
+    weights each; rows past the last whole block are left to the caller."""
+    height = min(k, max(8, BLOCK_BYTES // (4 * n)))
+    return height, k // height
+
+
+def by_row_blocks(x, w):  # [m, k] @ [k, n] -> [m, n]; w row-major
+    """x @ w for a row-major w as m matrix-vector products per block of w's rows: x[:, rows of the block]
+    times the block, read from memory once and from cache m - 1 times, gives the block's share of every
+    output; the blocks' shares are added. The blocks are split between threads (one call each, OpenBLAS
+    held at one thread meanwhile). The shares cost an addition of n_blocks x m x n floats: at 355M's
+    shapes 5-10 % of the product, and no cut by w's columns avoids it (a column block of a row-major
+    w is strided, and gemv on it measured 1.6-2.3x slower)."""
+    m, k = x.shape
+    n = w.shape[1]
+    height, n_blocks = height_blocks(k, n)
+    k_cut = height * n_blocks                                 # w's rows in whole blocks
+    blocks = w[:k_cut].reshape(n_blocks, 1, height, n)        # [n_blocks, 1, height, n] views
+    xs = x[:, :k_cut].reshape(m, n_blocks, height).transpose(1, 0, 2)[:, :, None, :]  # [n_blocks, m, 1, height]
+    shares = np.empty((n_blocks, m, 1, n), dtype=np.result_type(x, w))  # block b's share of every output
+
+    def call(b):                                              # blocks [b0, b1): m gemv calls each
+        b0, b1 = b
+        np.matmul(xs[b0:b1], blocks[b0:b1], out=shares[b0:b1])  # [b, m, 1, height] @ [b, 1, height, n] -> [b, m, 1, n]
+
+    n_threads = threads_allowed()                             # read before OpenBLAS is set to one thread
+    calls = [(i * n_blocks // n_threads, (i + 1) * n_blocks // n_threads) for i in range(n_threads)]
+    with blas_single_threaded():
+        share(call, [c for c in calls if c[1] > c[0]], n_threads)
+    out = shares.sum(axis=0)[:, 0]                            # [n_blocks, m, 1, n] -> [m, 1, n] -> [m, n]
+    if k_cut < k:
+        out += x[:, k_cut:] @ w[k_cut:]                       # w's rows past the last whole block
     return out
 
 

@@ -1,0 +1,57 @@
+"""The weights' memory order: column-major as stored, or row-major for a model that decodes batches.
+
+weights.py stores every Conv1D weight of 2 MiB and more column-major (each output's weights
+contiguous), the order matmul.py's few-row methods need: SkylakeX's `pieces` cuts w's columns, and
+under the Haswell kernels `rows` streams column blocks. A model that decodes batches multiplies 8 or
+more rows at a time, and there the Haswell kernels' plain sgemm packs a row-major w much faster:
+
+    random 355M, Haswell kernels, one forward pass over M new rows at context 128 (ms, alternated):
+    M          1      2      4      7      8      9     16
+    stored    52.3   76.1  108.4  142.4  150.0  158.3  206.9
+    row-major 55.5   83.6  107.2  153.3  123.6  144.7  176.6
+
+So the order is the workload's choice, by kernel (matmul.BATCH_LAYOUT): the server, which runs up to
+--max_batch sequences in one pass, asks order_for_batches(model); a chain's few rows, the console
+and main.py keep the stored order.
+The numbers stay x @ w's up to float32 rounding either way (matmul.py's methods read either order).
+"""
+import numpy as np
+
+from .matmul import batch_layout, stored_column_major
+
+ORDERS = ("column-major", "row-major")
+
+
+def conv1d_weights(params):  # -> [(node, key)] for every block's Conv1D weight w
+    """Where the blocks' Conv1D weights sit in params (not the tied head: wte's rows are also the
+    embedding table, so its order stays)."""
+    return [(block[part][name], "w") for block in params["blocks"]
+            for part, name in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))]
+
+
+def weights_order(model):  # -> "column-major" | "row-major"
+    """The order of model's Conv1D weights (the large ones': a model with none, as the bundled ones, is
+    row-major throughout)."""
+    large = [node[key] for node, key in conv1d_weights(model.params) if stored_column_major(node[key].shape)]
+    return "column-major" if large and large[0].T.flags.c_contiguous else "row-major"
+
+
+def set_weights_order(model, order):  # -> model, its large Conv1D weights now in `order`
+    """Copy each large Conv1D weight into `order`, in place, one weight at a time (each old array is
+    freed as its copy replaces it: at 1558M a second copy of every weight at once would take 6 GB).
+    Weights already in that order are not copied; small ones stay row-major (matmul.py's "small")."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    convert = np.ascontiguousarray if order == "row-major" else np.asfortranarray
+    for node, key in conv1d_weights(model.params):
+        if stored_column_major(node[key].shape):
+            node[key] = convert(node[key])
+    return model
+
+
+def order_for_batches(model, kernel=None):  # -> the order model's large weights now have
+    """Give model the order matmul.BATCH_LAYOUT names for this BLAS kernel (default: the running one)
+    for decoding batches: row-major under Haswell and Zen, the stored column-major elsewhere."""
+    order = batch_layout(kernel)
+    set_weights_order(model, order)
+    return weights_order(model)

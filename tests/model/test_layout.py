@@ -1,0 +1,86 @@
+"""model/fast/layout.py: the weights' order changes how products are cut, never what a model computes.
+
+A model made row-major for batches gives the logits of the stored, column-major one within float32
+rounding (one row, a verification's rows, a batch's packed rows), and made column-major again it is
+the stored model bit for bit. Which kernels get which order is matmul.BATCH_LAYOUT's (test_matmul.py).
+"""
+import numpy as np
+import pytest
+
+from conftest import random_params
+from gpt2np.model.fast import layout
+from gpt2np.model.batch import forward_packed
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.fast import matmul as mm
+from gpt2np.model.forward import GPT2
+
+CONFIG = GPT2Config(n_vocab=300, n_ctx=32, n_embd=64, n_head=4, n_layer=2)
+
+
+@pytest.fixture
+def model(monkeypatch):
+    """A small model whose every Conv1D weight counts as large (stored column-major, cut by the methods)."""
+    monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 64 * 64)
+    return GPT2(CONFIG, random_params(CONFIG, seed=5))
+
+
+def logits(model, m):  # m new rows after 6 cached: [m, n_vocab]
+    ids = np.random.default_rng(m).integers(0, CONFIG.n_vocab, 6 + m)
+    cache = model.new_cache()
+    model.forward(ids[:6], cache)
+    return model.forward(ids[6:], cache, n_logits=m)
+
+
+def weights(model):
+    return [node[key] for node, key in layout.conv1d_weights(model.params)]
+
+
+def test_row_major_gives_the_same_logits_and_back_gives_the_same_bits(model):
+    stored = {m: logits(model, m) for m in (1, 5, 9, 16)}
+    wte = model.params["wte"]
+    before = [w.copy() for w in weights(model)]
+    assert layout.weights_order(model) == "column-major" and all(w.T.flags.c_contiguous for w in weights(model))
+
+    layout.set_weights_order(model, "row-major")
+    assert layout.weights_order(model) == "row-major" and all(w.flags.c_contiguous for w in weights(model))
+    assert model.params["wte"] is wte                                # the tied head keeps its order
+    assert all(np.array_equal(a, b) for a, b in zip(before, weights(model)))
+    for m, want in stored.items():
+        got = logits(model, m)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        print(f"M = {m}: max |row-major - stored| = {err:.2e} of max |logits|")
+        # float32 sums in another order, 256 terms at most: measured <= 1.3e-6 of the largest logit
+        assert err <= 5e-6, f"M = {m}: row-major logits differ from the stored order's by {err:.2e} of the largest"
+
+    layout.set_weights_order(model, "column-major")
+    assert all(w.T.flags.c_contiguous for w in weights(model))
+    for m, want in stored.items():
+        np.testing.assert_array_equal(logits(model, m), want)
+
+
+def test_a_row_major_batch_gives_each_sequence_its_stored_logits(model):
+    prompts = [[1, 2, 3, 4, 5], [9], [7, 7, 8]]
+    stored = [model.forward(ids, model.new_cache()) for ids in prompts]
+    layout.set_weights_order(model, "row-major")
+    packed = forward_packed(model, [(ids, model.new_cache()) for ids in prompts])
+    errs = [float(np.abs(got - want).max() / np.abs(want).max()) for got, want in zip(packed, stored)]
+    assert max(errs) <= 5e-6, f"packed row-major logits differ from each sequence's stored ones by {errs} of the largest"
+
+
+def test_for_batches_follows_the_kernel_table(model):
+    if mm.BLAS is None:
+        assert layout.order_for_batches(model, "Haswell") == "column-major"  # no OpenBLAS: nothing measured
+        return
+    assert layout.order_for_batches(model, "Haswell") == "row-major"
+    assert layout.order_for_batches(model, "SkylakeX") == "column-major"
+    assert layout.order_for_batches(model, "armv8") == "column-major"       # nobody measured it: as stored
+
+
+def test_small_weights_stay_row_major_and_a_bad_order_is_refused():
+    small = GPT2(CONFIG, random_params(CONFIG, seed=5))                # 64 x 256 floats: under 2 MiB
+    assert layout.weights_order(small) == "row-major"
+    for order in layout.ORDERS:
+        layout.set_weights_order(small, order)
+        assert all(w.flags.c_contiguous for w in weights(small))
+    with pytest.raises(ValueError, match="order must be one of column-major, row-major, got 'fortran'"):
+        layout.set_weights_order(small, "fortran")

@@ -64,12 +64,19 @@ def check_parents(parents):  # -> [n] int64
     if parents.ndim != 1 or len(parents) == 0 or parents.dtype.kind not in "iu":
         raise ValueError(f"parents must be a non-empty 1-D sequence of ints, got {parents!r}")
     if parents[0] != -1:
-        raise ValueError(f"node 0 is the root: its parent must be -1, got {parents[0]}")
+        raise not_the_root(parents[0])
     bad = np.flatnonzero((parents[1:] < 0) | (parents[1:] >= np.arange(1, len(parents))))
     if len(bad):
-        node = bad[0] + 1
-        raise ValueError(f"a tree's nodes must come after their parents: node {node} has parent {parents[node]}")
+        raise before_its_parent(bad[0] + 1, parents[bad[0] + 1])
     return parents.astype(np.int64)
+
+
+def not_the_root(parent):  # check_parents' and tree_path's errors, worded once
+    return ValueError(f"node 0 is the root: its parent must be -1, got {parent}")
+
+
+def before_its_parent(node, parent):
+    return ValueError(f"a tree's nodes must come after their parents: node {node} has parent {parent}")
 
 
 def tree_depths(parents):  # [n] -> [n]: the root is at depth 0
@@ -107,12 +114,12 @@ def tree_path(parents, node):  # -> [depth + 1] node indices, root first
     the tree kernels ask for every node's path, and it was a fifth of their tests' time).
     """
     if int(parents[0]) != -1:
-        raise ValueError(f"node 0 is the root: its parent must be -1, got {parents[0]}")
+        raise not_the_root(parents[0])
     path = [int(node)]
     while path[-1] != 0:
         parent = int(parents[path[-1]])
         if not 0 <= parent < path[-1]:
-            raise ValueError(f"a tree's nodes must come after their parents: node {path[-1]} has parent {parent}")
+            raise before_its_parent(path[-1], parent)
         path.append(parent)
     return path[::-1]
 

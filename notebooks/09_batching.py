@@ -161,6 +161,46 @@ plt.tight_layout()
 # from run to run on this machine; the orderings described here held in every run.)
 
 # %% [markdown]
+# ### The weights' order depends on the kernel
+#
+# gpt2np stores every large weight column-major (each output's weights contiguous), the order its
+# few-row methods need: under SkylakeX `pieces` hands OpenBLAS's small-matrix kernel slices of it.
+# Under the Haswell kernels (every x86 CPU without AVX-512) those methods end at 7 rows, and from 8
+# rows on OpenBLAS's sgemm packs the weights first, which it does much faster from a **row-major**
+# copy: on the Intel Xeon behind PERFORMANCE.md, a 355M pass over 8 rows took 150 ms stored and 124
+# ms row-major, while one row took 52 and 55 ms. So a model that serves batches takes the order
+# `gpt2np.order_for_batches(model)` names for its kernel (the server does, with `--max_batch` above 1),
+# and everything else keeps the stored one. The cell below times `wide` both ways on this machine's
+# kernel, one sequence and 8, fastest of 11 passes each.
+
+# %%
+orders = {"stored": gpt2np.weights_order(wide), "row-major": "row-major"}
+by_order = {order: {M: [] for M in (1, 8)} for order in orders}
+for repeat in range(REPEATS):
+    for name, order in list(orders.items())[::1 if repeat % 2 else -1]:
+        gpt2np.set_weights_order(wide, order)  # copies each large weight into that order, one at a time
+        for M in (1, 8):
+            start = time.perf_counter()
+            forward_packed(wide, [(ids[CONTEXT:CONTEXT + 1], c) for c in caches[:M]])
+            by_order[name][M].append(time.perf_counter() - start)
+            for cache in caches[:M]:
+                cache.truncate(CONTEXT)
+batch_order = gpt2np.order_for_batches(wide)  # what a batching server would give wide under this kernel
+gpt2np.set_weights_order(wide, orders["stored"])
+print(f"{gpt2np.blas_kernel()}\norder_for_batches: {batch_order}")
+for name, times in by_order.items():
+    one, eight = min(times[1]), min(times[8])
+    print(f"{name:>9}: 1 row {1e3 * one:6.2f} ms, 8 rows {1e3 * eight:6.2f} ms, t(8)/t(1) {eight / one:.2f}")
+
+# %% [markdown]
+# In the saved run (SkylakeX) the 8-row pass cost 1.63 times as much row-major as stored (three
+# builds: 1.39-1.63; plain sgemm, since `pieces` needs the stored order), so the batch order there is
+# the stored one. The same cell under
+# the Haswell kernels (`OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512` set before Python starts, same
+# machine): one row 5.8 / 5.5 ms, 8 rows 14.9 ms stored against 12.5 ms row-major, and the batch
+# order is row-major (PERFORMANCE.md, Batching: "Row-major weights for batches").
+
+# %% [markdown]
 # ## 2 · Tokens per second against batch size
 #
 # `gpt2np.generate_batch(model, prompts, n_tokens)` decodes a list of prompts together: every step

@@ -89,7 +89,8 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               ratio_plain_row_major["1".."16"] (plain on row-major weights), one_token_row_major_s,
               one_token_s, decode_s, roofline_s, vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv),
               runs[] (each worker's own JSON)}
-  batching    plan, blas_kernel, seconds, pairs[]: {draft, target, stops_paying{alpha: B or null (pays at
+  batching    plan, blas_kernel, seconds, pairs[]: {draft, target, weights_order (gpt2np.order_for_batches:
+              column-major | row-major), stops_paying{alpha: B or null (pays at
               every B)}, crossover[] (the printed sentences), cells[]: {B, alpha, best (plain | K=k),
               best_tokens_per_s, drafting_pays, best_over_plain, auto_over_best, auto_over_plain, alpha_hat,
               exact, mismatched, sides{plain, K=k, auto}: {tokens_per_s, runs_tokens_per_s, seconds,

@@ -8,6 +8,8 @@ wanting --batch-tokens tokens after its own --batch-prompt-len-token random prom
   auto     the same with K="auto" (decoding/batch_policy.BatchAutoK, at most K_MAX a round): one K
            for the round's running sequences from the batch's measured costs, 0 where drafting
            cannot pay
+Both models take the weights' order a batching server gives them under this BLAS kernel
+(gpt2np.order_for_batches: row-major under the Haswell kernels, as stored elsewhere).
 The draft is forced_batch_draft.ForcedBatchDraft around the pair's draft model: one packed pass of
 the real draft per draft step (its cost), each sequence's proposals agreeing with the target's
 greedy token with probability alpha (its acceptance rate), coins seeded by (repeat, sequence) and
@@ -165,6 +167,7 @@ def run_pair(draft_size, target_size, plan):
     log(f"batching: building random {draft_size} (draft) and {target_size} (target) models")
     target = gpt2np.random_model(plan.configs[target_size], seed=0, tokenizer=None)
     draft = gpt2np.random_model(plan.configs[draft_size], seed=0, tokenizer=None)
+    orders = [gpt2np.order_for_batches(model) for model in (target, draft)]  # as a batching server runs them
     all_prompts = [random_ids(plan.prompt_len, target.n_vocab, seed=10 + i) for i in range(max(plan.batch_sizes))]
     cells = []
     for B in plan.batch_sizes:
@@ -173,7 +176,7 @@ def run_pair(draft_size, target_size, plan):
         for alpha in plan.alphas:
             log(f"batching {draft_size}->{target_size}: B {B}, alpha {alpha}: {plan.repeats} x {sides_of(plan)}")
             cells.append(measure_cell(target, draft, prompts, reference, plan, alpha))
-    pair = {"draft": draft_size, "target": target_size, "cells": cells}
+    pair = {"draft": draft_size, "target": target_size, "weights_order": "/".join(dict.fromkeys(orders)), "cells": cells}
     return {**pair, **crossover(pair)}
 
 

@@ -151,7 +151,8 @@ def print_report(section):
     for pair in section["pairs"]:
         print_table(f"Batched decoding, {pair['draft']} draft (forced acceptance) -> {pair['target']} target, random "
                     f"weights, greedy, {plan['n_tokens']} tokens a sequence after {plan['prompt_len']}: tokens/s, "
-                    f"medians over {plan['repeats']} repeat(s); BLAS: {section['blas_kernel']}",
+                    f"medians over {plan['repeats']} repeat(s); weights {pair['weights_order']}; BLAS: "
+                    f"{section['blas_kernel']}",
                     ["B", "alpha", "plain", *Ks, "auto", "best", "best is", "best/plain", "auto/best", "auto/plain",
                      "plain/B1", "auto K:rounds", "a_hat", "exact"], pair_rows(pair, Ks), note=NOTE)
         print(f"where drafting stops paying, {pair['draft']} -> {pair['target']}:")

@@ -73,6 +73,7 @@ def test_the_table_and_the_crossover_lines(tiny_run):
     assert header.split() == ["B", "alpha", "plain", "K=1", "K=2", "auto", "best", "best", "is", "best/plain",
                               "auto/best", "auto/plain", "plain/B1", "auto", "K:rounds", "a_hat", "exact"]
     assert "BLAS: " + section["blas_kernel"] in stdout
+    assert section["pairs"][0]["weights_order"] == "row-major" and "weights row-major; BLAS" in stdout  # tiny: small
     lines = stdout.split("where drafting stops paying, tiny -> tiny2:\n")[1].splitlines()
     assert [line.strip() for line in lines[:len(ALPHAS)]] == section["pairs"][0]["crossover"]
     assert [line.strip().split(":")[0] for line in lines[:len(ALPHAS)]] == [f"alpha {a}" for a in ALPHAS]

@@ -145,18 +145,18 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** In this run (OpenBLAS's SkylakeX kernel, one thread), `wide`'s one-row pass took
-# 3.7 ms, reading its 56 MiB at about 16 GB/s. **8 rows cost 1.83 one-row passes, 16 rows 2.69**:
-# 16 sequences get a token each for the price of under 3. Then a jump, 4.62 at 20 rows: gpt2np's
+# 6.0 ms, reading its 56 MiB at about 10 GB/s. **8 rows cost 1.77 one-row passes, 16 rows 2.69**:
+# 16 sequences get a token each for the price of under 3. Then a jump, 3.98 at 20 rows: gpt2np's
 # few-row products cover 2–16 rows (`blas_kernel()` above: "pieces (M 2-16)"), and past 16 OpenBLAS's
 # sgemm first copies ("packs") the weights, which costs about two one-row passes at once (notebook
-# 07). Past the jump each further row is cheap again (64 rows: 8.69).
+# 07). Past the jump each further row is cheap again (64 rows: 7.28).
 #
-# The bundled target's weights sit in the cache, so its one-row pass is short (1.4 ms here: 8 blocks
-# of small products), and its rows are **not** free as separate sequences: 16 cost 3.56 one-row
-# passes, 64 cost 10.4. The dotted line says why: the same rows fed as one sequence cost 2.09 at
-# 16 rows, about what `wide`'s do (2.46). The products are the same in both layouts; what differs
+# The bundled target's weights sit in the cache, so its one-row pass is short (2.9 ms here: 8 blocks
+# of small products), and its rows are **not** free as separate sequences: 16 cost 3.45 one-row
+# passes, 64 cost 10.1. The dotted line says why: the same rows fed as one sequence cost 1.98 at
+# 16 rows, about what `wide`'s do (2.33). The products are the same in both layouts; what differs
 # is attention, which runs once per sequence and block: 16 sequences × 8 blocks = 128 small
-# attention calls, each a few NumPy calls, against a pass of 1.4 ms. `wide` has 2 blocks and a pass
+# attention calls, each a few NumPy calls, against a pass of 2.9 ms. `wide` has 2 blocks and a pass
 # read from memory, and for it the two layouts cost about the same. (The timings move by 10–30 %
 # from run to run on this machine; the orderings described here held in every run.)
 

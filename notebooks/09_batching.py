@@ -253,12 +253,12 @@ plt.tight_layout()
 # %% [markdown]
 # **Reading it.** Every sequence of every batch equalled its solo run (greedy, both models), and
 # 8 sampled sequences, each with its own generator, drew exactly their solo draws. On `wide`,
-# **8 sequences together gave 3.3× the tokens per second of one at a time** (2.9–3.6× in other
-# runs of this notebook on the same machine). A step that cost only its pass would give
-# *B* t(1)/t(*B*) = 4.4× (section 1); the rest goes to work outside the pass: each sequence's token
+# **8 sequences together gave 2.7× the tokens per second of one at a time** (2.7–3.6× in runs of
+# this notebook on the same machine). A step that cost only its pass would give
+# *B* t(1)/t(*B*) = 4.5× (section 1); the rest goes to work outside the pass: each sequence's token
 # drawn from its logits, the step's bookkeeping, and the prompts' prefill. The bundled target gains
-# less, 1.8× at *B* = 8: its passes are short, so the same per-sequence work is a larger share, and at
-# *B* = 1 the batched path is even slower than `generate` (0.76× here, 0.76–0.87× in every run):
+# less, 2.1× at *B* = 8: its passes are short, so the same per-sequence work is a larger share, and at
+# *B* = 1 the batched path is even slower than `generate` (0.80× here, 0.76–0.87× in every run):
 # it makes the same pass, through `forward_packed`'s packing and checks and `batch_stream`'s per-step
 # events, a cost that shows beside a one-millisecond pass.
 

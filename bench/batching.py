@@ -176,7 +176,8 @@ def run_pair(draft_size, target_size, plan):
         for alpha in plan.alphas:
             log(f"batching {draft_size}->{target_size}: B {B}, alpha {alpha}: {plan.repeats} x {sides_of(plan)}")
             cells.append(measure_cell(target, draft, prompts, reference, plan, alpha))
-    pair = {"draft": draft_size, "target": target_size, "weights_order": "/".join(dict.fromkeys(orders)), "cells": cells}
+    pair = {"draft": draft_size, "target": target_size, "weights_order": "/".join(dict.fromkeys(orders)),
+            "cells": cells}
     return {**pair, **crossover(pair)}
 
 

@@ -12,7 +12,8 @@ nothing), and a request picks one with the field "drafter". Bad flags or models:
 this command's flags, exit status 2.
 
 Up to --max_batch generations run at once (continuous batching, engine.py): plain requests share one
-forward pass per token, speculative ones run one round each per step; more wait in a queue of
+forward pass per token, speculative ones are packed with each other (a round each, one more pass per
+step); more wait in a queue of
 --max_queue, and past that the server answers 429 with Retry-After. With --max_batch above 1 the
 weights take the memory order that passes over many rows want under NumPy's BLAS kernel (row-major
 under the Haswell kernels: gpt2np/model/fast/layout.py); the startup line names it.
@@ -95,8 +96,8 @@ def main(argv=None):
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads or 1, user_api="blas")
     print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on http://{args.host}:{args.port}/ "
-          f"(up to {engine.max_batch} at once, {engine.max_queue} waiting; weights {gpt2np.weights_order(engine.target)}; "
-          f"{gpt2np.blas_kernel()})", file=sys.stderr)
+          f"(up to {engine.max_batch} at once, {engine.max_queue} waiting; weights "
+          f"{gpt2np.weights_order(engine.target)}; {gpt2np.blas_kernel()})", file=sys.stderr)
     uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
 
 

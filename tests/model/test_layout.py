@@ -64,7 +64,7 @@ def test_a_row_major_batch_gives_each_sequence_its_stored_logits(model):
     layout.set_weights_order(model, "row-major")
     packed = forward_packed(model, [(ids, model.new_cache()) for ids in prompts])
     errs = [float(np.abs(got - want).max() / np.abs(want).max()) for got, want in zip(packed, stored)]
-    assert max(errs) <= 5e-6, f"packed row-major logits differ from each sequence's stored ones by {errs} of the largest"
+    assert max(errs) <= 5e-6, f"packed row-major logits differ from each sequence's stored ones: {errs} of the largest"
 
 
 def test_for_batches_follows_the_kernel_table(model):

@@ -39,7 +39,7 @@ few rows under every kernel measured. Under the Haswell kernels plain sgemm pack
 faster (8 rows: 2.3 one-row products against 3.1 on column-major), so a model that decodes batches of
 many rows (the server's) can be given row-major weights (layout.py; `BATCH_LAYOUT` below), with rows
 of their own in METHODS: `rows` cut by blocks of w's rows, plain at 8-9 rows, `padded` from 10. A pass
-over 2-7 rows then costs 0-16 % more and one row 3-7 % (PERFORMANCE.md, Batching, "Row-major weights
+over 2-7 rows then costs up to 16 % more (mostly 4-10 %) and one row up to 7 % (PERFORMANCE.md, Batching, "Row-major weights
 for batches"), so nothing else gets them.
 
 Every method equals x @ w up to float32 rounding (the sums run in another order); tests compare
@@ -81,7 +81,7 @@ METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
 
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
 # Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major (one row: 52.3 -> 55.5 ms,
-# 2-7 rows 0-10 % dearer; PERFORMANCE.md). SkylakeX's `pieces` needs column-major.
+# in other runs up to 7 % dearer, 2-7 rows up to 16 %; PERFORMANCE.md). SkylakeX's `pieces` needs column-major.
 BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major"}
 
 

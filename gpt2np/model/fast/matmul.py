@@ -80,8 +80,8 @@ _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15
 METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
 
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
-# Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major (one row: 52.3 -> 55.5 ms,
-# in other runs up to 7 % dearer, 2-7 rows up to 16 %; PERFORMANCE.md). SkylakeX's `pieces` needs column-major.
+# Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major; over four runs one row
+# -1 to +7 %, 2-7 rows -1 to +16 % (PERFORMANCE.md). SkylakeX's `pieces` needs column-major.
 BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major"}
 
 

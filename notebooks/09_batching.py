@@ -403,14 +403,17 @@ for ax in axes:
 plt.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Left: for one sequence the goodput rises up to *K* = 4; for 2–8 sequences it
-# peaks at *K* = 2–3 and its peak falls (1.86 at *B* = 1, 1.40 at *B* = 8). Right, `wide`: at α ≤ 0.72
-# the best *K* falls from 3 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in the
-# pass, past the 16-row jump of section 1. At α = 0.9 the rule drafts again past *B* = 9 (*K* = 3–4,
-# 1.1×): past the jump each row is cheap again, and drafts accepted 90 % of the time pay for them.
+# **Reading it.** Left, the bundled pair at its own α, from this run's measured passes: the best
+# drafting round gains 1.98× at *B* = 1 (*K* = 2), 1.43× at *B* = 4 (*K* = 4), nothing at *B* = 8 and
+# 1.32× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed on a shared
+# machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at α = 0.6 the
+# best *K* falls from 3 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in the pass,
+# past the 16-row jump of section 1; at α = 0.72 drafting past the jump barely pays (*K* = 2–3,
+# 1.01–1.06×). At α = 0.9 the rule drafts past *B* = 9 too (*K* = 3–4, 1.36–1.45×): past the jump
+# each row is cheap again, and drafts accepted 90 % of the time pay for them.
 #
-# For the bundled pair the rule predicts too much: a gain of 1.3–1.5 at every *B* from 4 to 12 at
-# its own α, where section 3 measured about 1.0 from *B* = 8. The rule counts only the two models'
+# For the bundled pair the rule predicts too much: a gain of 1.2–1.4 at most *B* from 4 to 12 at its
+# own α, where section 3 measured about 1.0 from *B* = 8. The rule counts only the two models'
 # passes, and a round does more. Timing rounds of *K* = 2 and their target pass alone:
 
 # %%
@@ -431,11 +434,11 @@ for B in (1, 4, 8, 12):
     print(f"{'B = ' + str(B):>16} {round_ms:9.2f} {draft_ms:11.2f} {target_ms:11.2f} {round_ms - draft_ms - target_ms:9.2f}")
 
 # %% [markdown]
-# At *B* = 8 a round took 7.3 ms: its target pass 4.6, its two draft steps 1.2 (two draft passes
-# cost 0.7 in section 1; each step also turns *B* rows of logits into distributions and draws), and
-# 1.4 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
-# verification and cache rollbacks. That work grows with *B* (0.3 ms at *B* = 1, 1.7 at 12): at
-# *B* = 8 the round spent 2 ms, over a third more than the 5.3 ms of passes the rule counts. Beside a
+# At *B* = 8 a round took 13.3 ms: its target pass 8.2, its two draft steps 2.5 (two draft passes
+# cost 1.8 in section 1; each step also turns *B* rows of logits into distributions and draws), and
+# 2.7 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
+# verification and cache rollbacks. That work grows with *B* (0.6 ms at *B* = 1, 2.3–2.7 at 8–12): at
+# *B* = 8 the round spent 3.4 ms, a third more than the 10 ms of passes the rule counts. Beside a
 # pass of tens of milliseconds (a 124M–1.5B target) it would hardly count; beside this pair's 1–5 ms
 # passes it moves the crossover from "not up to 12" to about 8.
 #
@@ -524,9 +527,9 @@ plt.tight_layout()
 #
 # **Summary.** A CPU reads a model's weights once per pass whatever the rows, so while the weights
 # come from memory, rows are nearly free: 8 rows of `wide` cost 1.8 one-row passes, 16 rows 2.7, until
-# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 3.3× at 8
+# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 2.7× at 8
 # sequences here, each sequence exactly its solo run. On the tiny bundled target, whose weights sit
-# in the cache, rows as separate sequences are not free (16 cost 3.6 one-row passes), mostly through
+# in the cache, rows as separate sequences are not free (16 cost 3.5 one-row passes), mostly through
 # attention run once per sequence and block beside a short pass. Speculative decoding spends the same cheap
 # rows on drafts, so inside a batch the two compete: on the bundled pair drafting's 1.4–1.5× alone
 # fell to nothing at about 8 sequences. The goodput rule, B·E(α, K) / (K d(B) + T(B(K + 1))) from

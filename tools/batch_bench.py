@@ -64,9 +64,9 @@ def measure(model, batch, context, n_tokens, repeats, rng, orders):  # -> {"toge
     """orders: {"together": order, "alone": order}, the weights' order for each (set untimed before each run)."""
     prompts = [rng.integers(0, model.n_vocab, context).tolist() for _ in range(batch)]
     runs = {"together": lambda: together(model, prompts, n_tokens), "alone": lambda: alone(model, prompts, n_tokens)}
-    for name, run in runs.items():  # warm-up: first calls, BLAS threads
+    for name, warm_up in (("together", together), ("alone", alone)):  # first calls, BLAS threads
         set_weights_order(model, orders[name])
-        (together if name == "together" else alone)(model, prompts[:1], 2)
+        warm_up(model, prompts[:1], 2)
     results = {name: [] for name in runs}
     for repeat in range(repeats):
         for name in (("together", "alone") if repeat % 2 == 0 else ("alone", "together")):

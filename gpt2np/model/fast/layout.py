@@ -32,8 +32,9 @@ def conv1d_weights(params):  # -> [(node, key)] for every block's Conv1D weight 
 def weights_order(model):  # -> "column-major" | "row-major"
     """The order of model's Conv1D weights (the large ones': a model with none, as the bundled ones, is
     row-major throughout)."""
-    large = [node[key] for node, key in conv1d_weights(model.params) if stored_column_major(node[key].shape)]
-    return "column-major" if large and large[0].T.flags.c_contiguous else "row-major"
+    large = next((node[key] for node, key in conv1d_weights(model.params) if stored_column_major(node[key].shape)),
+                 None)
+    return "column-major" if large is not None and large.T.flags.c_contiguous else "row-major"
 
 
 def set_weights_order(model, order):  # -> model, its large Conv1D weights now in `order`

@@ -39,8 +39,8 @@ few rows under every kernel measured. Under the Haswell kernels plain sgemm pack
 faster (8 rows: 2.3 one-row products against 3.1 on column-major), so a model that decodes batches of
 many rows (the server's) can be given row-major weights (layout.py; `BATCH_LAYOUT` below), with rows
 of their own in METHODS: `rows` cut by blocks of w's rows, plain at 8-9 rows, `padded` from 10. A pass
-over 2-7 rows then costs up to 16 % more (mostly 4-10 %) and one row up to 7 % (PERFORMANCE.md, Batching, "Row-major weights
-for batches"), so nothing else gets them.
+over 2-7 rows then costs up to 16 % more (mostly 4-10 %) and one row up to 7 % (PERFORMANCE.md,
+Batching, "Row-major weights for batches"), so nothing else gets them.
 
 Every method equals x @ w up to float32 rounding (the sums run in another order); tests compare
 each with x @ w under the kernel they run with, and once more in a process with the other kernel.
@@ -229,9 +229,10 @@ def by_rows(x, w):  # [m, k] @ [k, n] -> [m, n]
     block, then the next block's (the output is laid out [block, row, column] for that, then put in
     [row, column] order: a copy of m x n floats). A large row-major w: by_row_blocks. A small row-major w:
     m products in one call."""
-    if layout(w) == "row-major":
+    w_layout = layout(w)
+    if w_layout == "row-major":
         return by_row_blocks(x, w)
-    if layout(w) != "large":
+    if w_layout != "large":
         return np.matmul(x[:, None, :], w)[:, 0]              # [m, 1, k] @ [k, n] -> [m, 1, n] -> [m, n]
     m, k = x.shape
     n = w.shape[1]

@@ -238,7 +238,7 @@ plt.tight_layout()
 # Packing works the other way round. Copying the weights alone ran at 11.4 GB/s, so one copy costs
 # 1.63 one-row products before the micro-kernel has done any arithmetic. Then the micro-kernel runs
 # over the packed copy once per group of 4 rows, plus once for each leftover group. That is why plain
-# `x @ w` starts at 2–3 one-row products and climbs in steps of 4.
+# `x @ w` starts at 2.3–3.4 one-row products and climbs in steps of 4.
 
 # %% [markdown]
 # ## 4 · What *v* does to the speedup

@@ -362,9 +362,9 @@ plt.title("what a target call over M rows costs, in one-token calls", fontsize=1
 
 # %% [markdown]
 # **Reading it.** On this CPU neither target scores rows for free: both curves stay near 1.1–1.6 up to
-# about 8 rows and reach about 2–2.5 at 16 (the bundled curves move by a few tenths from run to run,
+# about 8 rows and reach about 2.3–3 at 16 (the bundled curves move by a few tenths from run to run,
 # `forward_rows` most: it builds a mask for every call). So a tree of 15 nodes costs a target call
-# about twice a one-token call; a chain of 3 drafts, about 1.2 of one. The tiny target's curve is
+# about three times a one-token call; a chain of 3 drafts, about 1.2 of one. The tiny target's curve is
 # about as flat as the large one's, although its call is about a millisecond against tens of
 # milliseconds: a 2.6M-parameter call is mostly the fixed cost of its hundred-odd NumPy operations
 # rather than reading weights, and that cost, too, grows with the rows.
@@ -423,7 +423,7 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** The counting side works. The rates of one wide run predict each fixed shape's
-# tokens per target call to within about 0.2, *K* = 5 at 0.8 aside (these counts do not depend on
+# tokens per target call to within about 0.3, *K* = 5 at 0.8 aside (these counts do not depend on
 # the clock: the same seeds give the same numbers in every run). A tree gives more tokens per target call than the
 # chain of its depth: (2, 1, 1) 3.17 and (3, 2, 1) 3.28 against *K* = 3's 2.90 at temperature 0
 # (3.08 and 3.39 against 2.90 at 0.8), because a rejected first child often has a sibling the
@@ -436,7 +436,7 @@ plt.tight_layout()
 # two models' calls (*c*, and *v* of the rows) and nothing else, the *o* = 0 above. A tree does
 # more of everything else: every node's row of *q* and of *p* goes through a softmax over the
 # vocabulary, every tried child through the kernel's Python, every level through a draft call over
-# more rows, and the target's rows through a mask. Against a 1–2 ms target call that is not small.
+# more rows, and the target's rows through a mask. Against a 1–3 ms target call that is not small.
 # The automatic shape (`tree="auto"`) estimates this *o* from the run's own clock and takes the
 # auto *K* policy's depth, branching only where the run's counts predict a tree beats that chain by
 # 5 % (`tree_policy.py`); its shapes and tokens per call move from run to run because its choices

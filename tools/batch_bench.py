@@ -2,6 +2,7 @@
 
     python tools/batch_bench.py                                  # 124M and 355M random weights, B = 1 2 4 8
     python tools/batch_bench.py --sizes 124M --batches 1,8 --repeats 3 --context 64 --n_tokens 16 --threads 1
+    python tools/batch_bench.py --sizes 355M --batches 8 --repeats 1 --step-pairs 40    # + adjacent decode steps
 
 For each size and B: B random prompts of --context tokens, --n_tokens greedy tokens each (random
 weights, no tokenizer: nothing stops early). "together" is generate_batch over the B prompts; "alone"
@@ -14,6 +15,20 @@ tokens/s over the whole run (the prefill step included) and decode tokens/s (the
 sequence's first token, which feed one token each), medians, and the together/alone ratio of each
 alternating pair (median and range): on a shared, noisy machine ratios measured side by side are the
 numbers to trust. The header names NumPy's BLAS kernel, on which a few-row product's cost depends.
+
+Whole runs of each side take seconds, and this VM's speed drifts by 10-20 % between them (two runs of
+one comparison read 3.77 -> 4.15x and 3.94 -> 3.72x). --step-pairs N measures the decode step alone,
+side by side: one packed step of the B sequences at the prompts' context against the same B sequences'
+steps one at a time, each with its greedy pick, alternated N times (which goes first alternates too),
+the caches put back after every step; the two sides' weights in the orders above (two copies of the
+model where the orders differ). Reported: the step's ratio B x (one sequence's step) / (the packed
+step), median and quartiles over the pairs, readings a fraction of a second apart.
+
+--anatomy N takes the same two steps apart, alternated N times: each whole, their weight products alone
+(every Conv1D weight and the output head, over the step's rows, by matmul's method for that many rows),
+their attention alone (every layer's, against the caches), and the rest by difference (layer norms,
+GELU, residual adds, the embedding, the greedy pick, Python). It says what bounds the step's ratio: the
+products' own v(B), or what a packed step does B times (each sequence's attention) where one does it once.
 """
 import argparse
 import statistics
@@ -26,7 +41,9 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 from gpt2np.decoding.batched import batch_stream  # noqa: E402
 from gpt2np import set_weights_order  # noqa: E402
-from gpt2np.model.fast.matmul import batch_layout  # noqa: E402
+from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
+from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
+from gpt2np.model.fast.matmul import batch_layout, matmul  # noqa: E402
 
 
 def timed(run):  # run() -> (seconds to the first token of every sequence, tokens, decode tokens); -> + total
@@ -88,6 +105,94 @@ def summary_row(size, batch, results):  # one markdown table row
     return "| " + " | ".join(cells) + " |"
 
 
+def prefilled(model, prompts):  # -> one cache per prompt, the prompt fed, room for one more token
+    caches = [model.new_cache(n_ctx=len(prompt) + 1) for prompt in prompts]
+    for prompt, cache in zip(prompts, caches):
+        model.forward(prompt, cache)
+    return caches
+
+
+def packed_step(model, caches, token):  # one decode step of every sequence in one pass; caches put back
+    for logits in forward_packed(model, [([token], cache) for cache in caches]):
+        np.argmax(logits[-1])
+    for cache in caches:
+        cache.truncate(len(cache) - 1)
+
+
+def steps_one_at_a_time(model, caches, token):  # the same step, one forward call per sequence
+    for cache in caches:
+        np.argmax(model.forward([token], cache)[-1])
+        cache.truncate(len(cache) - 1)
+
+
+def step_ratios(models, batch, context, pairs, rng):  # -> [B x one-at-a-time step seconds / packed step seconds]
+    """The decode step alone (module docstring, --step-pairs): models {"together": ..., "alone": ...}."""
+    prompts = [rng.integers(0, models["alone"].n_vocab, context) for _ in range(batch)]
+    caches = {name: prefilled(model, prompts) for name, model in models.items()}
+    token = int(prompts[0][-1])
+    steps = {"together": lambda: packed_step(models["together"], caches["together"], token),
+             "alone": lambda: steps_one_at_a_time(models["alone"], caches["alone"], token)}
+    for step in steps.values():  # first calls, BLAS threads
+        step()
+    seconds = {name: [] for name in steps}
+    for pair in range(pairs):
+        for name in (("together", "alone") if pair % 2 == 0 else ("alone", "together")):
+            start = time.perf_counter()
+            steps[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return [alone / together for together, alone in zip(seconds["together"], seconds["alone"])]
+
+
+def anatomy(models, batch, context, rounds, rng):  # -> {part: median seconds}
+    """The parts of a packed step of B sequences ("together") and one sequence's step ("alone"), --anatomy."""
+    prompts = [rng.integers(0, models["alone"].n_vocab, context) for _ in range(batch)]
+    caches = {"together": prefilled(models["together"], prompts), "alone": prefilled(models["alone"], prompts[:1])}
+    token, config = int(prompts[0][-1]), models["alone"].config
+    q = rng.standard_normal((config.n_head, 1, config.d_head), dtype=np.float32)  # [n_head, 1, d_head]
+
+    def products(name, n_rows):  # every weight product of a step over n_rows rows
+        params = models[name].params
+        weights = [node[key] for node, key in conv1d_weights(params)] + [params["wte"].T]
+        xs = {k: rng.standard_normal((n_rows, k), dtype=np.float32)                    # [n_rows, k] per k
+              for k in {w.shape[0] for w in weights}}
+        return lambda: [matmul(xs[w.shape[0]], w) for w in weights]
+
+    def attention(name):  # every layer's attention of one new row per sequence (written past the caches' lengths)
+        return lambda: [cached_attention(q, q, q, cache, layer) for layer in range(config.n_layer)
+                        for cache in caches[name]]
+    parts = {"together step": lambda: packed_step(models["together"], caches["together"], token),
+             "alone step": lambda: steps_one_at_a_time(models["alone"], caches["alone"], token),
+             "together products": products("together", batch), "alone products": products("alone", 1),
+             "together attention": attention("together"), "alone attention": attention("alone")}
+    for part in parts.values():  # first calls
+        part()
+    seconds = {name: [] for name in parts}
+    for r in range(rounds):
+        for name in (list(parts) if r % 2 == 0 else list(parts)[::-1]):
+            start = time.perf_counter()
+            parts[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+def anatomy_row(size, batch, part):  # one markdown table row; ms, and the packed side in one-sequence steps
+    t1, tb = part["alone step"], part["together step"]
+    rest = {name: part[f"{name} step"] - part[f"{name} products"] - part[f"{name} attention"]
+            for name in ("together", "alone")}
+    as_one = tb - part["together attention"] - rest["together"] + part["alone attention"] + rest["alone"]
+    return (f"| {size} | {batch} | {t1 * 1e3:.1f} | {tb * 1e3:.1f} ({tb / t1:.2f}) | "
+            f"{part['alone products'] * 1e3:.1f} → {part['together products'] * 1e3:.1f} "
+            f"(v {part['together products'] / part['alone products']:.2f}) | "
+            f"{part['alone attention'] * 1e3:.1f} → {part['together attention'] * 1e3:.1f} | "
+            f"{rest['alone'] * 1e3:.1f} → {rest['together'] * 1e3:.1f} | **{batch * t1 / tb:.2f}×** | "
+            f"{batch * t1 / as_one:.2f}× |")
+
+
+def step_row(size, batch, ratios):  # one markdown table row
+    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return f"| {size} | {batch} | {len(ratios)} | **{q2:.2f}×** ({q1:.2f}–{q3:.2f}) |"
+
+
 def integers(text):  # "1,2,4" -> [1, 2, 4]; argparse turns a ValueError into a one-line usage error
     return [int(b) for b in text.split(",")]
 
@@ -102,6 +207,10 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts' np.random.Generator")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the BLAS default)")
+    parser.add_argument("--step-pairs", type=int, default=0,
+                        help="also alternate this many single decode steps, packed against one at a time (0: none)")
+    parser.add_argument("--anatomy", type=int, default=0,
+                        help="also take a decode step apart, this many alternating rounds (0: not)")
     parser.add_argument("--together-order", choices=("batches", "stored"), default="batches",
                         help="the weights' order for the packed runs: the one batches want under this BLAS kernel "
                              "(as the server with --max_batch above 1), or as stored")
@@ -109,8 +218,9 @@ def main(argv=None):
     sizes, batches = args.sizes.split(","), args.batches
     unknown = [s for s in sizes if s not in gpt2np.PRESETS]
     if unknown or any(b < 1 for b in batches) or min(args.context, args.n_tokens, args.repeats) < 1 \
-            or (args.threads is not None and args.threads < 1):
-        parser.error(f"sizes must be in {sorted(gpt2np.PRESETS)}; batches, context, n_tokens, repeats, threads >= 1")
+            or (args.threads is not None and args.threads < 1) or min(args.step_pairs, args.anatomy) < 0:
+        parser.error(f"sizes must be in {sorted(gpt2np.PRESETS)}; batches, context, n_tokens, repeats, threads >= 1; "
+                     f"step-pairs, anatomy >= 0")
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads, user_api="blas")
@@ -121,11 +231,36 @@ def main(argv=None):
     print("| size | B | alone tok/s | together tok/s | ratio (range) | alone decode tok/s | together decode "
           "tok/s | decode ratio (range) |\n|" + " --- |" * 8)
     rng = np.random.default_rng(args.seed)
+    steps, parts = [], []  # (size, batch, ratios), (size, batch, {part: seconds})
     for size in sizes:
         model = gpt2np.random_model(gpt2np.PRESETS[size], tokenizer=None)
         for batch in batches:
             print(summary_row(size, batch, measure(model, batch, args.context, args.n_tokens, args.repeats, rng,
                                                    orders)), flush=True)
+        if args.step_pairs or args.anatomy:
+            models = {name: model for name in orders}  # one copy where the orders agree, else one per order
+            if orders["together"] != orders["alone"]:
+                models["together"] = gpt2np.random_model(gpt2np.PRESETS[size], tokenizer=None)
+            for name, order in orders.items():
+                set_weights_order(models[name], order)
+            steps += [(size, batch, step_ratios(models, batch, args.context, args.step_pairs, rng))
+                      for batch in batches if args.step_pairs]
+            parts += [(size, batch, anatomy(models, batch, args.context, args.anatomy, rng))
+                      for batch in batches if args.anatomy]
+            del models
+    if steps:
+        print(f"\nThe decode step alone, at context {args.context}: B sequences' steps one at a time over one packed "
+              f"step, {args.step_pairs} adjacent pairs\n| size | B | pairs | ratio, median (quartiles) |\n|"
+              + " --- |" * 4)
+        for size, batch, ratios in steps:
+            print(step_row(size, batch, ratios), flush=True)
+    if parts:
+        print(f"\nA decode step taken apart, at context {args.context}, {args.anatomy} alternating rounds, medians in "
+              f"ms: one sequence's step → the packed step of B\n| size | B | one sequence's step | packed step "
+              f"(in one sequence's steps) | products (v(B)) | attention | the rest | B x step ratio | with "
+              f"attention and rest as one sequence's |\n|" + " --- |" * 9)
+        for size, batch, part in parts:
+            print(anatomy_row(size, batch, part), flush=True)
 
 
 if __name__ == "__main__":

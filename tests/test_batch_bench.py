@@ -1,0 +1,83 @@
+"""tools/batch_bench.py: its decode-step pieces on a small random model, and a whole run as a user types it.
+
+The step pieces must leave every cache as they found it (a pair of steps that let a cache grow would
+time a longer context with every pair) and pick the same greedy token packed as one at a time (the
+two sides do the same work). The run prints its three tables (whole runs, adjacent steps, a step taken
+apart), one row per size and batch, every figure a number (the rest, a difference, may read below 0).
+"""
+import importlib.util
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpt2np
+from conftest import REPO
+
+TOOL = REPO / "tools" / "batch_bench.py"
+
+
+def load_tool():  # tools/ is not a package
+    spec = importlib.util.spec_from_file_location("batch_bench", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = load_tool()
+SMALL = gpt2np.GPT2Config(n_vocab=97, n_ctx=32, n_embd=32, n_head=2, n_layer=2)
+
+
+def test_a_step_puts_the_caches_back_and_both_sides_pick_the_same_tokens(monkeypatch):
+    model = gpt2np.random_model(SMALL, tokenizer=None, std=0.3)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    together, alone = BENCH.prefilled(model, prompts), BENCH.prefilled(model, prompts)
+    picks = {"together": [], "alone": []}
+    argmax = np.argmax
+    for name, step, caches in (("together", BENCH.packed_step, together), ("alone", BENCH.steps_one_at_a_time, alone)):
+        monkeypatch.setattr(BENCH.np, "argmax", lambda row, name=name: picks[name].append(int(argmax(row))))
+        for _ in range(3):
+            step(model, caches, 11)
+        assert [len(c) for c in caches] == [len(p) for p in prompts], f"{name}: caches not put back"
+    assert picks["together"] == picks["alone"] and len(picks["alone"]) == 3 * len(prompts), picks
+
+
+def test_step_ratios_gives_one_reading_per_pair():
+    model = gpt2np.random_model(SMALL, tokenizer=None)
+    ratios = BENCH.step_ratios({"together": model, "alone": model}, 3, 5, 4, np.random.default_rng(0))
+    assert len(ratios) == 4 and all(r > 0 and np.isfinite(r) for r in ratios), ratios
+
+
+def table_rows(text, header):  # -> the rows of the markdown table under the line starting with header
+    lines = text[text.index(header):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| --- "))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_a_run_prints_the_whole_run_table_and_the_step_table():
+    run = subprocess.run([sys.executable, str(TOOL), "--sizes", "124M", "--batches", "1,2", "--repeats", "1",
+                          "--context", "4", "--n_tokens", "2", "--step-pairs", "3", "--anatomy", "2"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith(("OpenBLAS", "not OpenBLAS")), run.stdout[:200]
+    whole = table_rows(run.stdout, "| size | B | alone tok/s")
+    steps = table_rows(run.stdout, "The decode step alone")
+    parts = table_rows(run.stdout, "A decode step taken apart")
+    assert [row[:2] for row in whole] == [["124M", "1"], ["124M", "2"]], whole
+    assert [row[:3] for row in steps] == [["124M", "1", "3"], ["124M", "2", "3"]], steps
+    assert [row[:2] for row in parts] == [["124M", "1"], ["124M", "2"]] and {len(row) for row in parts} == {9}, parts
+    numbers = [float(x) for row in whole + steps + parts for x in re.findall(r"\d+\.\d+", " ".join(row[2:]))]
+    assert numbers and all(np.isfinite(numbers)), numbers
+
+
+@pytest.mark.parametrize("flags", [["--step-pairs", "-1"], ["--sizes", "7M"], ["--batches", "0"]])
+def test_bad_flags_get_a_usage_error(flags):
+    run = subprocess.run([sys.executable, str(TOOL), *flags], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "error:" in run.stderr, run.stderr

@@ -14,8 +14,10 @@ step; packed, once. Each sequence keeps its own KV cache and length, so nothing 
                                   the blocks shared between the cores where that pays (shares_the_cores)
 
 So a sequence's logits differ from its solo run only where a product's float32 sums run in another
-order for more rows (measured in tests/model/test_batch_forward.py); with one sequence it is the solo
-run, bit for bit. forward_separately, beside it, is that solo run for every sequence: the reference.
+order for more rows (measured in tests/model/test_batch_forward.py); over one block it is the solo
+run, bit for bit, and forward_packed gives one sequence to that run itself (the same numbers; the
+blocks' bookkeeping cost a packed step of one sequence 4 %: a batching server serving one request).
+forward_separately, beside it, is that solo run for every sequence: the reference.
 """
 import contextlib
 
@@ -23,8 +25,8 @@ import numpy as np
 
 from .fast.matmul import matmul
 from .fast.threads import blas_single_threaded, share, threads_allowed
-from .forward import (BLOCKS_MIN_SCORES, GPT2, causal_attention, ffn, layer_norm, linear, merge_heads, split_heads,
-                      token_id_array)
+from .forward import (BLOCKS_MIN_SCORES, GPT2, causal_attention, ffn, gpt2_forward, layer_norm, linear, merge_heads,
+                      split_heads, token_id_array)
 from .kv_cache import check_cache, check_room
 
 
@@ -152,6 +154,8 @@ def forward_packed(model, calls, n_logits=1):  # [(ids_i [n_i], cache_i)] -> [[n
     """
     ids, n_outs = check_packed_call(model, calls, n_logits)
     caches = [cache for _, cache in calls]
+    if len(calls) == 1:  # one sequence: its own forward pass (module docstring)
+        return [gpt2_forward(ids[0], model.params, model.config.n_head, caches[0], n_outs[0])]
     logits = packed_forward(np.concatenate(ids), [len(i) for i in ids], caches, model.params,
                             model.config.n_head, n_outs)             # [sum n_out_i, n_vocab]
     return np.split(logits, np.cumsum(n_outs)[:-1])                  # B x [n_out_i, n_vocab]

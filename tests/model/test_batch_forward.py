@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gpt2np
 from conftest import random_params
-from gpt2np.model.batch import forward_packed, forward_separately
+from gpt2np.model.batch import forward_packed, forward_separately, packed_forward
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
 
@@ -87,12 +87,17 @@ def test_any_packing_on_a_random_model(models, data, n_seqs, seed):
 
 
 def test_one_sequence_packed_is_its_forward_bit_for_bit(models):
+    """The packed layers over a single block (packed_forward) are forward's arithmetic exactly, and
+    forward_packed sends one sequence to forward itself (the same numbers, without the blocks' bookkeeping)."""
     model = models["bundled shakespeare-2.6M"]
     ids = np.random.default_rng(1).integers(0, model.n_vocab, 50)
     for n_past, n_logits in [(0, 1), (10, 3), (30, 20)]:
-        (a,), (b,) = caches_after(model, [ids[:n_past]]), caches_after(model, [ids[:n_past]])
-        np.testing.assert_array_equal(forward_packed(model, [(ids[n_past:], a)], n_logits)[0],
-                                      model.forward(ids[n_past:], b, n_logits))
+        (a,), (b,), (c,) = (caches_after(model, [ids[:n_past]]) for _ in range(3))
+        new = ids[n_past:]
+        packed = packed_forward(new, [len(new)], [a], model.params, model.config.n_head, [n_logits])
+        np.testing.assert_array_equal(packed, model.forward(new, b, n_logits))
+        np.testing.assert_array_equal(forward_packed(model, [(new, c)], n_logits)[0], packed)
+        assert len(a) == len(b) == len(c) == len(ids)
 
 
 def test_decoding_goes_on_from_the_packed_caches(models):

@@ -16,7 +16,7 @@ step; packed, once. Each sequence keeps its own KV cache and length, so nothing 
 So a sequence's logits differ from its solo run only where a product's float32 sums run in another
 order for more rows (measured in tests/model/test_batch_forward.py); over one block it is the solo
 run, bit for bit, and forward_packed gives one sequence to that run itself (the same numbers; the
-blocks' bookkeeping cost a packed step of one sequence 4 %: a batching server serving one request).
+blocks' bookkeeping cost a packed step of one sequence 3-5 %: a batching server serving one request).
 forward_separately, beside it, is that solo run for every sequence: the reference.
 """
 import contextlib

@@ -95,21 +95,31 @@ def memoised_rows(model, context, options):
     return level_rows
 
 
-def tree_round(target, draft, context, widths, replacement, options, rng, kernel=verify_tree):
-    """One round: draw a tree from the draft, score every node with the target, verify."""
+def round_rows(target, draft, context, options):  # -> (the draft's level rows, the target's p rows)
+    """memoised_rows for one round's draft and target: a round at this context can share them with
+    every other (exact_distribution replays the round once per outcome of its coins)."""
     greedy = is_greedy(options.get("temperature", 1.0))
     ranking = dict(options, temperature=1.0) if greedy else options  # greedy trees: the draft's top tokens
-    tree = draft_tree(context, widths, memoised_rows(draft, context, ranking), rng, replacement, greedy)
-    p = memoised_rows(target, context, options)(tree.tokens, tree.parents, range(len(tree.tokens)))
+    return memoised_rows(draft, context, ranking), memoised_rows(target, context, options)
+
+
+def tree_round(target, draft, context, widths, replacement, options, rng, kernel=verify_tree, rows=None):
+    """One round: draw a tree from the draft, score every node with the target, verify (rows: round_rows'
+    pair for this context, shared between rounds; None: made for this round)."""
+    greedy = is_greedy(options.get("temperature", 1.0))
+    draft_rows, target_rows = rows or round_rows(target, draft, context, options)
+    tree = draft_tree(context, widths, draft_rows, rng, replacement, greedy)
+    p = target_rows(tree.tokens, tree.parents, range(len(tree.tokens)))
     return kernel(tree, p, rng, greedy=greedy)
 
 
 def round_then_target_law(target, draft, context, widths, replacement, options, kernel=verify_tree):
     """Exact law of (a round's tokens, then the target's own samples up to depth + 1 tokens)."""
     n = len(widths) + 1
+    rows = round_rows(target, draft, context, options)  # the same paths recur in every replay
 
     def run(rng):
-        emitted = list(tree_round(target, draft, context, widths, replacement, options, rng, kernel).tokens)
+        emitted = list(tree_round(target, draft, context, widths, replacement, options, rng, kernel, rows).tokens)
         rest = generate(target, context + emitted, n - len(emitted), rng=rng, **options) if len(emitted) < n else []
         return tuple(emitted + rest)
     return exact_distribution(run)

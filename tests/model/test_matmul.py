@@ -5,6 +5,7 @@ Timing is measured by `python -m bench`, never here; these tests check what can 
 a piece or block missed or done twice, a piece too big for the small-matrix kernel, a call too small
 to free the GIL, BLAS threads not restored, a kernel given a method nobody measured for it.
 """
+import functools
 import os
 import subprocess
 import sys
@@ -71,21 +72,27 @@ def test_height_blocks_are_cache_sized_and_leave_less_than_a_block(k, n):
     assert height == k or height == 8 or 4 * height * n <= mm.BLOCK_BYTES  # a block stays cache-sized
 
 
+@functools.lru_cache(maxsize=None)  # each shape is tested by 7 method-order pairs: one draw, one float64 product
+def product_case(m, k, n):  # -> x [m, k], w [k, n] column-major (read-only), x @ w in float64
+    rng = np.random.default_rng(m * k + n)
+    x, w = rng.standard_normal((m, k), dtype=np.float32), column_major(rng, k, n)
+    x.flags.writeable = w.flags.writeable = False
+    return x, w, x.astype(np.float64) @ w.astype(np.float64)
+
+
 @pytest.mark.parametrize("method, order", [(method, "column-major") for method in sorted(mm.BY_NAME)] +
                          [(method, "row-major") for method in sorted(mm.BY_NAME) if method != "pieces"])  # pieces:
 @pytest.mark.parametrize("m, k, n", SHAPES)                            # column-major w only, else plain x @ w
 def test_every_method_equals_numpy(method, m, k, n, order):
     """Each method, whatever this kernel's table picks, against x @ w in float64: on GPT-2's weights as
     stored (column-major), and made row-major for batches (model/fast/layout.py)."""
-    rng = np.random.default_rng(m * k + n)
-    x, w = rng.standard_normal((m, k), dtype=np.float32), column_major(rng, k, n)
+    x, w, want = product_case(m, k, n)
     if order == "row-major":
         w = np.ascontiguousarray(w)
         assert mm.layout(w) == "row-major"
     if method == "pieces":
         assert mm.pieces(m, k, n) is not None  # these shapes are really cut
     got = mm.BY_NAME[method](x, w)
-    want = x.astype(np.float64) @ w.astype(np.float64)
     err = max_relative_error(got, want)
     assert got.shape == (m, n) and got.dtype == np.float32
     # float32 sums of up to 6400 terms in another order: measured <= 6e-7 of the largest entry

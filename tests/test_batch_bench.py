@@ -81,3 +81,20 @@ def test_a_run_prints_the_whole_run_table_and_the_step_table():
 def test_bad_flags_get_a_usage_error(flags):
     run = subprocess.run([sys.executable, str(TOOL), *flags], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr and "error:" in run.stderr, run.stderr
+
+
+
+def test_where_the_orders_differ_the_packed_side_gets_its_own_copy():
+    """Under a kernel whose batches want row-major weights (Haswell's) the packed side runs on a copy in that
+    order, the one-at-a-time side on the stored one, the same weights; where they agree, one model."""
+    model = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=97, n_ctx=32, n_embd=512, n_head=8, n_layer=1),
+                                tokenizer=None)  # a 512 x 2048 MLP weight: large enough to be column-major
+    assert gpt2np.weights_order(model) == "column-major"
+    models = BENCH.step_models(model, {"together": "row-major", "alone": "column-major"})
+    assert models["alone"] is model and models["together"] is not model
+    assert {name: gpt2np.weights_order(m) for name, m in models.items()} == \
+        {"together": "row-major", "alone": "column-major"}
+    w = [m.params["blocks"][0]["mlp"]["c_fc"]["w"] for m in (models["together"], model)]
+    assert w[0].flags.c_contiguous and w[1].T.flags.c_contiguous and np.array_equal(*w)
+    same = BENCH.step_models(model, {"together": "column-major", "alone": "column-major"})
+    assert same["together"] is same["alone"] is model

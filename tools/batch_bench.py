@@ -125,6 +125,17 @@ def steps_one_at_a_time(model, caches, token):  # the same step, one forward cal
         cache.truncate(len(cache) - 1)
 
 
+def step_models(model, orders):  # -> {"together": model in its order, "alone": model in its order}
+    """The two sides' models for --step-pairs and --anatomy: one model where the orders agree, else a second
+    random model of the same config and seed (the same weights) for the packed side, each in its order."""
+    models = {name: model for name in orders}
+    if orders["together"] != orders["alone"]:
+        models["together"] = gpt2np.random_model(model.config, tokenizer=None)  # random_model's seed 0, as main's
+    for name, order in orders.items():
+        set_weights_order(models[name], order)
+    return models
+
+
 def step_ratios(models, batch, context, pairs, rng):  # -> [B x one-at-a-time step seconds / packed step seconds]
     """The decode step alone (module docstring, --step-pairs): models {"together": ..., "alone": ...}."""
     prompts = [rng.integers(0, models["alone"].n_vocab, context) for _ in range(batch)]
@@ -238,11 +249,7 @@ def main(argv=None):
             print(summary_row(size, batch, measure(model, batch, args.context, args.n_tokens, args.repeats, rng,
                                                    orders)), flush=True)
         if args.step_pairs or args.anatomy:
-            models = {name: model for name in orders}  # one copy where the orders agree, else one per order
-            if orders["together"] != orders["alone"]:
-                models["together"] = gpt2np.random_model(gpt2np.PRESETS[size], tokenizer=None)
-            for name, order in orders.items():
-                set_weights_order(models[name], order)
+            models = step_models(model, orders)
             steps += [(size, batch, step_ratios(models, batch, args.context, args.step_pairs, rng))
                       for batch in batches if args.step_pairs]
             parts += [(size, batch, anatomy(models, batch, args.context, args.anatomy, rng))

@@ -112,17 +112,19 @@ def prefilled(model, prompts):  # -> one cache per prompt, the prompt fed, room 
     return caches
 
 
-def packed_step(model, caches, token):  # one decode step of every sequence in one pass; caches put back
-    for logits in forward_packed(model, [([token], cache) for cache in caches]):
-        np.argmax(logits[-1])
+def packed_step(model, caches, token):  # -> each sequence's greedy pick; one pass for all, caches put back
+    picks = [int(np.argmax(logits[-1])) for logits in forward_packed(model, [([token], cache) for cache in caches])]
     for cache in caches:
         cache.truncate(len(cache) - 1)
+    return picks
 
 
-def steps_one_at_a_time(model, caches, token):  # the same step, one forward call per sequence
+def steps_one_at_a_time(model, caches, token):  # -> the same picks, one forward call per sequence
+    picks = []
     for cache in caches:
-        np.argmax(model.forward([token], cache)[-1])
+        picks.append(int(np.argmax(model.forward([token], cache)[-1])))
         cache.truncate(len(cache) - 1)
+    return picks
 
 
 def step_models(model, orders):  # -> {"together": model in its order, "alone": model in its order}

@@ -175,3 +175,12 @@ def test_statistics_never_print_a_unit_after_a_missing_value():
     out = run_main("--K", "100000", "--n_tokens_to_generate", "5")
     assert out.returncode == 0, out.stderr
     assert "n/a" in out.stdout and "n/ax" not in out.stdout
+
+
+def test_starting_loads_neither_the_download_nor_the_test_machinery():
+    """main.py imports gpt2np.cli; requests and tqdm (a download) and unittest.mock (tiktoken's build)
+    load when they are used, not at every start: together they were a tenth of a second of 0.39 s."""
+    lazy = ("requests", "tqdm", "unittest.mock")
+    code = f"import sys, gpt2np.cli; print([m for m in {lazy} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]

@@ -35,9 +35,6 @@ import os
 import re
 from pathlib import Path
 
-import requests
-from tqdm import tqdm
-
 from .tf_reader import check_meta_graph, read_index
 from ..model.config import PRESETS, GPT2Config
 from ..tokenizer.bpe import OPENAI_SHA256
@@ -204,6 +201,7 @@ def _get(url, start, extra_headers=None):
     headers = {**(extra_headers or {}), "Accept-Encoding": "identity"}  # no gzip: byte counts must match Content-Length
     if start:
         headers["Range"] = f"bytes={start}-"
+    import requests  # here, not at the top: with tqdm, a tenth of a second at every start of gpt2np
     try:
         response = requests.get(url, headers=headers, stream=True, timeout=TIMEOUT)
     except requests.RequestException as e:
@@ -240,6 +238,8 @@ def _byte_range(response, start, url):
 def _stream(response, part, offset, total, url, progress, size=None):
     """Write the body to `part` from `offset` on, with one byte-accurate progress bar; refuse an
     error page or a file whose announced size is not `size` before writing a byte."""
+    import requests  # _get imported both already: nothing is loaded twice
+    from tqdm import tqdm
     name = part.name.removesuffix(".part")
     chunks = response.iter_content(CHUNK)
     try:

@@ -22,8 +22,6 @@ import re
 from pathlib import Path
 from urllib.parse import quote, urljoin
 
-import requests
-
 from . import download
 from .download import DownloadError, fetch_file
 
@@ -95,6 +93,7 @@ def server_sha256(url, headers, max_redirects=5):  # -> hex sha256, or None if t
     Redirects within the Hub (a renamed repository) are followed; one to another host (the CDN) is
     not: the header we want is on the Hub's own answer.
     """
+    import requests  # here, not at the top (download.py's _get says why)
     for _ in range(max_redirects):
         try:
             response = requests.head(url, headers=headers, allow_redirects=False, timeout=download.TIMEOUT)

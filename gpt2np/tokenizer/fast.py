@@ -7,7 +7,6 @@ pre-tokenizer's Unicode classes to tiktoken's). Nothing is downloaded: the files
 import hashlib
 import os
 from pathlib import Path
-from unittest.mock import patch  # patch.dict: change os.environ for one `with` block only
 
 from .bpe import EOT, OPENAI_SHA256, Tokenizer, check_ids, read_encoder, read_merges
 
@@ -17,6 +16,7 @@ def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
     import tiktoken  # imported here, so that the from-scratch path runs without tiktoken installed
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's regex, tiktoken spelling
+    from unittest.mock import patch  # patch.dict: os.environ changed for one `with` block (here: 30 ms at import)
 
     def known_hash(path):  # pass OpenAI's hash only when it matches: a byte-level vocab has others
         sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()

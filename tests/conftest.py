@@ -35,16 +35,22 @@ def bpe_dir():
     return folder
 
 
+def copy_fixture(source, folder, ignore=()):  # -> folder
+    """shutil.copytree of a fixture folder, leaving out a weight cache (.gpt2np-cache) that a script
+    loading tests/fixtures/<name> in place would have written there: tests expect none."""
+    import shutil
+    from gpt2np.checkpoints.weights import CACHE_DIR
+    return Path(shutil.copytree(source, folder, ignore=shutil.ignore_patterns(CACHE_DIR, *ignore)))
+
+
 @pytest.fixture(scope="session")
 def tiny_fixture_dir(tmp_path_factory):
     """Returns f(name) -> a writable copy of tests/fixtures/<name> (so caches are not written into the repo)."""
-    import shutil
     copies = {}
 
     def copy(name):
         if name not in copies:
-            copies[name] = tmp_path_factory.mktemp(name) / name
-            shutil.copytree(FIXTURES / name, copies[name])
+            copies[name] = copy_fixture(FIXTURES / name, tmp_path_factory.mktemp(name) / name)
         return copies[name]
     return copy
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, copy_fixture
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def release_dirs(bpe_dir, tmp_path_factory):
     folders = {}
     for name in ("gpt2-tiny-a", "gpt2-tiny-b"):
         folder = tmp_path_factory.mktemp("release") / name
-        shutil.copytree(FIXTURES / name, folder)
+        copy_fixture(FIXTURES / name, folder)
         for f in ("encoder.json", "vocab.bpe"):
             shutil.copy(bpe_dir / f, folder / f)
         folders[name] = str(folder)

@@ -1,19 +1,18 @@
 """`python -m bench` on models named as main.py names them (a folder in the HF layout here): the
 named model's own weights are loaded and timed, and a name that is no model is one line."""
 import json
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 
 from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, copy_fixture
 
 
 def long_context_copy(tmp_path, name):
     """hf-tiny-<name> with n_positions 1024: the bench's 128-token prompts need that context."""
-    folder = shutil.copytree(FIXTURES / name, tmp_path / name)
+    folder = copy_fixture(FIXTURES / name, tmp_path / name)
     config = json.loads((folder / "config.json").read_text()) | {"n_positions": 1024}
     (folder / "config.json").write_text(json.dumps(config))
     tensors = {k: np.array(x) for k, x in read_safetensors(folder / "model.safetensors").items()}

@@ -4,7 +4,6 @@ The fixtures were written by real TensorFlow (TF1 Saver), so reading them checks
 against TF, and re-writing them byte for byte checks the writer against TF.
 """
 import doctest
-import shutil
 from pathlib import Path
 
 import hypothesis.extra.numpy as hnp
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from conftest import copy_fixture
 from gpt2np.checkpoints import tf_reader as checkpoint
 
 from gpt2np.checkpoints import tf_writer as checkpoint_writer
@@ -44,7 +44,7 @@ def expected_shapes(n_layer, E, V=50257, C=64):
 def copy_of(tmp_path):
     """copy_of(name) -> prefix of a private copy of tests/fixtures/<name> (safe to damage)."""
     def copy(name):
-        shutil.copytree(FIXTURES / name, tmp_path / name)
+        copy_fixture(FIXTURES / name, tmp_path / name)
         return tmp_path / name / "model.ckpt"
     return copy
 

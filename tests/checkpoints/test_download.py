@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import gpt2np
-from conftest import REPO
+from conftest import REPO, copy_fixture
 from gpt2np.checkpoints import download
 from gpt2np.model.config import PRESETS, GPT2Config
 from gpt2np.checkpoints.download import DATA_FILE, RELEASE_FILES, DownloadError, download_model, download_release
@@ -33,7 +33,7 @@ def release_root(tmp_path_factory):
     """root/tiny-a: a consistent release; root/124M: the same, for download_model;
     root/bad-size: hparams.json says 3 layers, but the data file holds 2."""
     root = tmp_path_factory.mktemp("release")
-    shutil.copytree(FIXTURE, root / "tiny-a", ignore=shutil.ignore_patterns("reference.npz"))
+    copy_fixture(FIXTURE, root / "tiny-a", ignore=["reference.npz"])
     for name, body in STANDINS.items():
         (root / "tiny-a" / name).write_bytes(body)
     shutil.copytree(root / "tiny-a", root / "124M")

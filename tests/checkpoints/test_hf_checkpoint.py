@@ -20,7 +20,7 @@ from gpt2np.model.config import GPT2Config
 from gpt2np.checkpoints.hf_layout import config_from_hf, load_hf_params, read_hf_config
 from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
 from gpt2np.tokenizer.files import load_hf_tokenizer, load_tokenizer
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, copy_fixture
 from test_weights import assert_same_bits
 
 HF_FIXTURES = ("hf-tiny-f32", "hf-tiny-f16", "hf-tiny-noprefix")
@@ -38,7 +38,7 @@ ATOL_NATIVE_F16 = 1.5e-2
 def folder(tmp_path):
     """f(name) -> a private copy of tests/fixtures/<name> (loading writes a cache into the folder)."""
     def copy(name):
-        return shutil.copytree(FIXTURES / name, tmp_path / name)
+        return copy_fixture(FIXTURES / name, tmp_path / name)
     return copy
 
 
@@ -140,7 +140,7 @@ def write_hf_folder(path, params, config, extra=None, **config_changes):
 def test_openai_checkpoint_saved_in_hf_layout_loads_identical_params_and_hf_logits(tmp_path):
     """gpt2-tiny-a was written by real TensorFlow; its reference.npz holds transformers' logits."""
     config = GPT2Config.from_hparams_json(FIXTURES / "gpt2-tiny-a" / "hparams.json")
-    shutil.copytree(FIXTURES / "gpt2-tiny-a", tmp_path / "tf")
+    copy_fixture(FIXTURES / "gpt2-tiny-a", tmp_path / "tf")
     tf_params = weights.load_params(tmp_path / "tf", config)
     hf_dir = write_hf_folder(tmp_path / "hf", tf_params, config)
     hf_params = load_hf_params(hf_dir, read_hf_config(hf_dir))
@@ -156,7 +156,7 @@ def test_openai_checkpoint_saved_in_hf_layout_loads_identical_params_and_hf_logi
 def tiny(tmp_path):
     """(params, config) of hf-tiny-f32, and a writer of variants of it."""
     config = read_hf_config(FIXTURES / "hf-tiny-f32")
-    params = load_hf_params(shutil.copytree(FIXTURES / "hf-tiny-f32", tmp_path / "orig"), config)
+    params = load_hf_params(copy_fixture(FIXTURES / "hf-tiny-f32", tmp_path / "orig"), config)
     return params, config
 
 
@@ -268,7 +268,7 @@ def test_gelu_pytorch_tanh_is_the_same_function_and_accepted():
 def test_cli_runs_hf_folders_and_refuses_another_architecture_in_one_line(tmp_path):
     run = [sys.executable, "main.py", "--n_tokens_to_generate", "6", "--prompt", "the weather"]
     for name in HF_FIXTURES[:2]:
-        shutil.copytree(FIXTURES / name, tmp_path / name)
+        copy_fixture(FIXTURES / name, tmp_path / name)
     out = subprocess.run(run + ["--target_model_size", str(tmp_path / "hf-tiny-f32"), "--draft_model_size",
                                 str(tmp_path / "hf-tiny-f16")], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -284,9 +284,9 @@ def test_cli_hf_name_drafts_for_a_release_folder_when_its_files_are_present(bpe_
     the draft is gpt2-tiny-b in the HF layout under models_dir/owner/draft/ (OpenAI's tokenizer files
     as vocab.json + merges.txt), the target gpt2-tiny-a in OpenAI's; an unreachable endpoint proves
     that nothing is fetched."""
-    target = shutil.copytree(FIXTURES / "gpt2-tiny-a", tmp_path / "target")
+    target = copy_fixture(FIXTURES / "gpt2-tiny-a", tmp_path / "target")
     config = GPT2Config.from_hparams_json(FIXTURES / "gpt2-tiny-b" / "hparams.json")
-    params = weights.load_params(shutil.copytree(FIXTURES / "gpt2-tiny-b", tmp_path / "b"), config)
+    params = weights.load_params(copy_fixture(FIXTURES / "gpt2-tiny-b", tmp_path / "b"), config)
     draft = write_hf_folder(tmp_path / "models" / "owner" / "draft", params, config)
     for openai, hf in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")):
         shutil.copy(bpe_dir / openai, target / openai)

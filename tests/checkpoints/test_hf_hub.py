@@ -7,7 +7,6 @@ through download.py's fetch_file (tests/http_fixture_server.py does Range and th
 """
 import hashlib
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from gpt2np.checkpoints import hub
 from gpt2np.checkpoints.download import DownloadError
 from gpt2np.checkpoints.hub import HUB_FILES, download_hub_model, parse_hub_name
 from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
-from conftest import FIXTURES
+from conftest import FIXTURES, copy_fixture
 from http_fixture_server import FixtureServer, _Handler
 
 FIXTURE = FIXTURES / "hf-tiny-f32"
@@ -66,8 +65,8 @@ def hub_root(tmp_path_factory):
     whose 2.2 MB file is long enough to be cut after download.py's first 1 MiB chunk is written."""
     root = tmp_path_factory.mktemp("hub")
     for revision in ("main", "v1"):
-        shutil.copytree(FIXTURE, root / "owner" / "tiny" / "resolve" / revision)
-    long = shutil.copytree(FIXTURE, root / "owner" / "long" / "resolve" / "main")
+        copy_fixture(FIXTURE, root / "owner" / "tiny" / "resolve" / revision)
+    long = copy_fixture(FIXTURE, root / "owner" / "long" / "resolve" / "main")
     config = json.loads((FIXTURE / "config.json").read_text()) | {"n_positions": LONG_CTX}
     (long / "config.json").write_text(json.dumps(config))
     tensors = dict(read_safetensors(FIXTURE / LFS))

@@ -1,12 +1,11 @@
 """Model names as the Hub spells them, random:<size>, and other families' names: resolved without
 the network (a models_dir of placeholder files, and a downloader that records what it was asked)."""
-import shutil
 
 import numpy as np
 import pytest
 
 import gpt2np
-from conftest import FIXTURES
+from conftest import FIXTURES, copy_fixture
 from gpt2np.checkpoints import loading
 from gpt2np.checkpoints.loading import MODEL_FILES, TOKENIZER_FILES, random_config, resolve_model_dir
 
@@ -55,7 +54,7 @@ def test_distilgpt2_comes_from_the_hub(tmp_path, no_network, name):
 
 def test_a_release_name_promises_its_size(tmp_path):
     """gpt2 is 124M, as a size name is: a 124M/ folder holding another model is refused, naming both."""
-    shutil.copytree(FIXTURES / "gpt2-tiny-a", tmp_path / "124M")
+    copy_fixture(FIXTURES / "gpt2-tiny-a", tmp_path / "124M")
     for name in TOKENIZER_FILES:
         (tmp_path / "124M" / name).touch()
     with pytest.raises(ValueError, match="124M") as info:
@@ -82,7 +81,7 @@ def test_other_families_get_one_line_naming_what_is_supported(tmp_path, no_netwo
 
 
 def test_a_folder_spelled_like_owner_slash_name_is_still_a_folder(tmp_path, monkeypatch):
-    shutil.copytree(FIXTURES / "hf-tiny-f32", tmp_path / "bigscience" / "tiny")
+    copy_fixture(FIXTURES / "hf-tiny-f32", tmp_path / "bigscience" / "tiny")
     monkeypatch.chdir(tmp_path)
     model = gpt2np.load_model("bigscience/tiny", tmp_path / "models")
     assert model.config.n_layer >= 1 and model.name == "bigscience/tiny"

@@ -2,7 +2,6 @@
 import doctest
 import json
 import os
-import shutil
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from conftest import copy_fixture
 from gpt2np.model.fast import matmul
 
 from gpt2np.checkpoints import weights
@@ -48,7 +48,7 @@ def assert_same_bits(a, b):
 @pytest.fixture
 def model_dir(tmp_path):
     """A private copy of the tiny-a fixture folder (loading writes a cache into it)."""
-    return Path(shutil.copytree(FIXTURES / "gpt2-tiny-a", tmp_path / "gpt2-tiny-a"))
+    return copy_fixture(FIXTURES / "gpt2-tiny-a", tmp_path / "gpt2-tiny-a")
 
 
 # ---- the name table ----------------------------------------------------------------------------

@@ -5,7 +5,6 @@ hparams.json comes from whoever serves the files; before gpt2np.model.config.LIM
 """
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tracemalloc
@@ -13,7 +12,7 @@ import tracemalloc
 import pytest
 
 import gpt2np
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, copy_fixture
 from gpt2np.model.config import LIMITS, PRESETS, GPT2Config
 
 GOOD = {"n_vocab": 50257, "n_ctx": 64, "n_embd": 32, "n_head": 2, "n_layer": 2}  # tests/fixtures/gpt2-tiny-a
@@ -45,7 +44,7 @@ HOSTILE = [  # (hparams.json text, part of the one-line error)
 
 def hostile_folder(tmp_path, text):
     folder = tmp_path / "hostile"
-    shutil.copytree(FIXTURES / "gpt2-tiny-a", folder, ignore=shutil.ignore_patterns("reference.npz"))
+    copy_fixture(FIXTURES / "gpt2-tiny-a", folder, ignore=["reference.npz"])
     (folder / "hparams.json").write_text(text)
     return folder
 

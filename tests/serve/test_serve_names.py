@@ -21,7 +21,7 @@ import requests  # noqa: E402
 
 from gpt2np.serve.__main__ import load_engine, parse_args, run  # noqa: E402
 from gpt2np.serve.names import served_name, without_paths  # noqa: E402
-from conftest import FIXTURES  # noqa: E402
+from conftest import FIXTURES, copy_fixture  # noqa: E402
 from http_fixture_server import FixtureServer  # noqa: E402
 from serve_helpers import DRAFT, TARGET, running_server  # noqa: E402
 
@@ -114,7 +114,7 @@ def test_help_names_hub_models_folders_and_the_loading_flags():
 
 
 def test_hf_endpoint_and_models_dir_reach_the_loader(tmp_path):
-    shutil.copytree(FIXTURES / "hf-tiny-f32", tmp_path / "hub" / "owner" / "tiny" / "resolve" / "main")
+    copy_fixture(FIXTURES / "hf-tiny-f32", tmp_path / "hub" / "owner" / "tiny" / "resolve" / "main")
     with FixtureServer(tmp_path / "hub") as hub:
         args = parse_args(["--target_model_size", "hf:owner/tiny", "--draft_model_size", "none",
                            "--hf_endpoint", hub.url, "--models_dir", str(tmp_path / "models")])

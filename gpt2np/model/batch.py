@@ -3,7 +3,7 @@
 
 On a CPU a weight product costs nearly the same for a few rows as for one: the weights are read from
 memory once either way (matmul.py). Decoding B sequences one at a time reads every weight B times per
-step; packed, once. Each sequence keeps its own KV cache and length, so nothing is padded:
+step; packed, once. Each sequence keeps its own KV cache and length, so no row is padded:
 
     x          [n_rows, n_embd]   n_rows = sum n_i: sequence i's n_i new rows, one block after the other
     positions  [n_rows]           block i's rows at len(cache_i), len(cache_i) + 1, ... (its own wpe rows)
@@ -11,15 +11,19 @@ step; packed, once. Each sequence keeps its own KV cache and length, so nothing 
     attention  block by block     block i's queries against cache_i (its keys and values written there
                                   first), causal within the block: forward.causal_attention, the call
                                   GPT2.forward makes for that sequence alone (blocked at long prefill too);
-                                  the blocks shared between the cores where that pays (shares_the_cores)
+                                  the blocks shared between the cores where that pays (shares_the_cores);
+                                  a decode step's one-row blocks together (one_row_attention: each
+                                  sequence's own scores and sums, the scale and exp once for the step)
 
 So a sequence's logits differ from its solo run only where a product's float32 sums run in another
-order for more rows (measured in tests/model/test_batch_forward.py); over one block it is the solo
-run, bit for bit, and forward_packed gives one sequence to that run itself (the same numbers; the
-blocks' bookkeeping cost a packed step of one sequence 3-5 %: a batching server serving one request).
+order for more rows (measured in tests/model/test_batch_forward.py; attention adds no difference of its
+own, block by block or one_row_attention); over one block it is the solo run, bit for bit, and
+forward_packed gives one sequence to that run itself (the same numbers; the blocks' bookkeeping cost a
+packed step of one sequence 3-5 %: a batching server serving one request).
 forward_separately, beside it, is that solo run for every sequence: the reference.
 """
 import contextlib
+import math
 
 import numpy as np
 
@@ -65,6 +69,35 @@ def cached_attention(q, k, v, cache, layer):  # [n_head, n_out, d_head], 2 x [n_
     return causal_attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv])
 
 
+def one_row_attention(q, k, v, caches, layer):  # q, k, v [n_head, B, d_head] -> [n_head, B, d_head]
+    """cached_attention for B sequences that feed one row each (a batched decode step), with what is the
+    same for every sequence done once for all: each row's scores against its own cache go into one
+    [B, n_head, 1, max n_kv] array (-inf past a sequence's own keys), scaled and exponentiated there at
+    once. Each sequence's sum and weighted values stay its own calls, so every number is cached_attention's
+    (over a row padded with zeros, a sum groups its terms in another order). On a small model the per-
+    sequence calls are most of a step: 8 sequences of the bundled target, the step 0.88x (PERFORMANCE.md,
+    "What each change bought")."""
+    n_head, B, d_head = q.shape
+    n_kvs = [len(cache) + 1 for cache in caches]
+    scores = np.full((B, n_head, 1, max(n_kvs)), -np.inf, dtype=q.dtype)  # [B, n_head, 1, n_max]
+    values = []
+    for i, (cache, n_kv) in enumerate(zip(caches, n_kvs)):
+        cache_k, cache_v = cache.k[layer], cache.v[layer]               # [n_head, cache.n_ctx, d_head]
+        cache_k[:, n_kv - 1], cache_v[:, n_kv - 1] = k[:, i], v[:, i]   # write, never concatenate
+        np.matmul(q[:, i, None], cache_k[:, :n_kv].transpose(0, 2, 1), out=scores[i, ..., :n_kv])
+        values.append(cache_v[:, :n_kv])                                # [n_head, n_kv, d_head]
+    scores *= 1.0 / math.sqrt(d_head)                                   # as forward.attention, then its softmax
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))       # exp(-inf) = 0 past each sequence's keys
+    sums = np.empty((B, n_head, 1, 1), weights.dtype)
+    for i, n_kv in enumerate(n_kvs):
+        weights[i, ..., :n_kv].sum(axis=-1, keepdims=True, out=sums[i])  # over its own n_kv terms, as alone
+    weights /= sums
+    heads = np.empty_like(q)                                            # [n_head, B, d_head]
+    for i, (n_kv, value) in enumerate(zip(n_kvs, values)):
+        np.matmul(weights[i, ..., :n_kv], value, out=heads[:, i, None])  # [n_head, 1, d_head]
+    return heads
+
+
 SHARE_MIN_SCORES = 1 << 14  # blocks' attention goes to both cores from this many scores in all (sum of n_head *
                             # n_out * n_kv) on; below it a helper's wake-up (40-85 us) eats what it saves (355M,
                             # 8 sequences at context 64: 1.02x, within noise; 124M, 8 at 256: 1.12x; 355M, 8 at
@@ -80,19 +113,28 @@ def shares_the_cores(n_head, q_starts, starts, caches):
     return bool(len(scores) > 1 and sum(scores) >= SHARE_MIN_SCORES and max(scores) < BLOCKS_MIN_SCORES)
 
 
-def packed_block(x, block, caches, layer, n_head, starts, out_rows, n_outs):  # [n_rows, n_embd] -> [n_out, n_embd]
-    """forward.transformer_block over packed rows: the products once over every row, attention per block."""
-    q, k, v = packed_qkv(layer_norm(x, **block["ln_1"]), block["attn"]["c_attn"], n_head, out_rows)
-    q_starts = np.cumsum([0, *n_outs])                               # block i's queries: q_starts[i]..[i+1]
+def blocks_attention(q, k, v, caches, layer, starts, q_starts, n_threads):  # -> [n_head, n_out, d_head]
+    """Each block's cached_attention against its own cache, the blocks shared between n_threads."""
     heads = [None] * len(caches)
 
     def attend(i):                                                   # block i against its own cache
         heads[i] = cached_attention(q[:, q_starts[i]:q_starts[i + 1]], k[:, starts[i]:starts[i + 1]],
                                     v[:, starts[i]:starts[i + 1]], caches[i], layer)
-    n_threads = threads_allowed() if shares_the_cores(q.shape[0], q_starts, starts, caches) else 1
     with blas_single_threaded() if n_threads > 1 else contextlib.nullcontext():
-        share(attend, range(len(caches)), n_threads)                 # the blocks shared between the cores
-    heads = np.concatenate(heads, axis=1)                            # [n_head, n_out, d_head]
+        share(attend, range(len(caches)), n_threads)
+    return np.concatenate(heads, axis=1)                             # [n_head, n_out, d_head]
+
+
+def packed_block(x, block, caches, layer, n_head, starts, out_rows, n_outs):  # [n_rows, n_embd] -> [n_out, n_embd]
+    """forward.transformer_block over packed rows: the products once over every row, attention per block
+    (a decode step's one-row blocks together, where they stay on one core)."""
+    q, k, v = packed_qkv(layer_norm(x, **block["ln_1"]), block["attn"]["c_attn"], n_head, out_rows)
+    q_starts = np.cumsum([0, *n_outs])                               # block i's queries: q_starts[i]..[i+1]
+    n_threads = threads_allowed() if shares_the_cores(q.shape[0], q_starts, starts, caches) else 1
+    if n_threads == 1 and len(x) == len(caches):                     # one row a sequence (so one query each)
+        heads = one_row_attention(q, k, v, caches, layer)            # [n_head, B, d_head]
+    else:
+        heads = blocks_attention(q, k, v, caches, layer, starts, q_starts, n_threads)
     residual = x if len(out_rows) == len(x) else x[out_rows]         # [n_out, n_embd]
     x = linear(merge_heads(heads), **block["attn"]["c_proj"], residual=residual)
     return ffn(layer_norm(x, **block["ln_2"]), block["mlp"], residual=x)

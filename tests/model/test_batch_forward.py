@@ -195,3 +195,54 @@ def test_a_small_steps_attention_stays_on_one_core():
     assert not shares_the_cores(64, one_row_each[:2], one_row_each[:2], caches[:1])  # one sequence
     long_block = np.array([0, 1, 1 + 40])                                  # 40 new rows, 40 queries
     assert 64 * 40 * 190 >= BLOCKS_MIN_SCORES and not shares_the_cores(64, long_block, long_block, caches)
+
+
+def test_a_decode_steps_attention_is_each_sequences_own_bit_for_bit(models):
+    """one_row_attention (a decode step: one row a sequence, the scale and exp once for all) against
+    cached_attention sequence by sequence: the same heads and the same keys and values written, bit
+    for bit, for sequences of different lengths, an empty cache among them. The control: summing the
+    padded rows, as one softmax over the step's scores would, gives other numbers (why each sum is
+    its own call)."""
+    from gpt2np.model.batch import cached_attention, one_row_attention
+    model = models["bundled shakespeare-2.6M"]
+    c, rng = model.config, np.random.default_rng(3)
+    lengths = [0, 1, 7, 8, 9, 40, 63, 130]
+    ours, theirs = (caches_after(model, [rng.integers(0, model.n_vocab, n) for n in lengths]) for _ in range(2))
+    for a, b in zip(ours, theirs):  # the same prefixes in both lists
+        b.k[:], b.v[:] = a.k, a.v
+    q, k, v = rng.standard_normal((3, c.n_head, len(lengths), c.d_head)).astype(np.float32)
+    layer = c.n_layer - 1
+    heads = one_row_attention(q, k, v, ours, layer)
+    alone = np.concatenate([cached_attention(q[:, i, None], k[:, i, None], v[:, i, None], cache, layer)
+                            for i, cache in enumerate(theirs)], axis=1)
+    assert heads.shape == alone.shape == q.shape and heads.dtype == np.float32
+    np.testing.assert_array_equal(heads, alone)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a.k, b.k)
+        np.testing.assert_array_equal(a.v, b.v)
+    scores = np.full((len(lengths), c.n_head, 1, max(lengths) + 1), -np.inf, np.float32)
+    for i, cache in enumerate(ours):
+        scores[i, ..., :lengths[i] + 1] = q[:, i, None] @ cache.k[layer, :, :lengths[i] + 1].transpose(0, 2, 1)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    padded = e.sum(axis=-1, keepdims=True)
+    own = np.stack([e[i, ..., :n + 1].sum(axis=-1, keepdims=True) for i, n in enumerate(lengths)])
+    assert not np.array_equal(padded, own), "a padded sum equals each sequence's own: the control shows nothing"
+
+
+def test_a_decode_step_takes_its_attention_together_and_other_steps_block_by_block(models, monkeypatch):
+    """Which attention a packed step runs: one row a sequence on one core, one_row_attention; a block of
+    several rows among them, each block's cached_attention. Every sequence gets what it gets alone."""
+    from gpt2np.model import batch
+    seen = []
+    for name in ("one_row_attention", "blocks_attention"):
+        real = getattr(batch, name)
+        monkeypatch.setattr(batch, name, lambda *a, real=real, name=name: seen.append(name) or real(*a))
+    model, which = models["random small"], "random small"
+    rng = np.random.default_rng(11)
+    for layout, expected in [("decode, 1 row each", "one_row_attention"),
+                             ("mixed: prefill beside decode", "blocks_attention")]:
+        seen.clear()
+        n_prefix, n_new, n_logits = LAYOUTS[layout]
+        packed_against_alone(model, [rng.integers(0, model.n_vocab, n) for n in n_prefix],
+                             [rng.integers(0, model.n_vocab, n) for n in n_new], n_logits, which)
+        assert seen == [expected] * SMALL.n_layer, (layout, seen)

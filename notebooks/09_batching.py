@@ -145,18 +145,20 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** In this run (OpenBLAS's SkylakeX kernel, one thread), `wide`'s one-row pass took
-# 6.0 ms, reading its 56 MiB at about 10 GB/s. **8 rows cost 1.77 one-row passes, 16 rows 2.69**:
-# 16 sequences get a token each for the price of under 3. Then a jump, 3.98 at 20 rows: gpt2np's
+# 6.7 ms, reading its 56 MiB at about 9 GB/s. **8 rows cost 1.85 one-row passes, 16 rows 2.38**:
+# 16 sequences get a token each for the price of under 3. Then a jump, 3.54 at 20 rows: gpt2np's
 # few-row products cover 2–16 rows (`blas_kernel()` above: "pieces (M 2-16)"), and past 16 OpenBLAS's
 # sgemm first copies ("packs") the weights, which costs about two one-row passes at once (notebook
-# 07). Past the jump each further row is cheap again (64 rows: 7.28).
+# 07). Past the jump each further row is cheap again (64 rows: 6.61).
 #
-# The bundled target's weights sit in the cache, so its one-row pass is short (2.9 ms here: 8 blocks
-# of small products), and its rows are **not** free as separate sequences: 16 cost 3.45 one-row
-# passes, 64 cost 10.1. The dotted line says why: the same rows fed as one sequence cost 1.98 at
-# 16 rows, about what `wide`'s do (2.33). The products are the same in both layouts; what differs
-# is attention, which runs once per sequence and block: 16 sequences × 8 blocks = 128 small
-# attention calls, each a few NumPy calls, against a pass of 2.9 ms. `wide` has 2 blocks and a pass
+# The bundled target's weights sit in the cache, so its one-row pass is short (2.8 ms here: 8 blocks
+# of small products), and its rows are **not** free as separate sequences: 16 cost 3.54 one-row
+# passes, 64 cost 9.56. The dotted line says why: the same rows fed as one sequence cost 2.12 at
+# 16 rows, about what `wide`'s do (2.17). The products are the same in both layouts; what differs
+# is attention, which is each sequence's own: its scores against its own cache, their sum and its
+# weighted values, small NumPy calls for each of 16 sequences in each of 8 blocks, against a pass of
+# 2.8 ms (a decode step scales and exponentiates every sequence's scores in one call,
+# `one_row_attention`, which took 8 sequences' step from 2.9 to 2.6 one-row passes). `wide` has 2 blocks and a pass
 # read from memory, and for it the two layouts cost about the same. (The timings move by 10–30 %
 # from run to run on this machine; the orderings described here held in every run.)
 
@@ -193,8 +195,8 @@ for name, times in by_order.items():
     print(f"{name:>9}: 1 row {1e3 * one:6.2f} ms, 8 rows {1e3 * eight:6.2f} ms, t(8)/t(1) {eight / one:.2f}")
 
 # %% [markdown]
-# In the saved run (SkylakeX) the 8-row pass cost 1.63 times as much row-major as stored (three
-# builds: 1.39-1.63; plain sgemm, since `pieces` needs the stored order), so the batch order there is
+# In the saved run (SkylakeX) the 8-row pass cost 1.43 times as much row-major as stored (five
+# builds: 1.31-1.63; plain sgemm, since `pieces` needs the stored order), so the batch order there is
 # the stored one. The same cell under
 # the Haswell kernels (`OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512` set before Python starts, same
 # machine): one row 5.8 / 5.5 ms, 8 rows 14.9 ms stored against 12.5 ms row-major, and the batch
@@ -253,14 +255,13 @@ plt.tight_layout()
 # %% [markdown]
 # **Reading it.** Every sequence of every batch equalled its solo run (greedy, both models), and
 # 8 sampled sequences, each with its own generator, drew exactly their solo draws. On `wide`,
-# **8 sequences together gave 2.7× the tokens per second of one at a time** (2.7–3.6× in runs of
+# **8 sequences together gave 3.5× the tokens per second of one at a time** (2.7–3.7× in runs of
 # this notebook on the same machine). A step that cost only its pass would give
-# *B* t(1)/t(*B*) = 4.5× (section 1); the rest goes to work outside the pass: each sequence's token
+# *B* t(1)/t(*B*) = 4.3× (section 1); the rest goes to work outside the pass: each sequence's token
 # drawn from its logits, the step's bookkeeping, and the prompts' prefill. The bundled target gains
-# less, 2.1× at *B* = 8: its passes are short, so the same per-sequence work is a larger share, and at
-# *B* = 1 the batched path is even slower than `generate` (0.80× here, 0.76–0.87× in every run):
-# it makes the same pass, through `forward_packed`'s packing and checks and `batch_stream`'s per-step
-# events, a cost that shows beside a one-millisecond pass.
+# less, 2.2× at *B* = 8: its passes are short, so the same per-sequence work is a larger share. At
+# *B* = 1 the batched path costs what `generate` does (1.11× here; 0.96–1.11× for both models in
+# two runs): `forward_packed` hands a lone sequence to the model's own pass.
 
 # %% [markdown]
 # ## 3 · With and without drafting
@@ -319,14 +320,14 @@ plt.tight_layout()
 # **Reading it.** The table is one run; these timings move from run to run by as much as drafting's
 # gain, so here are the ranges over five runs. Alone and in pairs (*B* = 1–2) drafting pays on the
 # bundled pair: the best fixed *K* gave 1.1–1.8× plain decoding's tokens/s. Then its gain shrinks as
-# the batch fills the cheap rows: 1.05–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
-# (0.8–1.15×). On this pair the
+# the batch fills the cheap rows: 0.95–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
+# (0.8–1.15×; seven runs). On this pair the
 # crossover lies at about 8 sequences. `K="auto"` drafts less as *B* grows (right, one more run of
 # each: long rounds for one sequence, shorter ones for two and four, *K* = 1 or none from eight; a 0
 # early on is a plain round that times the batch's plain pass, which auto needs beside its drafting
-# rounds' passes). It gave 1.0–1.55× plain at *B* = 1–2 and stayed at or below plain batched at *B* = 8
-# and 16 (0.75–1.0×): even at *K* = 0 its rounds go through the speculative loop's
-# per-sequence work, which on a model this small is a fair share of a pass.
+# rounds' passes). It gave 1.0–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
+# (0.75–1.2×), where its rounds are plain or *K* = 1 (a round where no sequence drafts is the plain
+# batched step): the spread there is the machine's, as between two runs of the same rounds.
 #
 # ### The goodput rule
 #
@@ -404,15 +405,16 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** Left, the bundled pair at its own α, from this run's measured passes: the best
-# drafting round gains 1.98× at *B* = 1 (*K* = 2), 1.43× at *B* = 4 (*K* = 4), nothing at *B* = 8 and
-# 1.32× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed on a shared
-# machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at α = 0.6 the
-# best *K* falls from 3 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in the pass,
-# past the 16-row jump of section 1; at α = 0.72 drafting past the jump barely pays (*K* = 2–3,
-# 1.01–1.06×). At α = 0.9 the rule drafts past *B* = 9 too (*K* = 3–4, 1.36–1.45×): past the jump
-# each row is cheap again, and drafts accepted 90 % of the time pay for them.
+# drafting round gains 1.66× at *B* = 1 (*K* = 4), 1.39× at *B* = 4 (*K* = 3), 1.26× at *B* = 8
+# (*K* = 3) and 1.14× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed
+# on a shared machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at
+# α = 0.6 the best *K* falls from 2 to 1 and **to 0 from *B* = 9** (*B* = 12's *K* = 2 at 1.03× is a tie),
+# where even *K* = 1 puts 18 rows in the pass, past the 16-row jump of section 1; at α = 0.72 drafting
+# past the jump barely pays (*K* = 2–3, 1.07–1.18×). At α = 0.9 the rule drafts past *B* = 9 too
+# (*K* = 3–4, 1.41–1.50×): past the jump each row is cheap again, and drafts accepted 90 % of the time
+# pay for them.
 #
-# For the bundled pair the rule predicts too much: a gain of 1.2–1.4 at most *B* from 4 to 12 at its
+# For the bundled pair the rule predicts too much: a gain of 1.1–1.4 at every *B* from 4 to 12 at its
 # own α, where section 3 measured about 1.0 from *B* = 8. The rule counts only the two models'
 # passes, and a round does more. Timing rounds of *K* = 2 and their target pass alone:
 
@@ -434,11 +436,12 @@ for B in (1, 4, 8, 12):
     print(f"{'B = ' + str(B):>16} {round_ms:9.2f} {draft_ms:11.2f} {target_ms:11.2f} {round_ms - draft_ms - target_ms:9.2f}")
 
 # %% [markdown]
-# At *B* = 8 a round took 13.3 ms: its target pass 8.2, its two draft steps 2.5 (two draft passes
-# cost 1.8 in section 1; each step also turns *B* rows of logits into distributions and draws), and
-# 2.7 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
-# verification and cache rollbacks. That work grows with *B* (0.6 ms at *B* = 1, 2.3–2.7 at 8–12): at
-# *B* = 8 the round spent 3.4 ms, a third more than the 10 ms of passes the rule counts. Beside a
+# At *B* = 8 a round took 17.4 ms: its target pass 11.4, its two draft steps 3.4 (two draft passes
+# cost 1.7 in section 1; each step also turns *B* rows of logits into distributions and draws), and
+# 2.6 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
+# verification and cache rollbacks. That work grows with *B* (1.3 ms at *B* = 4, 2.6–3.8 at 8–12; the
+# 1.9 at *B* = 1 is a slow moment of this run, 0.5 in the one before): at *B* = 8 the round spent
+# 4.3 ms beyond its passes, a third more than the 13 ms of passes the rule counts. Beside a
 # pass of tens of milliseconds (a 124M–1.5B target) it would hardly count; beside this pair's 1–5 ms
 # passes it moves the crossover from "not up to 12" to about 8.
 #
@@ -526,12 +529,12 @@ plt.tight_layout()
 # `--max_batch 1` serves one request at a time).
 #
 # **Summary.** A CPU reads a model's weights once per pass whatever the rows, so while the weights
-# come from memory, rows are nearly free: 8 rows of `wide` cost 1.8 one-row passes, 16 rows 2.7, until
-# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 2.7× at 8
+# come from memory, rows are nearly free: 8 rows of `wide` cost 1.9 one-row passes, 16 rows 2.4, until
+# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 3.5× at 8
 # sequences here, each sequence exactly its solo run. On the tiny bundled target, whose weights sit
 # in the cache, rows as separate sequences are not free (16 cost 3.5 one-row passes), mostly through
-# attention run once per sequence and block beside a short pass. Speculative decoding spends the same cheap
-# rows on drafts, so inside a batch the two compete: on the bundled pair drafting's 1.4–1.5× alone
+# each sequence's own attention beside a short pass. Speculative decoding spends the same cheap
+# rows on drafts, so inside a batch the two compete: on the bundled pair drafting's 1.1–1.8× alone
 # fell to nothing at about 8 sequences. The goodput rule, B·E(α, K) / (K d(B) + T(B(K + 1))) from
 # the measured costs, explains the fall (*K** shrinks as *B* grows, and reaches 0 where the rows stop
 # being cheap), and `K="auto"` makes that choice every round; where a round's work outside the

@@ -157,8 +157,8 @@ plt.tight_layout()
 # 16 rows, about what `wide`'s do (2.17). The products are the same in both layouts; what differs
 # is attention, which is each sequence's own: its scores against its own cache, their sum and its
 # weighted values, small NumPy calls for each of 16 sequences in each of 8 blocks, against a pass of
-# 2.8 ms (a decode step scales and exponentiates every sequence's scores in one call,
-# `one_row_attention`, which took 8 sequences' step from 2.9 to 2.6 one-row passes). `wide` has 2 blocks and a pass
+# 2.8 ms (a step scales and exponentiates every sequence's scores in one call, `attention_together`,
+# which took 8 sequences' decode step from 2.9 to 2.6 one-row passes). `wide` has 2 blocks and a pass
 # read from memory, and for it the two layouts cost about the same. (The timings move by 10–30 %
 # from run to run on this machine; the orderings described here held in every run.)
 

@@ -12,18 +12,20 @@ step; packed, once. Each sequence keeps its own KV cache and length, so no row i
                                   first), causal within the block: forward.causal_attention, the call
                                   GPT2.forward makes for that sequence alone (blocked at long prefill too);
                                   the blocks shared between the cores where that pays (shares_the_cores);
-                                  a decode step's one-row blocks together (one_row_attention: each
-                                  sequence's own scores and sums, the scale and exp once for the step)
+                                  or together where padding them costs little (attention_together: each
+                                  block's own scores and sums, the scale, mask and exp once for the step)
 
 So a sequence's logits differ from its solo run only where a product's float32 sums run in another
 order for more rows (measured in tests/model/test_batch_forward.py; attention adds no difference of its
-own, block by block or one_row_attention); over one block it is the solo run, bit for bit, and
+own, block by block or together); over one block it is the solo run, bit for bit, and
 forward_packed gives one sequence to that run itself (the same numbers; the blocks' bookkeeping cost a
 packed step of one sequence 3-5 %: a batching server serving one request).
 forward_separately, beside it, is that solo run for every sequence: the reference.
 """
 import contextlib
+import itertools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -69,72 +71,113 @@ def cached_attention(q, k, v, cache, layer):  # [n_head, n_out, d_head], 2 x [n_
     return causal_attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv])
 
 
-def one_row_attention(q, k, v, caches, layer):  # q, k, v [n_head, B, d_head] -> [n_head, B, d_head]
-    """cached_attention for B sequences that feed one row each (a batched decode step), with what is the
-    same for every sequence done once for all: each row's scores against its own cache go into one
-    [B, n_head, 1, max n_kv] array (-inf past a sequence's own keys), scaled and exponentiated there at
-    once. Each sequence's sum and weighted values stay its own calls, so every number is cached_attention's
-    (over a row padded with zeros, a sum groups its terms in another order). On a small model the per-
-    sequence calls are most of a step: 8 sequences of the bundled target, the step 0.88x (PERFORMANCE.md,
-    "What each change bought")."""
-    n_head, B, d_head = q.shape
-    n_kvs = [len(cache) + 1 for cache in caches]
-    scores = np.full((B, n_head, 1, max(n_kvs)), -np.inf, dtype=q.dtype)  # [B, n_head, 1, n_max]
-    values = []
-    for i, (cache, n_kv) in enumerate(zip(caches, n_kvs)):
-        cache_k, cache_v = cache.k[layer], cache.v[layer]               # [n_head, cache.n_ctx, d_head]
-        cache_k[:, n_kv - 1], cache_v[:, n_kv - 1] = k[:, i], v[:, i]   # write, never concatenate
-        np.matmul(q[:, i, None], cache_k[:, :n_kv].transpose(0, 2, 1), out=scores[i, ..., :n_kv])
-        values.append(cache_v[:, :n_kv])                                # [n_head, n_kv, d_head]
-    scores *= 1.0 / math.sqrt(d_head)                                   # as forward.attention, then its softmax
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))       # exp(-inf) = 0 past each sequence's keys
-    sums = np.empty((B, n_head, 1, 1), weights.dtype)
-    for i, n_kv in enumerate(n_kvs):
-        weights[i, ..., :n_kv].sum(axis=-1, keepdims=True, out=sums[i])  # over its own n_kv terms, as alone
-    weights /= sums
-    heads = np.empty_like(q)                                            # [n_head, B, d_head]
-    for i, (n_kv, value) in enumerate(zip(n_kvs, values)):
-        np.matmul(weights[i, ..., :n_kv], value, out=heads[:, i, None])  # [n_head, 1, d_head]
-    return heads
+def padded_mask(n_outs, n_kvs):  # (B ints, B ints) -> [B, 1, max n_out, max n_kv] float32
+    """What attention_together adds to its padded scores: 0 where block i's query j may look (key
+    positions up to its own, n_kv_i - n_out_i + j), -inf elsewhere (after it, past the block's keys);
+    a padding row (j >= n_out_i) sees key 0 only, so that its softmax stays finite (it is dropped).
+
+    >>> padded_mask([1, 2], [2, 3])[:, 0].tolist()
+    [[[0.0, 0.0, -inf], [0.0, -inf, -inf]], [[0.0, 0.0, -inf], [0.0, 0.0, 0.0]]]
+    """
+    n_outs, n_kvs = np.array(n_outs)[:, None, None], np.array(n_kvs)[:, None, None]  # [B, 1, 1]
+    query = np.arange(n_outs.max())[None, :, None]                   # [1, n_q, 1]
+    key = np.arange(n_kvs.max())[None, None, :]                      # [1, 1, n_kv]
+    sees = np.where(query < n_outs, key <= n_kvs - n_outs + query, key == 0)  # [B, n_q, n_kv]
+    return np.where(sees, 0.0, -np.inf).astype(np.float32)[:, None]  # [B, 1, n_q, n_kv]
 
 
 SHARE_MIN_SCORES = 1 << 14  # blocks' attention goes to both cores from this many scores in all (sum of n_head *
                             # n_out * n_kv) on; below it a helper's wake-up (40-85 us) eats what it saves (355M,
                             # 8 sequences at context 64: 1.02x, within noise; 124M, 8 at 256: 1.12x; 355M, 8 at
                             # 512: 1.25x; PERFORMANCE.md, "What each change bought")
+PAD_FREE_SCORES = 1 << 14   # padded scores this few cost attention_together's elementwise calls next to nothing
 
 
-def shares_the_cores(n_head, q_starts, starts, caches):
+def shares_the_cores(scores):  # scores [B] ints: block i's n_head * n_out_i * n_kv_i
     """Whether the blocks' attention is shared between the cores: enough of it in all (SHARE_MIN_SCORES),
     and every block short of forward's BLOCKS_MIN_SCORES (a long block's attention shares itself out,
     block by block, and two of them side by side would each find one core)."""
-    n_outs, n_kvs = np.diff(q_starts), [len(cache) + n for cache, n in zip(caches, np.diff(starts))]
+    return len(scores) > 1 and sum(scores) >= SHARE_MIN_SCORES and max(scores) < BLOCKS_MIN_SCORES
+
+
+def pads_little(scores, padded):  # scores [B] ints as above; padded: attention_together's, all heads
+    """Whether the blocks' attention runs together (attention_together): two blocks or more, every one
+    short of forward's BLOCKS_MIN_SCORES, and the padded scores few (PAD_FREE_SCORES) or at most twice
+    the blocks' own (sequences of about one length feeding about as many rows: a decode step, a
+    speculative round's verification)."""
+    return len(scores) > 1 and max(scores) < BLOCKS_MIN_SCORES and padded <= max(2 * sum(scores), PAD_FREE_SCORES)
+
+
+class StepAttention(NamedTuple):
+    """How every layer of one packed step runs its blocks' attention (the last layer, which goes on
+    with only the rows whose logits are wanted, has its own): plain ints, worked out once a step."""
+    starts: list     # [B + 1] block i's rows (its keys and values): starts[i] .. starts[i + 1]
+    q_starts: list   # [B + 1] block i's queries (its last rows): q_starts[i] .. q_starts[i + 1]
+    n_kvs: list      # [B] block i's keys once this step's are written: len(cache_i) + n_i
+    n_threads: int   # the cores the blocks are shared between (shares_the_cores), else 1
+    mask: object     # padded_mask where the blocks run together (pads_little, on one core), else None
+
+
+def step_attention(n_head, starts, n_outs, caches):  # -> StepAttention
+    starts, n_outs = [int(start) for start in starts], [int(n_out) for n_out in n_outs]
+    q_starts = [0, *itertools.accumulate(n_outs)]
+    n_kvs = [len(cache) + stop - start for cache, start, stop in zip(caches, starts, starts[1:])]
     scores = [n_head * n_out * n_kv for n_out, n_kv in zip(n_outs, n_kvs)]
-    return bool(len(scores) > 1 and sum(scores) >= SHARE_MIN_SCORES and max(scores) < BLOCKS_MIN_SCORES)
+    n_threads = threads_allowed() if shares_the_cores(scores) else 1
+    together = n_threads == 1 and pads_little(scores, n_head * len(caches) * max(n_outs) * max(n_kvs))
+    return StepAttention(starts, q_starts, n_kvs, n_threads, padded_mask(n_outs, n_kvs) if together else None)
 
 
-def blocks_attention(q, k, v, caches, layer, starts, q_starts, n_threads):  # -> [n_head, n_out, d_head]
-    """Each block's cached_attention against its own cache, the blocks shared between n_threads."""
-    heads = [None] * len(caches)
+def blocks_attention(q, k, v, caches, layer, plan):  # -> [n_head, n_out, d_head]
+    """Each block's cached_attention against its own cache, the blocks shared between plan.n_threads."""
+    heads, starts, q_starts = [None] * len(caches), plan.starts, plan.q_starts
 
     def attend(i):                                                   # block i against its own cache
         heads[i] = cached_attention(q[:, q_starts[i]:q_starts[i + 1]], k[:, starts[i]:starts[i + 1]],
                                     v[:, starts[i]:starts[i + 1]], caches[i], layer)
-    with blas_single_threaded() if n_threads > 1 else contextlib.nullcontext():
-        share(attend, range(len(caches)), n_threads)
+    with blas_single_threaded() if plan.n_threads > 1 else contextlib.nullcontext():
+        share(attend, range(len(caches)), plan.n_threads)
     return np.concatenate(heads, axis=1)                             # [n_head, n_out, d_head]
 
 
-def packed_block(x, block, caches, layer, n_head, starts, out_rows, n_outs):  # [n_rows, n_embd] -> [n_out, n_embd]
+def attention_together(q, k, v, caches, layer, plan):  # -> [n_head, n_out, d_head]
+    """Every block's cached_attention, with what is the same for every block done once for the step:
+    each block's scores against its own cache go into one [B, n_head, max n_out, max n_kv] array,
+    scaled, masked (plan.mask) and exponentiated there at once. Each block's sums and weighted values
+    stay its own calls, so every number is cached_attention's (over a padded row a sum groups its terms
+    otherwise; a masked score is -inf here, -1e10 there: both exponentiate to 0). On a small model the
+    per-block calls are most of a step: 8 sequences of the bundled target, a decode step 0.88-0.94x, a
+    verification of 5 rows each 0.84x (PERFORMANCE.md, "What each change bought")."""
+    n_head, n_out, d_head = q.shape
+    starts, q_starts = plan.starts, plan.q_starts
+    scores = np.zeros((len(caches), n_head, *plan.mask.shape[2:]), q.dtype)  # [B, n_head, n_q, n_kv]
+    for i, (cache, n_kv) in enumerate(zip(caches, plan.n_kvs)):
+        cache_k, cache_v = cache.k[layer], cache.v[layer]            # [n_head, cache.n_ctx, d_head]
+        cache_k[:, len(cache):n_kv] = k[:, starts[i]:starts[i + 1]]  # write, never concatenate
+        cache_v[:, len(cache):n_kv] = v[:, starts[i]:starts[i + 1]]
+        np.matmul(q[:, q_starts[i]:q_starts[i + 1]], cache_k[:, :n_kv].transpose(0, 2, 1),
+                  out=scores[i, :, :q_starts[i + 1] - q_starts[i], :n_kv])  # [n_head, n_q_i, n_kv]
+    scores *= 1.0 / math.sqrt(d_head)                                # as forward.attention, then its mask
+    scores += plan.mask
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))    # and its softmax's numerator
+    sums = np.ones((*scores.shape[:3], 1), weights.dtype)            # [B, n_head, n_q, 1]
+    heads = np.empty((n_head, n_out, d_head), q.dtype)
+    for i, n_kv in enumerate(plan.n_kvs):
+        n_q = q_starts[i + 1] - q_starts[i]
+        weights[i, :, :n_q, :n_kv].sum(axis=-1, keepdims=True, out=sums[i, :, :n_q])  # its own terms, as alone
+    weights /= sums
+    for i, (cache, n_kv) in enumerate(zip(caches, plan.n_kvs)):
+        np.matmul(weights[i, :, :q_starts[i + 1] - q_starts[i], :n_kv], cache.v[layer, :, :n_kv],
+                  out=heads[:, q_starts[i]:q_starts[i + 1]])         # [n_head, n_q_i, d_head]
+    return heads
+
+
+def packed_block(x, block, caches, layer, n_head, plan, out_rows):  # [n_rows, n_embd] -> [n_out, n_embd]
     """forward.transformer_block over packed rows: the products once over every row, attention per block
-    (a decode step's one-row blocks together, where they stay on one core)."""
+    (together, where plan.mask says so)."""
     q, k, v = packed_qkv(layer_norm(x, **block["ln_1"]), block["attn"]["c_attn"], n_head, out_rows)
-    q_starts = np.cumsum([0, *n_outs])                               # block i's queries: q_starts[i]..[i+1]
-    n_threads = threads_allowed() if shares_the_cores(q.shape[0], q_starts, starts, caches) else 1
-    if n_threads == 1 and len(x) == len(caches):                     # one row a sequence (so one query each)
-        heads = one_row_attention(q, k, v, caches, layer)            # [n_head, B, d_head]
-    else:
-        heads = blocks_attention(q, k, v, caches, layer, starts, q_starts, n_threads)
+    attend = attention_together if plan.mask is not None else blocks_attention
+    heads = attend(q, k, v, caches, layer, plan)                     # [n_head, n_out, d_head]
     residual = x if len(out_rows) == len(x) else x[out_rows]         # [n_out, n_embd]
     x = linear(merge_heads(heads), **block["attn"]["c_proj"], residual=residual)
     return ffn(layer_norm(x, **block["ln_2"]), block["mlp"], residual=x)
@@ -146,12 +189,13 @@ def packed_forward(ids, lengths, caches, params, n_head, n_outs):  # [n_rows] ->
     positions = np.concatenate([np.arange(len(c), len(c) + n) for c, n in zip(caches, lengths)])  # [n_rows]
     x = params["wte"][ids] + params["wpe"][positions]                # [n_rows, n_embd]
     starts, out_rows = packed_layout(lengths, n_outs)
-    every_row = np.arange(len(ids))
+    every_row, plan = np.arange(len(ids)), step_attention(n_head, starts, lengths, caches)
+    last_plan = plan if list(n_outs) == list(lengths) else step_attention(n_head, starts, n_outs, caches)
     n_layer = len(params["blocks"])
     for layer, block in enumerate(params["blocks"]):                 # the last layer: only the out rows
         last = layer == n_layer - 1
-        x = packed_block(x, block, caches, layer, n_head, starts, out_rows if last else every_row,
-                         n_outs if last else lengths)
+        x = packed_block(x, block, caches, layer, n_head, last_plan if last else plan,
+                         out_rows if last else every_row)
     for cache, n in zip(caches, lengths):
         cache.length += n
     x = layer_norm(x, **params["ln_f"])                              # [sum n_out_i, n_embd]

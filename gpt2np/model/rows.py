@@ -35,10 +35,10 @@ rows one after the other; `packed_scope` makes the scope block-diagonal (a row n
 sequence's rows) and each row keeps its own sequence's position. Only the prefix differs: each
 sequence has its own cache, so the forward pass takes one cache per block of rows, runs every
 product over all Σ n_i rows at once, and runs attention block by block, each block exactly this
-module's single-cache attention (`scope_mask(scope[block, block], len(cache_i))`; a decode step's
-one-row blocks share their scale and exponentials, the same numbers: batch.one_row_attention). A sequence that
-verifies a tree inside a batch is a block whose scope is `tree_scope`. Sequences that share a
-prefix can share one cache outright: two continuations of one prompt packed in one call over its
+module's single-cache attention (`scope_mask(scope[block, block], len(cache_i))`; short blocks share
+their scale, mask and exponentials in one padded array, the same numbers: batch.attention_together). A
+sequence that verifies a tree inside a batch is a block whose scope is `tree_scope`. Sequences that
+share a prefix can share one cache outright: two continuations of one prompt packed in one call over its
 cache each get their own logits (tested).
 
 >>> parents = [-1, 0, 0, 1]            # root, two children, a grandchild under the first child

@@ -186,63 +186,101 @@ def test_a_small_steps_attention_stays_on_one_core():
     """Waking a helper costs more than a few short attentions (124M, 2 sequences at context 64); a long
     enough step shares them; a block long enough to split itself keeps the blocks one by one."""
     from gpt2np.model.batch import BLOCKS_MIN_SCORES, SHARE_MIN_SCORES, shares_the_cores
-    caches = [gpt2np.random_model(SMALL, tokenizer=None).new_cache() for _ in range(2)]
-    for cache in caches:
-        cache.length = 150
-    one_row_each = np.array([0, 1, 2])                                     # starts and q_starts alike
-    assert not shares_the_cores(12, one_row_each, one_row_each, caches)    # 2 x 12 x 151 scores
-    assert 2 * 64 * 151 >= SHARE_MIN_SCORES and shares_the_cores(64, one_row_each, one_row_each, caches)
-    assert not shares_the_cores(64, one_row_each[:2], one_row_each[:2], caches[:1])  # one sequence
-    long_block = np.array([0, 1, 1 + 40])                                  # 40 new rows, 40 queries
-    assert 64 * 40 * 190 >= BLOCKS_MIN_SCORES and not shares_the_cores(64, long_block, long_block, caches)
+    assert not shares_the_cores([12 * 151] * 2)                           # 2 sequences, 12 heads, 151 keys
+    assert 2 * 64 * 151 >= SHARE_MIN_SCORES and shares_the_cores([64 * 151] * 2)
+    assert not shares_the_cores([64 * 151 * 2])                           # one sequence
+    assert 64 * 40 * 190 >= BLOCKS_MIN_SCORES and not shares_the_cores([64 * 151, 64 * 40 * 190])  # 40 rows
 
 
-def test_a_decode_steps_attention_is_each_sequences_own_bit_for_bit(models):
-    """one_row_attention (a decode step: one row a sequence, the scale and exp once for all) against
-    cached_attention sequence by sequence: the same heads and the same keys and values written, bit
-    for bit, for sequences of different lengths, an empty cache among them. The control: summing the
-    padded rows, as one softmax over the step's scores would, gives other numbers (why each sum is
-    its own call)."""
-    from gpt2np.model.batch import cached_attention, one_row_attention
-    model = models["bundled shakespeare-2.6M"]
-    c, rng = model.config, np.random.default_rng(3)
-    lengths = [0, 1, 7, 8, 9, 40, 63, 130]
-    ours, theirs = (caches_after(model, [rng.integers(0, model.n_vocab, n) for n in lengths]) for _ in range(2))
+TOGETHER = {  # cache lengths, new rows, queries per block
+    "decode, one row each, an empty cache among them": ([0, 1, 7, 8, 9, 40, 63, 130], [1] * 8, [1] * 8),
+    "verification, K + 1 rows each": ([5, 17, 30, 33], [5, 5, 5, 5], [5, 5, 5, 5]),
+    "verification, K clamped for some": ([20, 21, 26, 9], [3, 1, 3, 2], [3, 1, 3, 2]),
+    "a prefill's last layer: queries for the last rows only": ([0, 4, 2], [9, 6, 9], [1, 2, 9]),
+}
+
+
+def together_against_apart(model, layout, rng):  # -> (q, q_starts, the caches attention_together wrote)
+    """attention_together and blocks_attention (one core) over the same blocks, each on its own copy of
+    the caches: the same heads and the same keys and values written, bit for bit."""
+    from gpt2np.model.batch import StepAttention, attention_together, blocks_attention, padded_mask
+    c = model.config
+    n_past, n_new, n_q = TOGETHER[layout]
+    ours, theirs = (caches_after(model, [rng.integers(0, model.n_vocab, n) for n in n_past]) for _ in range(2))
     for a, b in zip(ours, theirs):  # the same prefixes in both lists
         b.k[:], b.v[:] = a.k, a.v
-    q, k, v = rng.standard_normal((3, c.n_head, len(lengths), c.d_head)).astype(np.float32)
-    layer = c.n_layer - 1
-    heads = one_row_attention(q, k, v, ours, layer)
-    alone = np.concatenate([cached_attention(q[:, i, None], k[:, i, None], v[:, i, None], cache, layer)
-                            for i, cache in enumerate(theirs)], axis=1)
-    assert heads.shape == alone.shape == q.shape and heads.dtype == np.float32
-    np.testing.assert_array_equal(heads, alone)
+    starts, q_starts = np.cumsum([0, *n_new]), np.cumsum([0, *n_q])
+    q = rng.standard_normal((c.n_head, q_starts[-1], c.d_head)).astype(np.float32)
+    k, v = rng.standard_normal((2, c.n_head, starts[-1], c.d_head)).astype(np.float32)
+    n_kvs = [p + n for p, n in zip(n_past, n_new)]
+    plan = StepAttention(starts.tolist(), q_starts.tolist(), n_kvs, 1, padded_mask(n_q, n_kvs))
+    heads = attention_together(q, k, v, ours, c.n_layer - 1, plan)
+    apart = blocks_attention(q, k, v, theirs, c.n_layer - 1, plan._replace(mask=None))
+    assert heads.shape == apart.shape == q.shape and heads.dtype == np.float32
+    np.testing.assert_array_equal(heads, apart)
     for a, b in zip(ours, theirs):
         np.testing.assert_array_equal(a.k, b.k)
         np.testing.assert_array_equal(a.v, b.v)
-    scores = np.full((len(lengths), c.n_head, 1, max(lengths) + 1), -np.inf, np.float32)
-    for i, cache in enumerate(ours):
-        scores[i, ..., :lengths[i] + 1] = q[:, i, None] @ cache.k[layer, :, :lengths[i] + 1].transpose(0, 2, 1)
-    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    padded = e.sum(axis=-1, keepdims=True)
-    own = np.stack([e[i, ..., :n + 1].sum(axis=-1, keepdims=True) for i, n in enumerate(lengths)])
-    assert not np.array_equal(padded, own), "a padded sum equals each sequence's own: the control shows nothing"
+    return q, q_starts, ours
 
 
-def test_a_decode_step_takes_its_attention_together_and_other_steps_block_by_block(models, monkeypatch):
-    """Which attention a packed step runs: one row a sequence on one core, one_row_attention; a block of
-    several rows among them, each block's cached_attention. Every sequence gets what it gets alone."""
+@pytest.mark.parametrize("layout", TOGETHER)
+def test_the_blocks_attention_together_is_each_blocks_own_bit_for_bit(models, layout):
+    """attention_together (every block's scores in one padded array, the scale, mask and exp once for
+    all) against cached_attention block by block: the same numbers, bit for bit."""
+    together_against_apart(models["bundled shakespeare-2.6M"], layout, np.random.default_rng(3))
+
+
+def test_the_padded_rows_sum_otherwise():
+    """The control: where the lengths differ, summing the padded rows, as one softmax over the step's
+    scores would, gives other numbers than each block's own sum (why those are its own calls)."""
+    from gpt2np.model.batch import padded_mask
+    model = GPT2(SMALL, random_params(SMALL, seed=0))
+    layout = "decode, one row each, an empty cache among them"
+    q, q_starts, caches = together_against_apart(model, layout, np.random.default_rng(5))
+    n_q, n_kvs = TOGETHER[layout][2], [len(cache) for cache in caches]  # the caches now hold the new rows
+    scores = np.zeros((len(caches), SMALL.n_head, max(n_q), max(n_kvs)), np.float32)
+    for i, (cache, n_kv) in enumerate(zip(caches, n_kvs)):
+        scores[i, :, :n_q[i], :n_kv] = q[:, q_starts[i]:q_starts[i + 1]] @ cache.k[-1, :, :n_kv].transpose(0, 2, 1)
+    e = np.exp(scores + padded_mask(n_q, n_kvs))
+    padded = e.sum(axis=-1)                                            # [B, n_head, 1]
+    own = np.stack([e[i, :, :, :n_kv].sum(axis=-1) for i, n_kv in enumerate(n_kvs)])
+    assert not np.array_equal(padded, own), "a padded sum equals each block's own: the control shows nothing"
+
+
+def test_padding_that_would_more_than_double_many_scores_keeps_the_blocks_apart():
+    """Together for a decode step (at 3 heads its padding costs nothing; at 64, sequences of one length),
+    apart where one sequence is five times as long, for one sequence, and beside a long block."""
+    from gpt2np.model.batch import BLOCKS_MIN_SCORES, PAD_FREE_SCORES, pads_little, step_attention
+    caches = [gpt2np.random_model(SMALL, tokenizer=None).new_cache() for _ in range(4)]
+    for cache, n in zip(caches, [3, 0, 17, 30]):
+        cache.length = n
+    plan = step_attention(3, np.arange(5), [1] * 4, caches)            # a decode step of 4 sequences
+    assert plan.n_threads == 1 and plan.mask is not None and plan.mask.shape == (4, 1, 1, 31)
+    assert plan.n_kvs == [4, 1, 18, 31] and plan.starts == plan.q_starts == [0, 1, 2, 3, 4]
+    assert pads_little([64 * 100] * 3, 64 * 3 * 100)                   # 64 heads, three of one length
+    assert 64 * 4 * 500 > max(2 * 64 * (3 * 100 + 500), PAD_FREE_SCORES)
+    assert not pads_little([64 * 100] * 3 + [64 * 500], 64 * 4 * 500)  # and one five times as long
+    assert not pads_little([64 * 100], 64 * 100)                       # one sequence: nothing to share
+    assert 3 * 90 * 130 >= BLOCKS_MIN_SCORES and not pads_little([3 * 90 * 130, 3 * 40], 3 * 2 * 90 * 130)
+
+
+def test_a_packed_step_takes_its_blocks_together_unless_padding_them_costs_too_much(models, monkeypatch):
+    """Which attention a packed step runs on one core: a decode step, a verification, and (3 heads: its
+    padding costs nothing) a prefill beside decode rows, attention_together; blocks long enough for
+    blocked attention, each block's own cached_attention. Every sequence gets what it gets alone."""
     from gpt2np.model import batch
     seen = []
-    for name in ("one_row_attention", "blocks_attention"):
+    for name in ("attention_together", "blocks_attention"):
         real = getattr(batch, name)
         monkeypatch.setattr(batch, name, lambda *a, real=real, name=name: seen.append(name) or real(*a))
     model, which = models["random small"], "random small"
     rng = np.random.default_rng(11)
-    for layout, expected in [("decode, 1 row each", "one_row_attention"),
-                             ("mixed: prefill beside decode", "blocks_attention")]:
+    for n_prefix, n_new, n_logits, expected in [([3, 0, 17, 30], [1] * 4, 1, ["attention_together"] * 2),
+                                                ([12, 14, 9], [4, 4, 4], 4, ["attention_together"] * 2),
+                                                ([9, 0, 25, 4], [1, 7, 1, 3], [1, 7, 1, 2], ["attention_together"] * 2),
+                                                ([0, 1, 0], [120, 40, 100], [1, 40, 2], ["blocks_attention"] * 2)]:
         seen.clear()
-        n_prefix, n_new, n_logits = LAYOUTS[layout]
         packed_against_alone(model, [rng.integers(0, model.n_vocab, n) for n in n_prefix],
                              [rng.integers(0, model.n_vocab, n) for n in n_new], n_logits, which)
-        assert seen == [expected] * SMALL.n_layer, (layout, seen)
+        assert seen == expected, (n_prefix, n_new, seen)

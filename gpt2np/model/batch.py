@@ -119,6 +119,8 @@ class StepAttention(NamedTuple):
 
 
 def step_attention(n_head, starts, n_outs, caches):  # -> StepAttention
+    """The plan a packed step's layers share: where each block's rows and queries lie, its keys once
+    written, and how its attention runs (shared between the cores, together, or block by block)."""
     starts, n_outs = [int(start) for start in starts], [int(n_out) for n_out in n_outs]
     q_starts = [0, *itertools.accumulate(n_outs)]
     n_kvs = [len(cache) + stop - start for cache, start, stop in zip(caches, starts, starts[1:])]

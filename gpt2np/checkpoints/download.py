@@ -238,7 +238,7 @@ def _byte_range(response, start, url):
 def _stream(response, part, offset, total, url, progress, size=None):
     """Write the body to `part` from `offset` on, with one byte-accurate progress bar; refuse an
     error page or a file whose announced size is not `size` before writing a byte."""
-    import requests  # _get imported both already: nothing is loaded twice
+    import requests  # here, as in _get: only a download needs them
     from tqdm import tqdm
     name = part.name.removesuffix(".part")
     chunks = response.iter_content(CHUNK)

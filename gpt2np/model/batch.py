@@ -61,14 +61,20 @@ def packed_qkv(x, c_attn, n_head, out_rows):  # -> q [n_head, n_out, d_head], k,
     return q.reshape(len(out_rows), n_head, -1).transpose(1, 0, 2), k, v
 
 
-def cached_attention(q, k, v, cache, layer):  # [n_head, n_out, d_head], 2 x [n_head, n_seq, d_head] -> like q
-    """One sequence's attention, as forward.mha does it: write its n_seq keys and values after the
-    len(cache) cached ones, then its n_out queries (its last rows) attend causally to all of them."""
+def written(cache, layer, k, v):  # 2 x [n_head, n_seq, d_head] -> keys, values [n_head, len(cache) + n_seq, d_head]
+    """One sequence's keys and values of this layer with its n_seq new ones written after the len(cache)
+    cached ones (the cache's length grows once the whole pass is done)."""
     n_past, n_kv = len(cache), len(cache) + k.shape[1]
     cache_k, cache_v = cache.k[layer], cache.v[layer]               # [n_head, cache.n_ctx, d_head]
     cache_k[:, n_past:n_kv] = k                                     # write, never concatenate
     cache_v[:, n_past:n_kv] = v
-    return causal_attention(q, cache_k[:, :n_kv], cache_v[:, :n_kv])
+    return cache_k[:, :n_kv], cache_v[:, :n_kv]
+
+
+def cached_attention(q, k, v, cache, layer):  # [n_head, n_out, d_head], 2 x [n_head, n_seq, d_head] -> like q
+    """One sequence's attention, as forward.mha does it: write its n_seq keys and values after the
+    len(cache) cached ones, then its n_out queries (its last rows) attend causally to all of them."""
+    return causal_attention(q, *written(cache, layer, k, v))
 
 
 def padded_mask(n_outs, n_kvs):  # (B ints, B ints) -> [B, 1, max n_out, max n_kv] float32
@@ -153,12 +159,12 @@ def attention_together(q, k, v, caches, layer, plan):  # -> [n_head, n_out, d_he
     n_head, n_out, d_head = q.shape
     starts, q_starts = plan.starts, plan.q_starts
     scores = np.zeros((len(caches), n_head, *plan.mask.shape[2:]), q.dtype)  # [B, n_head, n_q, n_kv]
+    values = []
     for i, (cache, n_kv) in enumerate(zip(caches, plan.n_kvs)):
-        cache_k, cache_v = cache.k[layer], cache.v[layer]            # [n_head, cache.n_ctx, d_head]
-        cache_k[:, len(cache):n_kv] = k[:, starts[i]:starts[i + 1]]  # write, never concatenate
-        cache_v[:, len(cache):n_kv] = v[:, starts[i]:starts[i + 1]]
-        np.matmul(q[:, q_starts[i]:q_starts[i + 1]], cache_k[:, :n_kv].transpose(0, 2, 1),
+        keys, block_values = written(cache, layer, k[:, starts[i]:starts[i + 1]], v[:, starts[i]:starts[i + 1]])
+        np.matmul(q[:, q_starts[i]:q_starts[i + 1]], keys.transpose(0, 2, 1),
                   out=scores[i, :, :q_starts[i + 1] - q_starts[i], :n_kv])  # [n_head, n_q_i, n_kv]
+        values.append(block_values)                                  # [n_head, n_kv, d_head]
     scores *= 1.0 / math.sqrt(d_head)                                # as forward.attention, then its mask
     scores += plan.mask
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))    # and its softmax's numerator
@@ -168,8 +174,8 @@ def attention_together(q, k, v, caches, layer, plan):  # -> [n_head, n_out, d_he
         n_q = q_starts[i + 1] - q_starts[i]
         weights[i, :, :n_q, :n_kv].sum(axis=-1, keepdims=True, out=sums[i, :, :n_q])  # its own terms, as alone
     weights /= sums
-    for i, (cache, n_kv) in enumerate(zip(caches, plan.n_kvs)):
-        np.matmul(weights[i, :, :q_starts[i + 1] - q_starts[i], :n_kv], cache.v[layer, :, :n_kv],
+    for i, (value, n_kv) in enumerate(zip(values, plan.n_kvs)):
+        np.matmul(weights[i, :, :q_starts[i + 1] - q_starts[i], :n_kv], value,
                   out=heads[:, q_starts[i]:q_starts[i + 1]])         # [n_head, n_q_i, d_head]
     return heads
 

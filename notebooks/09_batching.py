@@ -145,22 +145,23 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** In this run (OpenBLAS's SkylakeX kernel, one thread), `wide`'s one-row pass took
-# 4.7 ms, reading its 56 MiB at about 12 GB/s. **8 rows cost 1.93 one-row passes, 16 rows 2.60**:
-# 16 sequences get a token each for the price of under 3. Then a jump, 4.01 at 20 rows: gpt2np's
+# 3.8 ms, reading its 56 MiB at about 15 GB/s. **8 rows cost 1.61 one-row passes, 16 rows 2.82**:
+# 16 sequences get a token each for the price of under 3. Then a jump, 4.32 at 20 rows: gpt2np's
 # few-row products cover 2–16 rows (`blas_kernel()` above: "pieces (M 2-16)"), and past 16 OpenBLAS's
 # sgemm first copies ("packs") the weights, which costs about two one-row passes at once (notebook
-# 07). Past the jump each further row is cheap again (64 rows: 6.93).
+# 07). Past the jump each further row is cheap again (64 rows: 7.67).
 #
-# The bundled target's weights sit in the cache, so its one-row pass is short (1.4 ms here: 8 blocks
-# of small products), and its rows are **not** free as separate sequences: 16 cost 3.76 one-row
-# passes, 64 cost 10.9. The dotted line says why: the same rows fed as one sequence cost 2.14 at
-# 16 rows, about what `wide`'s do (2.52). The products are the same in both layouts; what differs
+# The bundled target's weights sit in the cache, so its one-row pass is short (1.3 ms here: 8 blocks
+# of small products), and its rows are **not** free as separate sequences: 16 cost 3.87 one-row
+# passes, 64 cost 11.0. The dotted line says why: the same rows fed as one sequence cost 2.25 at
+# 16 rows, about what `wide`'s do (2.42). The products are the same in both layouts; what differs
 # is attention, which is each sequence's own: its scores against its own cache, their sum and its
 # weighted values, small NumPy calls for each of 16 sequences in each of 8 blocks, against a pass of
-# 1.4 ms (a step scales and exponentiates every sequence's scores in one call, `attention_together`,
-# which took 8 sequences' decode step from 2.9 to 2.6 one-row passes). `wide` has 2 blocks and a pass
-# read from memory, and for it the two layouts cost about the same. (The timings move by 10–30 %
-# from run to run on this machine; the orderings described here held in every run.)
+# 1.3 ms (a step scales and exponentiates every sequence's scores in one call, `attention_together`,
+# which in the builds of 2026-11-27 took 8 sequences' decode step from 2.9 to 2.6 one-row passes).
+# `wide` has 2 blocks and a pass read from memory, and for it the two layouts cost within a sixth of
+# each other. (The timings move by 10–30 % from run to run on this machine; the orderings described
+# here held in every run.)
 
 # %% [markdown]
 # ### The weights' order depends on the kernel
@@ -195,7 +196,7 @@ for name, times in by_order.items():
     print(f"{name:>9}: 1 row {1e3 * one:6.2f} ms, 8 rows {1e3 * eight:6.2f} ms, t(8)/t(1) {eight / one:.2f}")
 
 # %% [markdown]
-# In the saved run (SkylakeX) the 8-row pass cost 1.43 times as much row-major as stored (six
+# In the saved run (SkylakeX) the 8-row pass cost 1.53 times as much row-major as stored (nine
 # builds: 1.31-1.63; plain sgemm, since `pieces` needs the stored order), so the batch order there is
 # the stored one. The same cell under
 # the Haswell kernels (`OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512` set before Python starts, same
@@ -255,13 +256,13 @@ plt.tight_layout()
 # %% [markdown]
 # **Reading it.** Every sequence of every batch equalled its solo run (greedy, both models), and
 # 8 sampled sequences, each with its own generator, drew exactly their solo draws. On `wide`,
-# **8 sequences together gave 3.0× the tokens per second of one at a time** (2.7–3.7× in runs of
+# **8 sequences together gave 2.8× the tokens per second of one at a time** (2.7–3.7× in runs of
 # this notebook on the same machine). A step that cost only its pass would give
-# *B* t(1)/t(*B*) = 4.1× (section 1); the rest goes to work outside the pass: each sequence's token
+# *B* t(1)/t(*B*) = 5.0× (section 1); the rest goes to work outside the pass: each sequence's token
 # drawn from its logits, the step's bookkeeping, and the prompts' prefill. The bundled target gains
-# less, 2.4× at *B* = 8: its passes are short, so the same per-sequence work is a larger share. At
-# *B* = 1 the batched path costs what `generate` does (1.03× here; 0.96–1.11× for both models in
-# four runs): `forward_packed` hands a lone sequence to the model's own pass.
+# less, 2.6× at *B* = 8: its passes are short, so the same per-sequence work is a larger share. At
+# *B* = 1 the batched path costs what `generate` does (0.93× and 1.00× here; 0.93–1.12× for both
+# models in seven runs): `forward_packed` hands a lone sequence to the model's own pass.
 
 # %% [markdown]
 # ## 3 · With and without drafting
@@ -318,16 +319,20 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** The table is one run; these timings move from run to run by as much as drafting's
-# gain, so here are the ranges over five runs. Alone and in pairs (*B* = 1–2) drafting pays on the
+# gain, so here are the ranges over eight runs. Alone and in pairs (*B* = 1–2) drafting pays on the
 # bundled pair: the best fixed *K* gave 1.1–1.8× plain decoding's tokens/s. Then its gain shrinks as
-# the batch fills the cheap rows: 0.95–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
-# (0.8–1.2×; nine runs). On this pair the
-# crossover lies at about 8 sequences. `K="auto"` drafts less as *B* grows (right, one more run of
-# each: long rounds for one and two sequences, shorter ones for four, *K* = 1 or none from eight; a 0
-# early on is a plain round that times the batch's plain pass, which auto needs beside its drafting
-# rounds' passes). It gave 1.0–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
-# (0.75–1.2×), where its rounds are plain or *K* = 1 (a round where no sequence drafts is the plain
-# batched step): the spread there is the machine's, as between two runs of the same rounds.
+# the batch fills the cheap rows: 0.9–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
+# (0.8–1.2×; twelve runs). On this pair the crossover lies at about 8 sequences. `K="auto"` drafts
+# less once the batch is full (right, one more run of each: *K* = 3–4 in most drafting rounds of one
+# to eight sequences, 1–6 in all, at sixteen plain or *K* = 1 in most rounds; a 0 early on is a
+# plain round that times the batch's plain pass, which auto needs beside its drafting rounds'
+# passes, and a round where no sequence drafts is the plain batched step; the last rounds, as
+# sequences finish, are short). Its *K* from eight on moves from run to run (*K* = 2 through most of two other runs at 8
+# and 16). It gave 0.96–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
+# (0.75–1.2×): the spread there is the machine's, as between two runs of the same rounds. (Until
+# 2026-11-27 auto priced every row count past 16 that it had not timed at full cost, as for a GPT-2
+# release, and from eight sequences on played plain or *K* = 1: this pair has no such edge, the
+# goodput rule below.)
 #
 # ### The goodput rule
 #
@@ -405,16 +410,15 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** Left, the bundled pair at its own α, from this run's measured passes: the best
-# drafting round gains 1.71× at *B* = 1 (*K* = 3), 1.36× at *B* = 4 (*K* = 1), 1.36× at *B* = 8
-# (*K* = 3) and 1.20× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed
+# drafting round gains 2.06× at *B* = 1 (*K* = 4), 1.38× at *B* = 4 (*K* = 2), 1.50× at *B* = 8
+# (*K* = 2) and 1.30× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed
 # on a shared machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at
-# α = 0.6 the best *K* falls from 2 to 1 and **to 0 from *B* = 9** (*B* = 11–12 at 1.04× and 1.01×: ties),
-# where even *K* = 1 puts 18 rows in the pass, past the 16-row jump of section 1; at α = 0.72 drafting
-# past the jump pays little and unevenly (*K* = 0–3, 1.00–1.25×). At α = 0.9 the rule drafts past *B* = 9
-# too (*K* = 3–4, 1.30–1.66×): past the jump each row is cheap again, and drafts accepted 90 % of the time
-# pay for them.
+# α = 0.6 the best *K* falls from 3 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in
+# the pass, past the 16-row jump of section 1; at α = 0.72 drafting past the jump pays little and
+# unevenly (*K* = 0–3, 1.00–1.02×). At α = 0.9 the rule drafts past *B* = 9 too (*K* = 3–4, 1.32–1.40×):
+# past the jump each row is cheap again, and drafts accepted 90 % of the time pay for them.
 #
-# For the bundled pair the rule predicts too much: a gain of 1.1–1.4 at every *B* from 4 to 12 at its
+# For the bundled pair the rule predicts too much: a gain of 1.3–1.9 at every *B* from 4 to 12 at its
 # own α, where section 3 measured about 1.0 from *B* = 8. The rule counts only the two models'
 # passes, and a round does more. Timing rounds of *K* = 2 and their target pass alone:
 
@@ -436,12 +440,12 @@ for B in (1, 4, 8, 12):
     print(f"{'B = ' + str(B):>16} {round_ms:9.2f} {draft_ms:11.2f} {target_ms:11.2f} {round_ms - draft_ms - target_ms:9.2f}")
 
 # %% [markdown]
-# At *B* = 8 a round took 12.0 ms: its target pass 5.4, its two draft steps 2.7 (two draft passes
-# cost 1.1 in section 1; each step also turns *B* rows of logits into distributions and draws), and
-# 4.0 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
-# verification and cache rollbacks. That work grows with *B* (0.3 ms at *B* = 1, 1.0 at *B* = 4,
-# 1.7–4.0 at 8–12; single rounds move by a third from run to run here): at *B* = 8 the round spent
-# 5.6 ms beyond its passes, nearly as much as the 6.4 ms of passes the rule counts. Beside a
+# At *B* = 8 a round took 10.5 ms: its target pass 6.3, its two draft steps 2.4 (two draft passes
+# cost 1.0 in section 1; each step also turns *B* rows of logits into distributions and draws), and
+# 1.8 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
+# verification and cache rollbacks. That work grows with *B* (0.3 ms at *B* = 1, 1.2 at *B* = 4,
+# 1.8–4.2 at 8–12; single rounds move by a third from run to run here): at *B* = 8 the round spent
+# 3.2 ms beyond its passes, nearly half the 7.3 ms of passes the rule counts. Beside a
 # pass of tens of milliseconds (a 124M–1.5B target) it would hardly count; beside this pair's 1–5 ms
 # passes it moves the crossover from "not up to 12" to about 8.
 #
@@ -451,10 +455,14 @@ for B in (1, 4, 8, 12):
 # because *E* is convex in α); whether to draft at all it decides at an optimistic α, so that an
 # unlucky start does not lock drafting out. And *T*, *d* are its own run's timed calls (its target
 # calls by rows in all, its draft calls by rows including their sampling), a prior curve until there
-# are some. A third cost it prices is the draft's catch-up: a draft that has not drafted for a
-# sequence must first read its prompt and everything since (a 124M pass over 8 × 17 rows costs about
-# two plain 355M rounds), so that is spread over the tokens the batch still wants, and never paid on
-# the prior alone. Before anything is timed it already drafts less as *B* grows:
+# are some. A row count it has not timed follows the line through those it has, except past the
+# few-row products (16 rows on a GPT-2 release, where OpenBLAS starts packing): there each untimed row
+# costs its share of a 16-row pass, so that a full batch does not pay to find that out. This pair's
+# weights are small (they sit in the core's cache, and a product over many rows is plain `x @ w`), so
+# it has no such edge, and its line carries on. A third cost it prices is the draft's catch-up: a
+# draft that has not drafted for a sequence must first read its prompt and everything since (a 124M
+# pass over 8 × 17 rows costs about two plain 355M rounds), so that is spread over the tokens the
+# batch still wants, and never paid on the prior alone. Before anything is timed it already drafts less as *B* grows:
 
 # %%
 a, b = 1 + 40, 1 + 10  # a Beta belief after 40 accepted and 10 rejected drafts: mean 0.79
@@ -529,10 +537,10 @@ plt.tight_layout()
 # `--max_batch 1` serves one request at a time).
 #
 # **Summary.** A CPU reads a model's weights once per pass whatever the rows, so while the weights
-# come from memory, rows are nearly free: 8 rows of `wide` cost 1.9 one-row passes, 16 rows 2.6, until
-# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 3.0× at 8
+# come from memory, rows are nearly free: 8 rows of `wide` cost 1.6 one-row passes, 16 rows 2.8, until
+# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 2.8× at 8
 # sequences here, each sequence exactly its solo run. On the tiny bundled target, whose weights sit
-# in the cache, rows as separate sequences are not free (16 cost 3.8 one-row passes), mostly through
+# in the cache, rows as separate sequences are not free (16 cost 3.9 one-row passes), mostly through
 # each sequence's own attention beside a short pass. Speculative decoding spends the same cheap
 # rows on drafts, so inside a batch the two compete: on the bundled pair drafting's 1.1–1.8× alone
 # fell to nothing at about 8 sequences. The goodput rule, B·E(α, K) / (K d(B) + T(B(K + 1))) from

@@ -28,9 +28,16 @@ catch-up where it does not.
 T and D are measured in this run (every packed call's seconds by its rows: policies.v_curve draws a
 line through the target's; the draft's are joined size to size and carried past them by T's shape;
 before the draft is timed, D(M) = c_prior T(M)), so the same rule needs no profiling tables: as B
-grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Rows past FEW_ROWS
-and past every timed size are priced at full cost (each its share of a FEW_ROWS call), so a full
-batch does not pay to learn them.
+grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Where the target's
+products take matmul's few-row methods (large weights, streamed from memory: every GPT-2 release),
+rows past FEW_ROWS and past every timed size are priced at full cost (each its share of a FEW_ROWS
+call: past the few-row methods plain sgemm packs), so a full batch does not pay to learn them.
+A target whose weights are all small (in the core's cache, plain x @ w past a few rows: the
+bundled models, whose passes are mostly per-call work) has no such edge (few_rows=None): its
+untimed sizes follow the line through the timed ones, as below FEW_ROWS, and past the curve too (a
+catch-up's rows). Priced at full cost, a batch of 8 such sequences never drafted at all (teach/
+batch_simulation.py's flat curve, the bundled pair's shape, alpha 0.8: auto 0.768 of the best fixed
+K, K = 2; priced by the line 0.915).
 
 As AutoK (policies.py): alpha is a Beta belief from every examined position of every sequence;
 drafting at all is decided at an optimistic alpha (mean + sqrt(ln(t + 1)) standard deviations in
@@ -82,8 +89,12 @@ def goodputs(tokens, B, d, T, catch_up=0.0, horizon=None, behind=0.0):  # tokens
                                      for K in range(1, len(tokens))]
 
 
-def at_full_price(seconds, M, top):  # seconds(M) past FEW_ROWS and `top` (the largest timed): never under its share
-    return max(seconds(M), seconds(FEW_ROWS) * M / FEW_ROWS) if M > max(FEW_ROWS, top) else seconds(M)
+def at_full_price(seconds, M, top, few_rows=FEW_ROWS):  # seconds(M), past few_rows and `top` (the largest timed)
+    """seconds(M), but never under M rows' share of a few_rows-row call where M is past few_rows and past
+    `top`; few_rows None: seconds(M) (a target without few-row methods: BatchAutoK's docstring)."""
+    if few_rows is None or M <= max(few_rows, top):
+        return seconds(M)
+    return max(seconds(M), seconds(few_rows) * M / few_rows)
 
 
 def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> seconds -> (rows -> seconds)
@@ -129,8 +140,10 @@ def explore_price(gain, trial, waited):
 class BatchAutoK:
     """K = argmax goodput(K) for the round's B running sequences (module docstring)."""
 
-    def __init__(self, K_max=8, c_prior=0.5):
-        self.K_max, self.c_prior, self.name = K_max, c_prior, "batch auto"
+    def __init__(self, K_max=8, c_prior=0.5, few_rows=FEW_ROWS):
+        """few_rows: the rows up to which the target's products take few-row methods (FEW_ROWS), or
+        None for a target whose products have none (batched_speculative.batch_auto_K)."""
+        self.K_max, self.c_prior, self.few_rows, self.name = K_max, c_prior, few_rows, "batch auto"
         self.reset()
 
     def reset(self):
@@ -138,12 +151,18 @@ class BatchAutoK:
         self.n_calls, self.last_timed = 0, {}  # target rounds timed; rows -> n_calls when that size was last timed
 
     def costs(self, B):  # -> (D: rows -> draft call seconds, T: rows -> target round seconds), t1 units if untimed
-        v = v_curve(self.target_durations, max(FEW_ROWS, B * (self.K_max + 1)))
+        last = max(FEW_ROWS, B * (self.K_max + 1))
+        v = v_curve(self.target_durations, last)
         t1 = t1_estimate(self.target_durations, v) or 1.0
         top = max(self.target_durations, default=0)
 
-        def T(M):  # past the curve: past FEW_ROWS too, at full price
-            return at_full_price(lambda m: t1 * (v[m] if m in v else v[FEW_ROWS] * m / FEW_ROWS), M, top)
+        def v_past(m):  # past the curve (a catch-up's rows): its line carried on, or each row a FEW_ROWS call's share
+            if self.few_rows is None:
+                return v[last] + (v[last] - v[last - 1]) * (m - last)
+            return v[FEW_ROWS] * m / FEW_ROWS
+
+        def T(M):  # past the curve: past few_rows too, at full price
+            return at_full_price(lambda m: t1 * (v[m] if m in v else v_past(m)), M, top, self.few_rows)
         timed = self.draft_durations if self.target_durations else {}  # seconds only beside seconds (not t1 units)
         return draft_seconds(timed, T, self.c_prior), T
 

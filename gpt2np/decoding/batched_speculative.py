@@ -42,9 +42,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..model.batch import forward_packed, forward_separately
+from ..model.fast.layout import all_small
 from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
-from .batch_policy import BatchAutoK
+from .batch_policy import FEW_ROWS, BatchAutoK
 from .batched import check_batch, per_sequence, request_cache
 from .drafters import check_same_vocabulary, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
@@ -250,6 +251,14 @@ def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_ea
     return [s.context[len(s.prompt):] for s in seqs]
 
 
+def batch_auto_K(target, draft, K_max):  # -> BatchAutoK for this pair
+    """BatchAutoK with the draft's share of a target call as its prior c, and the rows where the target's
+    products leave their few-row methods (FEW_ROWS), or none for a target whose weights are all small
+    (model/fast/layout.all_small: the bundled models; batch_policy's docstring)."""
+    small = isinstance(target, GPT2) and all_small(target.params)
+    return BatchAutoK(K_max, parameter_ratio(draft, target), few_rows=None if small else FEW_ROWS)
+
+
 def speculative_batch_stream(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
                              top_p=None, rng=None, *, stop_tokens=None, K_max=8, verify=verify_each,
                              roll_back=roll_back_each):
@@ -259,7 +268,7 @@ def speculative_batch_stream(target, draft, prompts, n_tokens, K=DEFAULT_K, temp
     pass a broken one (teach/broken_batch_kernels.py) and watch the exact tests fail."""
     seqs = open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens)
     auto = isinstance(K, str) and K == "auto"
-    policy = BatchAutoK(int(K_max), parameter_ratio(draft, target)) if auto else None
+    policy = batch_auto_K(target, draft, int(K_max)) if auto else None
     return batch_rounds(target, draft, seqs, verify, roll_back, policy)
 
 

@@ -39,11 +39,10 @@ draws.
 import numpy as np
 
 from .autoregressive import check_generation_request, check_model
-from .batch_policy import BatchAutoK
 from .batched import check_sequence, request_cache
-from .batched_speculative import Sequence, batch_round, check_draft_model, roll_back_each, verify_each
+from .batched_speculative import (Sequence, batch_auto_K, batch_round, check_draft_model, roll_back_each,
+                                  verify_each)
 from .continuous import Handles
-from .drafters import parameter_ratio
 from .speculative import DEFAULT_K
 
 USAGE = "ContinuousSpeculativeBatch(target, draft).add(prompt_ids, n_tokens, K, ...)"
@@ -105,7 +104,7 @@ class ContinuousSpeculativeBatch(Handles):
         self.verify, self.roll_back = verify, roll_back
         self._running, self._finished, self._next = {}, {}, 0
         self._auto, self._newcomers = {}, set()  # handle -> its K_max, for the K="auto" sequences
-        self.policy = AutoKForSome(BatchAutoK(self.K_max, parameter_ratio(draft, target)), self._running,
+        self.policy = AutoKForSome(batch_auto_K(target, draft, self.K_max), self._running,
                                    self._auto, self._newcomers)
 
     def add(self, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None, top_p=None, rng=None, *,

@@ -143,6 +143,33 @@ def test_the_catch_up_is_priced_from_the_drafts_own_calls():
     assert (caught_up >= 1, owing, amortised >= 1) == (True, 0, True), (caught_up, owing, amortised)
 
 
+def test_past_the_few_row_methods_untimed_rows_cost_their_full_share_unless_the_target_has_none():
+    """Rounds of 8 and 16 rows timed (1.0 and 1.1 s): a 40-row round, never timed, costs 40 / 16 of the
+    16-row one where the target's products leave their few-row methods at 16 rows (few_rows=FEW_ROWS),
+    and what the line through 8 and 16 says where they have none (few_rows=None: small weights), up
+    to a catch-up's 144 rows past the curve's end."""
+    def costs(few_rows):
+        policy = BatchAutoK(K_max=4, c_prior=0.1, few_rows=few_rows)
+        policy.update([], 8, 9.9, [], first_round=True)  # the prompts' round: not timed
+        policy.update([], 8, 1.0, [], first_round=False)
+        policy.update([1.0] * 8, 16, 1.1, [(8, 0.1)], first_round=False)
+        return policy.costs(8)[1]
+    full, line = costs(batch_policy.FEW_ROWS), costs(None)
+    assert [full(M) for M in (8, 16)] == [line(M) for M in (8, 16)] == [1.0, 1.1]
+    assert full(40) == pytest.approx(1.1 * 40 / 16) and full(144) == pytest.approx(1.1 * 144 / 16)
+    assert line(40) == pytest.approx(1.0 + 0.1 / 8 * 32) and line(144) == pytest.approx(1.0 + 0.1 / 8 * 136)
+    assert line(12) == full(12) == pytest.approx(1.05)  # below the edge the line either way
+
+
+def test_the_bundled_pair_s_batch_policy_knows_its_target_has_no_few_row_edge():
+    from gpt2np.checkpoints.loading import load_model
+    bundled = batched_speculative.batch_auto_K(load_model("shakespeare-2.6M"), load_model("shakespeare-260K"), 4)
+    config = GPT2Config(n_vocab=8300, n_ctx=32, n_embd=64, n_head=4, n_layer=1)  # wte.T over 2 MiB: large
+    large = GPT2(config, random_params(config, seed=1))
+    assert (bundled.few_rows, batched_speculative.batch_auto_K(large, large, 4).few_rows) == (None, 16)
+    assert bundled.c_prior == pytest.approx(0.1, abs=0.05) and bundled.K_max == 4, bundled.c_prior
+
+
 # ---- the loop: what it tells the policy, and a round of K = 0 for all ------------------------------------
 
 class Scripted:

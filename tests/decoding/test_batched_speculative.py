@@ -297,7 +297,12 @@ def test_the_models_are_checked_first(args, message):
 
 # ---- K="auto": one K for the batch from its measured costs (batch_policy.BatchAutoK) -----------------
 
-def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
+@pytest.mark.parametrize("few_rows", [16, None], ids=["large target", "small target"])
+def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch, few_rows):
+    """few_rows None: untimed row counts priced by their line (a target of small weights, batch_auto_K)."""
+    from gpt2np.decoding.batch_policy import BatchAutoK
+    monkeypatch.setattr(batched_speculative, "batch_auto_K",
+                        lambda target, draft, K_max: BatchAutoK(K_max, 0.5, few_rows=few_rows))
     target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
     expected = product_of_target_laws(target, prompts, n_tokens, options)
     per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]

@@ -84,3 +84,12 @@ def test_small_weights_stay_row_major_and_a_bad_order_is_refused():
         assert all(w.flags.c_contiguous for w in weights(small))
     with pytest.raises(ValueError, match="order must be one of column-major, row-major, got 'fortran'"):
         layout.set_weights_order(small, "fortran")
+
+
+def test_all_small_is_every_product_small_the_tied_head_included():
+    """BatchAutoK prices rows past the few-row methods at full cost unless all_small says there are none."""
+    assert layout.all_small(random_params(CONFIG, seed=5))             # the largest: wte.T, 64 x 300 floats
+    wide_vocab = GPT2Config(n_vocab=8300, n_ctx=32, n_embd=64, n_head=4, n_layer=1)  # wte.T: 64 x 8300 > 2^19
+    assert mm.stored_column_major((64, 8300)) and not layout.all_small(random_params(wide_vocab, seed=5))
+    wide = GPT2Config(n_vocab=300, n_ctx=32, n_embd=512, n_head=4, n_layer=1)  # c_fc: 512 x 2048 = 2^20 floats
+    assert not layout.all_small(random_params(wide, seed=5))

@@ -1,6 +1,7 @@
 """teach/batch_simulation.py: the batch K policy against scripted costs, with noisy readings."""
 import numpy as np
 
+from gpt2np.decoding.batch_policy import FEW_ROWS, BatchAutoK
 from gpt2np.teach import batch_simulation
 from gpt2np.teach.batch_simulation import FixedBatchK, compare, plain_seconds, row_costs, simulate
 
@@ -48,9 +49,27 @@ def test_a_policy_that_always_drafts_four_loses_where_plain_is_best():
     assert np.median(r["ratios"]) < 0.7, r
 
 
+FLAT = row_costs(*batch_simulation.FLAT[:2], tail=batch_simulation.FLAT[2])
+
+
+def test_a_target_of_small_weights_is_priced_by_its_line_and_drafts_where_the_full_price_never_does():
+    """The bundled pair's shape (FLAT), 8 sequences, alpha 0.8: the best fixed K is 2. Told that the
+    target has no few-row edge (few_rows=None), auto drafts and comes within 10 % of it; priced at full
+    cost past 16 rows (the large models' rule: the control), auto never drafts and gives a fifth away."""
+    def auto(few_rows):
+        return lambda c: BatchAutoK(K_max=4, c_prior=c, few_rows=few_rows)
+    line, full = (compare(8, 0.8, 0.14, FLAT, seeds=range(6), policy=auto(r)) for r in (None, FEW_ROWS))
+    print(f"best K={line['best']}; auto by the line {np.median(line['ratios']):.3f}, "
+          f"at full price {np.median(full['ratios']):.3f} of it")
+    assert line["best"] == 2 and np.median(line["ratios"]) >= 0.88, line
+    assert np.median(full["ratios"]) < 0.8, full
+    Ks = simulate(BatchAutoK(K_max=4, c_prior=0.14), 8, 16, 32, 0.8, FLAT, 0.14, noise=0.12)[1]
+    assert set(Ks) == {0}, Ks
+
+
 def test_the_table_prints_every_cell(capsys):
     batch_simulation.main(["--seeds", "2"])
     lines = capsys.readouterr().out.splitlines()
-    cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell"))]
-    assert len(cells) == 2 * 2 * 4 * 2, lines
+    cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell", "flat"))]
+    assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2, lines
     assert all(0 < float(line.split()[-1]) <= float(line.split()[-2]) < 2 for line in cells), cells

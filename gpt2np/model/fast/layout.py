@@ -29,6 +29,15 @@ def conv1d_weights(params):  # -> [(node, key)] for every block's Conv1D weight 
             for part, name in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))]
 
 
+def all_small(params):  # -> bool
+    """Whether every weight product of the model, the tied head's wte.T included, is over a small weight
+    (matmul's "small": under 2 MiB, kept row-major, in the core's cache, plain x @ w past a few rows: no
+    edge where few-row methods end and each row starts to cost its full share; the bundled models). Every
+    GPT-2 release has large ones (batch_policy.BatchAutoK's few_rows)."""
+    weights = [node[key] for node, key in conv1d_weights(params)] + [params["wte"].T]
+    return not any(stored_column_major(w.shape) for w in weights)
+
+
 def weights_order(model):  # -> "column-major" | "row-major"
     """The order of model's Conv1D weights (the large ones': a model with none, as the bundled ones, is
     row-major throughout)."""

@@ -99,7 +99,7 @@ def test_every_method_equals_numpy(method, m, k, n, order):
     assert err <= 2e-6, f"{method} on {order} w under {mm.KERNEL}: max |product - x @ w| = {err:.2e} of max |x @ w|"
 
 
-@pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 16])
+@pytest.mark.parametrize("m", [1, 2, 5, 7, 8, 9, 15, 16])  # 7, 15: padded small weights under Haswell
 def test_matmul_equals_numpy_with_the_method_this_kernel_gets(m):
     rng = np.random.default_rng(m)
     for k, n in ((1024, 4096), (4096, 1024), (160, 640)):  # GPT-2's column-major weights, a bundled row-major one
@@ -120,7 +120,8 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert [mm.method_for(m, large, "Haswell") for m in (1, 2, 7, 8, 9, 12, 13, 15, 16)] == \
         ["plain", "rows", "rows", "plain", "rows", "rows", "padded", "padded", "plain"]
     assert mm.method_for(5, large, "Zen") == "rows"                 # Zen runs Haswell's kernel files
-    assert [mm.method_for(m, small, "Haswell") for m in (1, 7, 8)] == ["plain", "rows", "plain"]
+    assert [mm.method_for(m, small, "Haswell") for m in (1, 6, 7, 8, 14, 15, 16)] == \
+        ["plain", "rows", "padded", "plain", "plain", "padded", "plain"]
     assert mm.method_for(5, small, "SkylakeX") == "plain"
     row_major = np.ascontiguousarray(large)                          # made row-major for batches (layout.py)
     assert [mm.method_for(m, row_major, "Haswell") for m in (1, 2, 7, 8, 9, 10, 15, 16)] == \

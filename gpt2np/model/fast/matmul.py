@@ -23,7 +23,10 @@ run of our own:
   padded   (Haswell, 13-15 rows.) Plain sgemm's cost steps with its micro-kernel's tiles: 16 rows
            cost less than 13-15 (a partial tile runs a slower edge kernel), so x gets zero rows up
            to a multiple of 8 and the added rows' outputs are dropped (an Intel Xeon, passes over
-           13-15 rows: 3.8-3.9 one-row passes against 4.4-4.9 plain at 355M).
+           13-15 rows: 3.8-3.9 one-row passes against 4.4-4.9 plain at 355M). The bundled models'
+           small weights step the same way at 7 and 15 rows (their products over 7 rows 0.72-0.83 of
+           `rows`', over 15 0.82-0.88 of plain, one and two threads; a whole 7- or 15-row pass of the
+           2.6M target 0.915x).
   plain    x @ w: one row (gemv already streams), many rows (packing pays for itself), and every
            kernel nobody has measured (ARM, Apple's Accelerate, MKL, other x86 kernels).
 
@@ -76,7 +79,7 @@ KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for 
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "row-major": (), "small": ()}
 _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")),
             "row-major": ((1, "plain"), (7, "rows"), (9, "plain"), (15, "padded")),
-            "small": ((1, "plain"), (7, "rows"))}
+            "small": ((1, "plain"), (6, "rows"), (7, "padded"), (14, "plain"), (15, "padded"))}
 METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
 
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
@@ -88,8 +91,8 @@ BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major"}
 def blas_kernel():
     """One line naming NumPy's BLAS kernel and the few-row methods METHODS gives it (plain x @ w
     elsewhere), for headers and benchmark tables: "OpenBLAS 0.3.31 Haswell, 2 threads, few-row
-    products: rows (M 2-7), rows (M 9-12), padded (M 13-15); small row-major weights: rows (M 2-7); row-major
-    weights (batches): rows (M 2-7), padded (M 10-15)"."""
+    products: rows (M 2-7), rows (M 9-12), padded (M 13-15); small row-major weights: rows (M 2-6),
+    padded (M 7), padded (M 15); row-major weights (batches): rows (M 2-7), padded (M 10-15)"."""
     if BLAS is None:
         return "not OpenBLAS (or no threadpoolctl): few-row products are plain x @ w"
     threads = BLAS.get_num_threads()

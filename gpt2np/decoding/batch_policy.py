@@ -157,8 +157,8 @@ class BatchAutoK:
         top = max(self.target_durations, default=0)
 
         def v_past(m):  # past the curve (a catch-up's rows): its line carried on, or each row a FEW_ROWS call's share
-            if self.few_rows is None:
-                return v[last] + (v[last] - v[last - 1]) * (m - last)
+            if self.few_rows is None:  # never falling (as v_curve's line): `last` may be a timed size, read low
+                return v[last] + max(0.0, v[last] - v[last - 1]) * (m - last)
             return v[FEW_ROWS] * m / FEW_ROWS
 
         def T(M):  # past the curve: past few_rows too, at full price

@@ -161,6 +161,17 @@ def test_past_the_few_row_methods_untimed_rows_cost_their_full_share_unless_the_
     assert line(12) == full(12) == pytest.approx(1.05)  # below the edge the line either way
 
 
+def test_past_the_curve_a_small_target_s_rows_never_get_cheaper():
+    """The curve's last size (B (K_max + 1) = 40) timed below the line through the others: a catch-up's
+    144 rows still cost at least the 40 rows' reading, not a line falling from it."""
+    policy = BatchAutoK(K_max=4, c_prior=0.1, few_rows=None)
+    policy.update([], 8, 9.9, [], first_round=True)
+    for rows, seconds in ((8, 1.0), (16, 1.1), (40, 1.05)):
+        policy.update([1.0] * 8, rows, seconds, [(8, 0.1)], first_round=False)
+    T = policy.costs(8)[1]
+    assert T(40) == pytest.approx(1.05) and T(144) >= T(40) and T(1000) >= T(40), (T(39), T(40), T(144))
+
+
 def test_the_bundled_pair_s_batch_policy_knows_its_target_has_no_few_row_edge():
     from gpt2np.checkpoints.loading import load_model
     bundled = batched_speculative.batch_auto_K(load_model("shakespeare-2.6M"), load_model("shakespeare-260K"), 4)

@@ -40,9 +40,9 @@ CURVES = {  # (v(2), v(16)) of a target round's seconds over M rows against one 
     "Haswell": (1.5, 3.3),    # under Haswell: v(2) 1.48-1.52, v(16) 3.3-3.9 (13-16 rows padded)
 }
 PAIRS = {"124M -> 355M": 0.35, "124M -> 1558M": 0.09}  # the draft's cost c, its share of a target call
-FLAT = (1.1, 1.5, 0.03)  # (v(2), v(16), tail): a target whose weights are all small, as the bundled 2.6M: rows nearly
-                         # free past 16 too (measured, rounds of 8 sequences: T(16), T(24), T(40) = 1.09, 1.23, 1.46
-                         # T(8); this curve's 1.18, 1.37, 1.75, a little steeper). BatchAutoK's few_rows=None
+FLAT = {"v2": 1.1, "v16": 1.5, "tail": 0.03}  # row_costs' for a target whose weights are all small, as the bundled
+                     # 2.6M: rows nearly free past 16 too (measured, rounds of 8 sequences: T(16), T(24), T(40) =
+                     # 1.09, 1.23, 1.46 T(8); this curve's 1.18, 1.37, 1.75, a little steeper). few_rows=None
 SMALL_PAIRS = {"260K -> 2.6M": 0.14}  # the bundled pair (c 0.14-0.16 in main.py's statistics)
 
 
@@ -138,7 +138,7 @@ def main(argv=None):
           f" {args.seeds} seeds, timing noise {args.noise}, 32 tokens after 16")
     print(f"{'curve':<9} {'pair':<14} {'B':>2} {'alpha':>5} {'best':>5} {'median':>6} {'p10':>6}")
     scenarios = [(kernel, row_costs(v2, v16), PAIRS, FEW_ROWS) for kernel, (v2, v16) in CURVES.items()]
-    scenarios.append(("flat", row_costs(FLAT[0], FLAT[1], tail=FLAT[2]), SMALL_PAIRS, None))
+    scenarios.append(("flat", row_costs(**FLAT), SMALL_PAIRS, None))
     for curve, target_seconds, pairs, few_rows in scenarios:
         for pair, c in pairs.items():
             for B in (1, 2, 4, 8):

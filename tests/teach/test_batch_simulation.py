@@ -49,7 +49,7 @@ def test_a_policy_that_always_drafts_four_loses_where_plain_is_best():
     assert np.median(r["ratios"]) < 0.7, r
 
 
-FLAT = row_costs(*batch_simulation.FLAT[:2], tail=batch_simulation.FLAT[2])
+FLAT = row_costs(**batch_simulation.FLAT)
 
 
 def test_a_target_of_small_weights_is_priced_by_its_line_and_drafts_where_the_full_price_never_does():

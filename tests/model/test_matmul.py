@@ -120,6 +120,10 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert [mm.method_for(m, large, "Haswell") for m in (1, 2, 7, 8, 9, 12, 13, 15, 16)] == \
         ["plain", "rows", "rows", "plain", "rows", "rows", "padded", "padded", "plain"]
     assert mm.method_for(5, large, "Zen") == "rows"                 # Zen runs Haswell's kernel files
+    for kernel in ("Cooperlake", "SapphireRapids"):                 # they run SkylakeX's sgemm kernel files
+        assert [mm.method_for(m, w, kernel) for w in (large, small, np.ascontiguousarray(large)) for m in (1, 2, 16, 17)] \
+            == ["plain", "pieces", "pieces", "plain"] + ["plain"] * 8, kernel
+        assert mm.batch_layout(kernel) == "column-major"              # pieces needs each output's weights contiguous
     assert [mm.method_for(m, small, "Haswell") for m in (1, 6, 7, 8, 14, 15, 16)] == \
         ["plain", "rows", "padded", "plain", "plain", "padded", "plain"]
     assert mm.method_for(5, small, "SkylakeX") == "plain"

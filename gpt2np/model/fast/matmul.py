@@ -8,10 +8,12 @@ costs nearly one. How to get there depends on the kernel OpenBLAS chose for this
 reports its name), so the method comes from a table of measurements, `METHODS`, never from a timing
 run of our own:
 
-  pieces   (SkylakeX: CPUs with AVX-512.) OpenBLAS sends some products to a "small matrix" kernel
-           that reads the operands where they are, without packing: measured (OpenBLAS 0.3.31) for
-           m * n * k <= 10^6 and m * n <= 1200, n counting w's columns. With w column-major that
-           kernel streams w at ~12 GB/s per core, so w's columns are cut into such products.
+  pieces   (SkylakeX: CPUs with AVX-512; also Cooperlake and SapphireRapids, OpenBLAS's names for some
+           of them in builds with every target, which run SkylakeX's kernel files.) OpenBLAS sends some
+           products to a "small matrix" kernel that reads the operands where they are, without
+           packing: measured (OpenBLAS 0.3.31) for m * n * k <= 10^6 and m * n <= 1200, n counting w's
+           columns. With w column-major that kernel streams w at ~12 GB/s per core, so w's columns are
+           cut into such products.
   rows     (Haswell: every x86 CPU without AVX-512; Zen uses Haswell's kernels.) There is no such
            kernel: every sgemm packs. Matrix-vector products never pack, so w is cut into blocks
            of ~512 KB of output weights and each block is multiplied by the M rows one at a time
@@ -75,12 +77,19 @@ KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for 
 # (GPT-2's, and the tied output head wte.T); "row-major": such weights made row-major for batches
 # (layout.py); "small": the bundled models' weights, row-major. Measured on an AVX-512 AMD EPYC with
 # OpenBLAS 0.3.31, each kernel in its own process (PERFORMANCE.md, "Every CPU"), Haswell's padded rows and
-# row-major rows on an Intel Xeon (Sapphire Rapids); Zen runs Haswell's kernel files.
+# row-major rows on an Intel Xeon (Sapphire Rapids); Zen runs Haswell's kernel files. Cooperlake and
+# SapphireRapids, the names an OpenBLAS built with every target (Debian's, conda-forge's; NumPy's wheels have
+# neither and say SkylakeX) gives some CPUs with AVX-512, run SkylakeX's sgemm kernel files, its small-matrix
+# kernel included (OpenBLAS's KERNEL.COOPERLAKE includes KERNEL.SKYLAKEX and adds bfloat16 kernels only;
+# KERNEL.SAPPHIRERAPIDS includes KERNEL.COOPERLAKE). Measured on the Xeon under Debian 12's OpenBLAS 0.3.21,
+# Cooperlake forced, [M, 1024] x [1024, 4096] products from memory: pieces 1.23 / 1.63 / 1.70 one-row products
+# at M = 2 / 5 / 8 against plain's 3.01 / 4.04 / 4.11 (PERFORMANCE.md, "Every CPU": "Other OpenBLAS builds").
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "row-major": (), "small": ()}
 _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")),
             "row-major": ((1, "plain"), (7, "rows"), (9, "plain"), (15, "padded")),
             "small": ((1, "plain"), (6, "rows"), (7, "padded"), (14, "plain"), (15, "padded"))}
-METHODS = {"SkylakeX": _SKYLAKEX, "Haswell": _HASWELL, "Zen": _HASWELL}
+METHODS = {"SkylakeX": _SKYLAKEX, "Cooperlake": _SKYLAKEX, "SapphireRapids": _SKYLAKEX, "Haswell": _HASWELL,
+           "Zen": _HASWELL}
 
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
 # Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major; over four runs one row

@@ -132,7 +132,10 @@ plt.title(f"OpenBLAS {here['kernel']} (this process), 1 thread: {shape_text}", f
 #
 # OpenBLAS ships code for many CPUs and picks one kernel when NumPy loads it. CPUs with AVX-512
 # get **SkylakeX**, whose small-matrix path skips packing for small products. Every other x86 CPU,
-# AMD's Zen included, gets **Haswell**, whose sgemm always packs. Setting `OPENBLAS_CORETYPE=Haswell`
+# AMD's Zen included, gets **Haswell**, whose sgemm always packs (older x86 CPUs without AVX2 get
+# **Sandybridge** or **Nehalem**, which pack too and take Haswell's way round it; an OpenBLAS built
+# with every target may call an AVX-512 CPU **Cooperlake** or **SapphireRapids**, SkylakeX's kernels
+# under another name: PERFORMANCE.md, "Every CPU"). Setting `OPENBLAS_CORETYPE=Haswell`
 # (with `OPENBLAS_L2_SIZE=512`) forces the Haswell kernel on a newer CPU. OpenBLAS reads these
 # variables only once, when NumPy loads it, so each kernel is measured in its own child process:
 #

@@ -7,6 +7,7 @@ to free the GIL, BLAS threads not restored, a kernel given a method nobody measu
 """
 import functools
 import os
+import platform
 import subprocess
 import sys
 
@@ -134,7 +135,14 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert all(mm.method_for(m, row_major[:, 100:], "Haswell") == "plain" for m in range(1, 17))  # strided: plain
     assert (mm.batch_layout("Haswell"), mm.batch_layout("Zen"), mm.batch_layout("SkylakeX")) == \
         ("row-major", "row-major", "column-major")
-    for kernel in ("Sandybridge", "neoversen1", "armv8", "Prescott"):  # nobody measured these: plain
+    assert [mm.method_for(m, large, "Sandybridge") for m in (1, 2, 13, 14)] == ["plain", "rows", "rows", "plain"]
+    assert [mm.method_for(m, large, "Nehalem") for m in (1, 2, 15, 16)] == ["plain", "rows", "rows", "plain"]
+    assert [mm.method_for(m, small, "Sandybridge") for m in (1, 5, 6)] == ["plain", "rows", "plain"]
+    assert [mm.method_for(m, small, "Nehalem") for m in (1, 2, 16)] == ["plain", "rows", "rows"]
+    assert [mm.method_for(m, row_major, kernel) for kernel in ("Sandybridge", "Nehalem") for m in (6, 7, 12, 13)] == \
+        ["rows", "plain", "plain", "plain", "rows", "rows", "rows", "plain"]
+    assert mm.batch_layout("Sandybridge") == mm.batch_layout("Nehalem") == "column-major"  # rows: as stored
+    for kernel in ("Katmai", "neoversen1", "armv8", "Prescott"):  # nobody measured these: plain
         assert all(mm.method_for(m, w, kernel) == "plain" for m in range(1, 17) for w in (large, small, row_major))
         assert mm.batch_layout(kernel) == "column-major"
     assert mm.KERNEL in mm.blas_kernel()
@@ -145,7 +153,7 @@ def test_one_row_and_unmeasured_cases_are_plain_products():
     x, w = rng.standard_normal((9, 1024), dtype=np.float32), rng.standard_normal((1024, 2048), dtype=np.float32)
     wf = np.asfortranarray(w)
     np.testing.assert_array_equal(mm.matmul(x[:1], wf), x[:1] @ wf)  # one row: gemv already streams
-    for m, weights in ((9, w), (17, wf)):  # beyond every kernel's table: plain, the same numbers exactly
+    for m, weights in ((16, w), (17, wf)):  # beyond every kernel's table: plain, the same numbers exactly
         assert mm.method_for(m, weights) == "plain"
         np.testing.assert_array_equal(mm.matmul(x[:1].repeat(m, 0), weights), x[:1].repeat(m, 0) @ weights)
 
@@ -263,3 +271,20 @@ def test_the_products_agree_under_another_blas_kernel():
     tail = "\n".join(run.stdout.splitlines()[-15:])
     assert run.returncode == 0, f"tests/model/test_matmul.py under {name} (this process: {mm.KERNEL}) failed:\n{tail}"
     print(f"{name}: {tail.splitlines()[-1]}")
+
+
+@pytest.mark.parametrize("kernel", ["Sandybridge", "Nehalem"])  # x86 CPUs without AVX2: any x86 CPU runs them
+@pytest.mark.skipif(os.environ.get("GPT2NP_OTHER_KERNEL") == "1", reason="already another kernel's run")
+def test_the_methods_older_x86_kernels_get_equal_numpy_there(kernel):
+    """The products by each row count's method, against float64 x @ w, in a process that forces one of the older
+    x86 kernels METHODS measured (NumPy's own OpenBLAS has both; a CPU of another architecture runs neither)."""
+    if mm.BLAS is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"needs OpenBLAS on x86-64 (this: {mm.KERNEL}, {platform.machine()})")
+    from gpt2np.teach.blas_curves import child_kernel, kernel_env
+    env = {**kernel_env(), "OPENBLAS_CORETYPE": kernel, "GPT2NP_OTHER_KERNEL": "1"}
+    if child_kernel(env) != kernel:
+        pytest.skip(f"this NumPy's OpenBLAS cannot be made to run {kernel}")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "this_kernel_gets"],
+                         env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    tail = "\n".join(run.stdout.splitlines()[-15:])
+    assert run.returncode == 0 and " passed" in tail, f"under {kernel}:\n{tail}"

@@ -14,8 +14,9 @@ run of our own:
            packing: measured (OpenBLAS 0.3.31) for m * n * k <= 10^6 and m * n <= 1200, n counting w's
            columns. With w column-major that kernel streams w at ~12 GB/s per core, so w's columns are
            cut into such products.
-  rows     (Haswell: every x86 CPU without AVX-512; Zen uses Haswell's kernels.) There is no such
-           kernel: every sgemm packs. Matrix-vector products never pack, so w is cut into blocks
+  rows     (Haswell: every x86 CPU without AVX-512; Zen uses Haswell's kernels. Also Sandybridge and
+           Nehalem, NumPy's OpenBLAS's kernels for x86 CPUs without AVX2: older Core i, today's Celeron,
+           Pentium Silver and Atom.) There is no such kernel: every sgemm packs. Matrix-vector products never pack, so w is cut into blocks
            of ~512 KB of output weights and each block is multiplied by the M rows one at a time
            (M gemv calls): the first reads the block from memory, the other M - 1 from the core's
            cache, which reads several times faster. Not free: an extra row costs ~0.15-0.25 of
@@ -84,12 +85,23 @@ KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for 
 # KERNEL.SAPPHIRERAPIDS includes KERNEL.COOPERLAKE). Measured on the Xeon under Debian 12's OpenBLAS 0.3.21,
 # Cooperlake forced, [M, 1024] x [1024, 4096] products from memory: pieces 1.23 / 1.63 / 1.70 one-row products
 # at M = 2 / 5 / 8 against plain's 3.01 / 4.04 / 4.11 (PERFORMANCE.md, "Every CPU": "Other OpenBLAS builds").
+# Sandybridge and Nehalem (x86 without AVX2), forced on the Xeon (OpenBLAS 0.3.31): `rows` against plain over
+# 355M's two MLP shapes from memory, M = 2 / 5 / 8, 1.7 / 2.8 / 4.1 against 4.0-4.4 / 4.5-4.7 / 5.7-5.8 one-row
+# products (Sandybridge), 1.8 / 2.7-2.9 / 3.8-4.5 against 3.4-3.6 / 4.4-4.5 / 5.8-5.9 (Nehalem); plain ahead or
+# level from 14 and 16 rows. Small weights (the bundled models', one thread): `rows` ahead at 2-5 rows under
+# Sandybridge (level at 6-7, behind from 8), at every count to 16 under Nehalem. Row-major weights: `rows` ahead
+# to 6 rows (Sandybridge) and 12 (Nehalem). Batches keep the stored order (plain sgemm on row-major weights at
+# 8 rows is no cheaper than `rows` there).
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "row-major": (), "small": ()}
 _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")),
             "row-major": ((1, "plain"), (7, "rows"), (9, "plain"), (15, "padded")),
             "small": ((1, "plain"), (6, "rows"), (7, "padded"), (14, "plain"), (15, "padded"))}
+_SANDYBRIDGE = {"large": ((1, "plain"), (13, "rows")), "row-major": ((1, "plain"), (6, "rows")),
+                "small": ((1, "plain"), (5, "rows"))}
+_NEHALEM = {"large": ((1, "plain"), (15, "rows")), "row-major": ((1, "plain"), (12, "rows")),
+            "small": ((1, "plain"), (MAX_ROWS, "rows"))}
 METHODS = {"SkylakeX": _SKYLAKEX, "Cooperlake": _SKYLAKEX, "SapphireRapids": _SKYLAKEX, "Haswell": _HASWELL,
-           "Zen": _HASWELL}
+           "Zen": _HASWELL, "Sandybridge": _SANDYBRIDGE, "Nehalem": _NEHALEM}
 
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
 # Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major; over four runs one row

@@ -32,7 +32,7 @@ from threadpoolctl import threadpool_limits
 
 from ..model.fast.matmul import KERNEL, blas_kernel, matmul
 from ..decoding.theory import predicted_speedup
-from ..model.fast.threads import blas_single_threaded
+from ..model.fast.threads import blas_single_threaded, cpu_flags  # noqa: F401  (cpu_flags: notebook 07's and the tests' name)
 
 REPO = Path(__file__).resolve().parents[2]  # the clone: gpt2np/teach/ is two folders down
 KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # read by OpenBLAS once, when NumPy loads it
@@ -102,15 +102,6 @@ def product_curve(max_m=12, repeats=5, shape=SHAPE, cold_bytes=COLD_BYTES, threa
 
 
 # ---- other kernels, in child processes ----
-
-def cpu_flags():
-    """The CPU's feature flags ("avx2", "avx512f", ...) from /proc/cpuinfo; empty where there is none."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "").split())
-    except OSError:
-        return set()
-
 
 def kernel_env(forced=None):
     """This process's environment without OpenBLAS's kernel variables (so a child runs the CPU's own

@@ -148,6 +148,19 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert mm.KERNEL in mm.blas_kernel()
 
 
+
+@pytest.mark.skipif(mm.BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")
+def test_the_header_says_when_openblas_is_older_than_the_cpu(monkeypatch):
+    monkeypatch.setattr(mm, "KERNEL", "Prescott")                    # Debian 12's OpenBLAS on a 2023 Xeon
+    monkeypatch.setattr(mm, "cpu_flags", lambda: {"sse3", "avx", "avx2", "avx512f"})
+    assert mm.blas_kernel().endswith("plain x @ w; Prescott is a kernel for CPUs without AVX, but this one has AVX2: "
+                                     "an OpenBLAS that knows it (NumPy's own wheel: pip install -U numpy) runs faster ones")
+    monkeypatch.setattr(mm, "cpu_flags", lambda: {"sse3"})            # a CPU that old: nothing to say
+    assert mm.blas_kernel().endswith("kernel not measured, few-row products are plain x @ w")
+    monkeypatch.setattr(mm, "KERNEL", "neoversen1")                  # not an x86 kernel: nothing to say
+    assert mm.blas_kernel().endswith("kernel not measured, few-row products are plain x @ w")
+
+
 def test_one_row_and_unmeasured_cases_are_plain_products():
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((9, 1024), dtype=np.float32), rng.standard_normal((1024, 2048), dtype=np.float32)

@@ -55,7 +55,7 @@ import functools
 
 import numpy as np
 
-from .threads import BLAS, blas_single_threaded, helpers, share, threads_allowed  # noqa: F401  (helpers: bench's and the tests' name)
+from .threads import BLAS, blas_single_threaded, cpu_flags, helpers, share, threads_allowed  # noqa: F401  (helpers: bench's and the tests' name)
 
 SMALL_MNK = 1_000_000  # OpenBLAS's small-matrix kernel takes products with m * n * k up to this
 SMALL_MN = 1200        # ... and m * n up to this (one more row or column: 3.3x slower per column)
@@ -120,7 +120,7 @@ def blas_kernel():
     name = f"OpenBLAS {BLAS.version} {KERNEL}, {threads} thread{'s' if threads > 1 else ''}"
     table = METHODS.get(KERNEL)
     if table is None:
-        return f"{name}: kernel not measured, few-row products are plain x @ w"
+        return f"{name}: kernel not measured, few-row products are plain x @ w" + older_than_the_cpu(cpu_flags())
 
     def spans(rows):  # ((largest m, method), ...) -> "rows (M 2-8)"
         said, low = [], 1
@@ -133,6 +133,27 @@ def blas_kernel():
     batches = f"; row-major weights (batches): {spans(table['row-major'])}" if batch_layout() == "row-major" else ""
     return f"{name}, few-row products: {large}" + (f"; small row-major weights: {small}" if small != large else "") \
         + batches
+
+
+SSE_KERNELS = {"Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom", "Core2", "Penryn", "Dunnington",
+               "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Nano", "Bobcat", "Unknown"}  # OpenBLAS's pre-AVX kernels
+
+
+def older_than_the_cpu(flags, kernel=None):  # flags: cpu_flags() -> "" or a clause for blas_kernel's line
+    """What to say where OpenBLAS runs one of its pre-AVX kernels on a CPU with AVX2: an OpenBLAS older than
+    its CPU falls back to one (Debian 12's 0.3.21 runs Prescott on a 2023 Xeon, whose products then cost
+    1.5-2x SkylakeX's), and NumPy's own wheel knows newer CPUs.
+
+    >>> older_than_the_cpu({"avx2"}, "Haswell"), older_than_the_cpu({"sse3"}, "Prescott")
+    ('', '')
+    >>> older_than_the_cpu({"avx2", "avx512f"}, "Prescott")[:48]
+    '; Prescott is a kernel for CPUs without AVX, but'
+    """
+    kernel = KERNEL if kernel is None else kernel
+    if kernel not in SSE_KERNELS or "avx2" not in flags:
+        return ""
+    return (f"; {kernel} is a kernel for CPUs without AVX, but this one has AVX2: an OpenBLAS that knows it "
+            "(NumPy's own wheel: pip install -U numpy) runs faster ones")
 
 
 def stored_column_major(shape):

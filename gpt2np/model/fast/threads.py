@@ -31,6 +31,16 @@ def _openblas():
 
 BLAS = _openblas()
 CPUS = os.cpu_count() or 1
+
+
+def cpu_flags():
+    """The CPU's feature flags ("avx2", "avx512f", ...) from /proc/cpuinfo; empty where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return set()
+
 LATE_TIMEOUT_WARNING = (
     "gpt2np: NumPy was imported before gpt2np and this OpenBLAS cannot take OPENBLAS_THREAD_TIMEOUT now, "
     "so its idle threads spin ~0.1 s after each product (slower decoding on a busy machine); fix: import "

@@ -4,6 +4,7 @@ tests/ mirrors the package's folders (tests/model/, tests/decoding/, ...); the h
 between them (this file, serve_helpers.py, browser.py, http_fixture_server.py) stay here, and
 this folder goes on sys.path so that a test in any subfolder imports them by name."""
 import hashlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -14,6 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: `from conftest import ...` in subfolders
 FIXTURES = REPO / "tests" / "fixtures"          # tiny TF checkpoints + HF reference logits (copied from shared/)
 SHARED = REPO.parent / "shared"                 # present on developers' machines and CI, not in users' clones
+
+
+
+def load_tool(name):  # -> tools/<name>.py as a module (tools/ is not a package)
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def gpt2_bpe_dir():

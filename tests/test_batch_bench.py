@@ -5,7 +5,6 @@ time a longer context with every pair) and pick the same greedy token packed as 
 two sides do the same work). The run prints its three tables (whole runs, adjacent steps, a step taken
 apart), one row per size and batch, every figure a number (the rest, a difference, may read below 0).
 """
-import importlib.util
 import re
 import subprocess
 import sys
@@ -14,19 +13,12 @@ import numpy as np
 import pytest
 
 import gpt2np
-from conftest import REPO
+from conftest import REPO, load_tool
 
 TOOL = REPO / "tools" / "batch_bench.py"
 
 
-def load_tool():  # tools/ is not a package
-    spec = importlib.util.spec_from_file_location("batch_bench", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = load_tool()
+BENCH = load_tool("batch_bench")
 SMALL = gpt2np.GPT2Config(n_vocab=97, n_ctx=32, n_embd=32, n_head=2, n_layer=2)
 
 

@@ -4,7 +4,6 @@ compare() must time both sides at every row count, give each side its own method
 x @ w with the kernel's entry removed), put METHODS back as it found it, and roll the cache back after every
 pass (else each pair would time a longer context); the two sides' logits agree to float32 rounding.
 """
-import importlib.util
 import re
 import subprocess
 import sys
@@ -13,20 +12,11 @@ import numpy as np
 import pytest
 
 import gpt2np
-from conftest import REPO
+from conftest import REPO, load_tool
 from gpt2np.model.fast import matmul as mm
 
 TOOL = REPO / "tools" / "kernel_ab.py"
-
-
-def load_tool():  # tools/ is not a package
-    spec = importlib.util.spec_from_file_location("kernel_ab", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-AB = load_tool()
+AB = load_tool("kernel_ab")
 
 
 def test_both_sides_run_their_own_methods_and_leave_methods_and_cache_as_found(monkeypatch):

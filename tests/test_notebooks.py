@@ -9,7 +9,6 @@ as its script (an edit made in one place and not synced fails), executed in orde
 outputs, outputs made with the bundled weights shipped now, and no function or class defined in a
 notebook (STYLE H13: a helper a notebook needs goes into gpt2np/, usually gpt2np/teach/explain.py).
 """
-import importlib.util
 import os
 import re
 import time
@@ -23,6 +22,7 @@ jupytext = pytest.importorskip("jupytext", reason="notebook tooling: pip install
 pytest.importorskip("nbclient", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("ipykernel", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("matplotlib", reason="the notebooks plot: pip install -r requirements-dev.txt")
+from conftest import load_tool  # noqa: E402  (after the skips: the tool imports nbformat)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -32,15 +32,7 @@ WORKERS = min(2, os.cpu_count() or 1)  # notebooks executed at once: one core ea
 DEFINITION = re.compile(r"^\s*(def|class|async def)\s|\blambda\b", re.MULTILINE)
 
 
-def load_builder():
-    """tools/build_notebooks.py as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "tools" / "build_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BUILDER = load_builder()
+BUILDER = load_tool("build_notebooks")
 
 
 def script_of(path):

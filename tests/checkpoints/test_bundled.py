@@ -4,7 +4,6 @@ Three levels, as in H10: the NumPy logits equal the torch logits stored at train
 (reference.npz), and, where torch is installed, the logits of a torch model rebuilt live from
 the shipped checkpoint; greedy generation gives printable text; both models share one vocabulary.
 """
-import importlib.util
 import string
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 import gpt2np
+from conftest import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "gpt2np" / "bundled"
@@ -42,21 +42,13 @@ def test_logits_match_committed_torch_reference(name):
     np.testing.assert_array_equal(logits.argmax(-1), ref["logits"].argmax(-1))
 
 
-def load_trainer():
-    """tools/train_pair.py as a module (tools/ is not a package; the trainer owns the torch model)."""
-    spec = importlib.util.spec_from_file_location("train_pair", ROOT / "tools" / "train_pair.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_logits_match_torch_rebuilt_from_shipped_weights(name):
     torch = pytest.importorskip("torch", reason="torch not installed (pip install -r tools/requirements-train.txt)")
     from gpt2np.model.config import GPT2Config
     from gpt2np.checkpoints.weights import load_params
 
     config = GPT2Config.from_hparams_json(BUNDLED / name / "hparams.json")
-    torch_model = load_trainer().from_params(load_params(BUNDLED / name, config), config.n_head)
+    torch_model = load_tool("train_pair").from_params(load_params(BUNDLED / name, config), config.n_head)
     tokens = np.array(gpt2np.load_model(name).tokenizer.encode("KING HENRY:\nOnce more unto the breach, dear friends"))
     with torch.no_grad():
         expected = torch_model(torch.from_numpy(tokens)[None])[0].numpy()

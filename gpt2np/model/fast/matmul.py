@@ -15,14 +15,14 @@ run of our own:
            columns. With w column-major that kernel streams w at ~12 GB/s per core, so w's columns are
            cut into such products.
   rows     (Haswell: every x86 CPU without AVX-512; Zen uses Haswell's kernels. Also Sandybridge and
-           Nehalem, NumPy's OpenBLAS's kernels for x86 CPUs without AVX2: older Core i, today's Celeron,
-           Pentium Silver and Atom.) There is no such kernel: every sgemm packs. Matrix-vector products never pack, so w is cut into blocks
-           of ~512 KB of output weights and each block is multiplied by the M rows one at a time
-           (M gemv calls): the first reads the block from memory, the other M - 1 from the core's
-           cache, which reads several times faster. Not free: an extra row costs ~0.15-0.25 of
-           the first, so plain sgemm is level at M = 8 (its micro-kernel's rows come out even)
-           and ahead from M ~ 13. A row-major w is cut into blocks of its rows instead (each
-           block's partial sums added at the end).
+           Nehalem, NumPy's OpenBLAS's kernels for x86 CPUs without AVX2: older Core i, today's
+           Celeron, Pentium Silver and Atom.) There is no such kernel: every sgemm packs.
+           Matrix-vector products never pack, so w is cut into blocks of ~512 KB of output weights
+           and each block is multiplied by the M rows one at a time (M gemv calls): the first reads
+           the block from memory, the other M - 1 from the core's cache, which reads several times
+           faster. Not free: an extra row costs ~0.15-0.25 of the first, so plain sgemm is level at
+           M = 8 (its micro-kernel's rows come out even) and ahead from M ~ 13. A row-major w is cut
+           into blocks of its rows instead (each block's partial sums added at the end).
   padded   (Haswell, 13-15 rows.) Plain sgemm's cost steps with its micro-kernel's tiles: 16 rows
            cost less than 13-15 (a partial tile runs a slower edge kernel), so x gets zero rows up
            to a multiple of 8 and the added rows' outputs are dropped (an Intel Xeon, passes over

@@ -41,6 +41,7 @@ def cpu_flags():
     except OSError:
         return set()
 
+
 LATE_TIMEOUT_WARNING = (
     "gpt2np: NumPy was imported before gpt2np and this OpenBLAS cannot take OPENBLAS_THREAD_TIMEOUT now, "
     "so its idle threads spin ~0.1 s after each product (slower decoding on a busy machine); fix: import "

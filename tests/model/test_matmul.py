@@ -148,7 +148,6 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert mm.KERNEL in mm.blas_kernel()
 
 
-
 @pytest.mark.skipif(mm.BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")
 def test_the_header_says_when_openblas_is_older_than_the_cpu(monkeypatch):
     monkeypatch.setattr(mm, "KERNEL", "Prescott")                    # Debian 12's OpenBLAS on a 2023 Xeon

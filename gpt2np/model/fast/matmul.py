@@ -73,25 +73,24 @@ BLOCK_BYTES = 512 << 10  # rows: weights per block, read from memory once and fr
 _BLAS = BLAS  # NumPy's OpenBLAS (threads.py), or None: then every product is plain x @ w
 KERNEL = BLAS.architecture if BLAS is not None else None  # OpenBLAS's name for its kernel: "Haswell", ...
 
-# The method for m rows, by kernel and by w's layout: ((largest m, method), ...) in increasing m; beyond the
-# last, or for a kernel not in the table, plain. "large": weights of 2 MiB and more stored column-major
-# (GPT-2's, and the tied output head wte.T); "row-major": such weights made row-major for batches
-# (layout.py); "small": the bundled models' weights, row-major. Measured on an AVX-512 AMD EPYC with
-# OpenBLAS 0.3.31, each kernel in its own process (PERFORMANCE.md, "Every CPU"), Haswell's padded rows and
-# row-major rows on an Intel Xeon (Sapphire Rapids); Zen runs Haswell's kernel files. Cooperlake and
-# SapphireRapids, the names an OpenBLAS built with every target (Debian's, conda-forge's; NumPy's wheels have
-# neither and say SkylakeX) gives some CPUs with AVX-512, run SkylakeX's sgemm kernel files, its small-matrix
-# kernel included (OpenBLAS's KERNEL.COOPERLAKE includes KERNEL.SKYLAKEX and adds bfloat16 kernels only;
-# KERNEL.SAPPHIRERAPIDS includes KERNEL.COOPERLAKE). Measured on the Xeon under Debian 12's OpenBLAS 0.3.21,
-# Cooperlake forced, [M, 1024] x [1024, 4096] products from memory: pieces 1.23 / 1.63 / 1.70 one-row products
-# at M = 2 / 5 / 8 against plain's 3.01 / 4.04 / 4.11 (PERFORMANCE.md, "Every CPU": "Other OpenBLAS builds").
-# Sandybridge and Nehalem (x86 without AVX2), forced on the Xeon (OpenBLAS 0.3.31): `rows` against plain over
-# 355M's two MLP shapes from memory, M = 2 / 5 / 8, 1.7 / 2.8 / 4.1 against 4.0-4.4 / 4.5-4.7 / 5.7-5.8 one-row
-# products (Sandybridge), 1.8 / 2.7-2.9 / 3.8-4.5 against 3.4-3.6 / 4.4-4.5 / 5.8-5.9 (Nehalem); plain ahead or
-# level from 14 and 16 rows. Small weights (the bundled models', one thread): `rows` ahead at 2-5 rows under
-# Sandybridge (level at 6-7, behind from 8), at every count to 16 under Nehalem. Row-major weights: `rows` ahead
-# to 6 rows (Sandybridge) and 12 (Nehalem). Batches keep the stored order (plain sgemm on row-major weights at
-# 8 rows is no cheaper than `rows` there).
+# The method for m rows, by kernel and by w's layout: ((largest m, method), ...) in increasing m; beyond the last,
+# or for a kernel not in the table, plain. "large": weights of 2 MiB and more stored column-major (GPT-2's, and the
+# tied output head wte.T); "row-major": such weights made row-major for batches (layout.py); "small": the bundled
+# models' weights, row-major. Measured on an AVX-512 AMD EPYC with OpenBLAS 0.3.31, each kernel in its own process
+# (PERFORMANCE.md, "Every CPU"), Haswell's padded rows and row-major rows on an Intel Xeon (Sapphire Rapids); Zen
+# runs Haswell's kernel files. Cooperlake and SapphireRapids, the names an OpenBLAS built with every target
+# (Debian's, conda-forge's; NumPy's wheels have neither and say SkylakeX) gives CPUs with AVX-512 BF16 (Intel's
+# since Cooper Lake, AMD's Zen 4), run SkylakeX's sgemm kernel files, its small-matrix kernel included (OpenBLAS's
+# KERNEL.COOPERLAKE includes KERNEL.SKYLAKEX and adds bfloat16 kernels only; KERNEL.SAPPHIRERAPIDS includes
+# KERNEL.COOPERLAKE). Measured on the Xeon under Debian 12's OpenBLAS 0.3.21, Cooperlake forced, [M, 1024] x [1024,
+# 4096] products from memory: pieces 1.23 / 1.63 / 1.70 one-row products at M = 2 / 5 / 8 against plain's 3.01 /
+# 4.04 / 4.11 (PERFORMANCE.md, "Every CPU": "Other OpenBLAS builds"). Sandybridge and Nehalem (x86 without AVX2),
+# forced on the Xeon (OpenBLAS 0.3.31): `rows` against plain over 355M's two MLP shapes from memory, M = 2 / 5 / 8,
+# 1.7 / 2.8 / 4.1 against 4.0-4.4 / 4.5-4.7 / 5.7-5.8 one-row products (Sandybridge), 1.8 / 2.7-2.9 / 3.8-4.5
+# against 3.4-3.6 / 4.4-4.5 / 5.8-5.9 (Nehalem); plain ahead or level from 14 and 16 rows. Small weights (the
+# bundled models', one thread): `rows` ahead at 2-5 rows under Sandybridge (level at 6-7, behind from 8), at every
+# count to 16 under Nehalem. Row-major weights: `rows` ahead to 6 rows (Sandybridge) and 12 (Nehalem). Batches keep
+# the stored order (plain sgemm on row-major weights at 8 rows is no cheaper than `rows` there).
 _SKYLAKEX = {"large": ((1, "plain"), (MAX_ROWS, "pieces")), "row-major": (), "small": ()}
 _HASWELL = {"large": ((1, "plain"), (7, "rows"), (8, "plain"), (12, "rows"), (15, "padded")),
             "row-major": ((1, "plain"), (7, "rows"), (9, "plain"), (15, "padded")),

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_tool
+
 nbformat = pytest.importorskip("nbformat", reason="notebook tooling: pip install -r requirements-dev.txt")
 jupytext = pytest.importorskip("jupytext", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("nbclient", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("ipykernel", reason="notebook tooling: pip install -r requirements-dev.txt")
 pytest.importorskip("matplotlib", reason="the notebooks plot: pip install -r requirements-dev.txt")
-from conftest import load_tool  # noqa: E402  (after the skips: the tool imports nbformat)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -299,3 +299,29 @@ plt.tight_layout()
 # the copy. On SkylakeX it uses the small-matrix kernel in pieces; on Haswell, one gemv per row over
 # cache-sized blocks. That brings *v*(5) to about 1.5–2, which is the difference between speculative
 # decoding losing and winning.
+
+# %% [markdown]
+# ## 5 · A faster form of the small-matrix kernel, and why gpt2np does not store weights for it
+#
+# Not measured in this notebook (it needs a layout gpt2np does not keep); the figures are from
+# PERFORMANCE.md, "Next", on an AMD EPYC of family 26 (Zen 5) under SkylakeX, 2026-11-27.
+#
+# SkylakeX's small-matrix kernel comes in forms, one per layout of the operands. gpt2np's pieces
+# give it a column-major `w`, so every output is a dot product along *k* (OpenBLAS's "TN" form). A
+# row-major `w` takes the "NN" form: each entry of `x` times a whole row of weights, added into the
+# outputs. If `w` is stored as contiguous blocks of 64 columns ("panels": an array [*n* / 64, *k*, 64]),
+# one core multiplied 2, 5 and 8 rows by 24 such weights of [1024, 4096] in 0.94, 1.14 and 1.21
+# one-row products, where pieces take 1.9–2.1 at 8 rows. The same blocks cut out of an ordinary
+# row-major `w` (rows of 256 bytes, 16 KB apart) cost 2.7: the layout in memory, not the kernel,
+# made the difference.
+#
+# A layout serves every *M*, though, and one row is where it lost. A one-row product through panels
+# cannot be one gemv call, so OpenBLAS cannot spread it over both cores; gpt2np's helper threads can,
+# but their hand-offs cost more than they share. All of 355M's weights, one row: 1.15–1.29 of gemv.
+# A packed decode step of 8 sequences on panels took 0.85–0.91 of the same step on column-major
+# weights, and a step of one sequence 1.14–1.19. Decoding one row at a time is the baseline that
+# every speedup in this project is measured against, so panels would make the baseline slower, and
+# a server answering a single user slower. They stay out.
+#
+# The lesson is the same as in sections 1–4: time the whole workload, one row and *M* rows, on the
+# kernel that runs, before adopting a trick that makes one product faster.

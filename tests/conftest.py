@@ -17,7 +17,6 @@ FIXTURES = REPO / "tests" / "fixtures"          # tiny TF checkpoints + HF refer
 SHARED = REPO.parent / "shared"                 # present on developers' machines and CI, not in users' clones
 
 
-
 def load_tool(name):  # -> tools/<name>.py as a module (tools/ is not a package)
     spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

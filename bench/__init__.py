@@ -26,7 +26,7 @@ One file per section:
                   the pair's draft and with a drafter of prompt lookup's cost, and the target drafting
                   for itself (--policy-drafters self), over --policy-repeats coin seeds (median and
                   worst seed; --policy-runs runs per seed, their median), each group of runs between two
-                  plain baselines; with "speculative":
+                  plain baselines (--policy-lockstep: in lockstep with one); with "speculative":
                   the real n-gram drafter on the bundled pair
   batching.py     section "batching", only when named (not in "all"): tokens/s of a batch of B sequences
                   (--batch-sizes) at forced alpha (--batch-alphas), per --batch-pairs DRAFT,TARGET pair:

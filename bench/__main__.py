@@ -50,6 +50,10 @@ def parse_args(argv):
     ap.add_argument("--policy-runs", type=int, default=1,
                     help="runs per coin seed of the K-policy sweep, each between its own baselines: a seed's speedup "
                          "is their median (identical runs differ by up to 17 %% on a shared host)")
+    ap.add_argument("--policy-lockstep", action="store_true",
+                    help="the K-policy sweep's runs of a group and plain decoding advance a round at a time, the run "
+                         "furthest behind first, so the host's drift slows them alike (for models bigger than the "
+                         "CPU's caches); default: back to back between two baselines")
     ap.add_argument("--policy-alphas", default="0.3,0.6,0.8,1.0", help="forced acceptance rates of the K-policy sweep")
     ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
     ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")
@@ -103,7 +107,8 @@ def make_plan(args):
     kernel_sizes = tuple(s.strip() for s in args.kernel_sizes.split(",") if s.strip())
     named = tuple(s for s in dict.fromkeys(sizes + list(pair) + list(kernel_sizes)) if s not in PRESETS)
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
-                     policy_repeats=args.policy_repeats, policy_runs=args.policy_runs, spec_long_prompt=args.spec_long_prompt,
+                     policy_repeats=args.policy_repeats, policy_runs=args.policy_runs,
+                     policy_lockstep=args.policy_lockstep, spec_long_prompt=args.spec_long_prompt,
                      reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
                      kernel_rounds=args.kernel_rounds, **policy,
                      configs={**PRESETS, **{name: named_config(name) for name in named}})

@@ -18,14 +18,17 @@ the loop speculative_generate_batch drives, to count auto's K per round.
 
 One repeat of a cell runs every side once, back to back, in one process; odd repeats run them in
 the reverse order, so which side goes first alternates and a linear drift of the machine's speed
-cancels over two repeats. tokens/s = all of the batch's new tokens / the call's wall seconds,
-prompt prefill included (the same prompts for every side). Ratios are per repeat (sides timed side
+cancels over two repeats. With --batch-lockstep the sides of a repeat decode together instead, a
+packed step or round at a time, the side whose sequences have emitted the fewest tokens first
+(common.lockstep): the machine's drift within the repeat then slows every side alike. tokens/s = all
+of the batch's new tokens / the side's wall seconds (its own steps' only, in lockstep), prompt prefill
+included (the same prompts for every side). Ratios are per repeat (sides timed side
 by side), then the median over --batch-repeats. Every side's tokens must equal plain decoding's
 (the reference run before the cell, which is also the warm-up): a mismatch is printed as an error
 and makes `python -m bench` exit non-zero after writing the JSON (batching_report.py).
 """
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 
 import gpt2np
@@ -33,7 +36,7 @@ from gpt2np.model.config import PRESETS
 
 from . import batching_report
 from .batching_report import crossover, print_report, summarise_cell, targets
-from .common import TINY_CONFIGS, add_section, blas_limits, log, numbers, random_ids
+from .common import TINY_CONFIGS, add_section, blas_limits, lockstep, log, numbers, random_ids
 from .forced_batch_draft import ForcedBatchDraft, packed_draft_calls
 
 K_MAX = 8  # auto's bound, as speculative_generate_batch's default
@@ -50,13 +53,14 @@ class BatchPlan:
     n_tokens: int = 32                  # new tokens per sequence
     prompt_len: int = 16                # each sequence's random prompt
     repeats: int = 3                    # repeats of every cell (median; order reversed on odd ones)
+    lockstep: bool = False              # a repeat's sides decode in lockstep (common.lockstep), not back to back
     tiny: bool = False
     configs: dict = field(default_factory=lambda: dict(PRESETS), compare=False)
 
     def as_dict(self):
         return {"pairs": [list(p) for p in self.pairs], "batch_sizes": list(self.batch_sizes),
                 "alphas": list(self.alphas), "Ks": list(self.Ks), "K_max": K_MAX, "n_tokens": self.n_tokens,
-                "prompt_len": self.prompt_len, "repeats": self.repeats, "tiny": self.tiny}
+                "prompt_len": self.prompt_len, "repeats": self.repeats, "lockstep": self.lockstep, "tiny": self.tiny}
 
 
 def add_arguments(ap):
@@ -74,6 +78,9 @@ def add_arguments(ap):
                     help="section batching: prompt tokens per sequence")
     ap.add_argument("--batch-repeats", type=int, default=d.repeats,
                     help="section batching: repeats of every cell (medians; the sides' order reversed every other one)")
+    ap.add_argument("--batch-lockstep", action="store_true",
+                    help="section batching: a repeat's sides decode in lockstep, a packed step or round at a time, "
+                         "the side furthest behind first (for models bigger than the CPU's caches); default: back to back")
 
 
 def parse_pairs(text, configs):  # "124M,355M;124M,1558M" -> (("124M", "355M"), ("124M", "1558M"))
@@ -112,39 +119,71 @@ def plan_from_args(args):
     kw = dict(pairs=pairs, batch_sizes=numbers(args.batch_sizes, int, "--batch-sizes"),
               alphas=numbers(args.batch_alphas, float, "--batch-alphas"), Ks=numbers(args.batch_Ks, int, "--batch-Ks"),
               n_tokens=args.batch_tokens, prompt_len=args.batch_prompt_len, repeats=args.batch_repeats,
-              tiny=args.tiny, configs=configs)
+              lockstep=args.batch_lockstep, tiny=args.tiny, configs=configs)
     return check_plan(BatchPlan(**{**kw, **tiny}))
 
 
 # ---- measuring ------------------------------------------------------------------------------------
 
+class CellSide:
+    """One side of a cell as common.lockstep runs it: its stream advanced one packed step (plain) or one
+    round (drafting) at a time, counting what run_side reports."""
+
+    def __init__(self, stream, plain=False):
+        self.stream, self.plain, self.tokens, self.Ks, self.accepted, self.examined = stream, plain, None, [], 0, 0
+        self.emitted = 0
+        self.by_sequence = {}  # sequence -> tokens it has emitted
+
+    def step(self):  # -> False once the stream has ended (self.tokens: every sequence's)
+        try:
+            step = next(self.stream)
+        except StopIteration as done:
+            self.tokens = done.value
+            return False
+        self.by_sequence.update({i: event.n_emitted for i, event in step})
+        self.emitted = sum(self.by_sequence.values())
+        self.Ks.append(max(event.K for _, event in step))
+        self.accepted += sum(sum(event.decisions) for _, event in step)  # greedy: True per accepted draft
+        self.examined += sum(len(event.decisions) for _, event in step)
+        return True
+
+    def record(self, seconds):
+        return {"seconds": seconds, "tokens": self.tokens, "Ks": [0] if self.plain else self.Ks,
+                "accepted": self.accepted, "examined": self.examined}
+
+
 def drain(stream):  # -> (tokens per sequence, K of each round, accepted, examined)
     """Run a speculative batch stream to its end, as speculative_generate_batch does, counting."""
-    Ks, accepted, examined = [], 0, 0
-    while True:
-        try:
-            step = next(stream)
-        except StopIteration as done:
-            return done.value, Ks, accepted, examined
-        Ks.append(max(event.K for _, event in step))
-        accepted += sum(sum(event.decisions) for _, event in step)  # greedy: True per accepted draft
-        examined += sum(len(event.decisions) for _, event in step)
+    side = CellSide(stream)
+    while side.step():
+        pass
+    return side.tokens, side.Ks, side.accepted, side.examined
+
+
+def open_side(side, target, draft_model, prompts, sequences, plan, alpha, seed, stack):
+    """One side ("plain", a fixed K, "auto") of a cell as a CellSide, not yet started; its forced draft's
+    packed calls are routed for as long as `stack` (a contextlib.ExitStack) stays open."""
+    if side == "plain":
+        return CellSide(gpt2np.batch_stream(target, prompts, plan.n_tokens, temperature=0), plain=True)
+    draft = stack.enter_context(packed_draft_calls(
+        ForcedBatchDraft(draft_model, sequences, alpha, seeds=[[seed, i] for i in range(len(prompts))])))
+    return CellSide(gpt2np.speculative_batch_stream(target, draft, prompts, plan.n_tokens, K=side, temperature=0,
+                                                    K_max=K_MAX))
 
 
 def run_side(side, target, draft_model, prompts, sequences, plan, alpha, seed):
     """One timed run of one side ("plain", a fixed K, "auto"); its seconds, tokens and K usage."""
-    if side == "plain":
-        start = time.perf_counter()
-        tokens = gpt2np.generate_batch(target, prompts, plan.n_tokens, temperature=0)
-        return {"seconds": time.perf_counter() - start, "tokens": tokens, "Ks": [0], "accepted": 0, "examined": 0}
-    draft = ForcedBatchDraft(draft_model, sequences, alpha, seeds=[[seed, i] for i in range(len(prompts))])
-    with packed_draft_calls(draft):
-        start = time.perf_counter()
-        stream = gpt2np.speculative_batch_stream(target, draft, prompts, plan.n_tokens, K=side, temperature=0,
-                                                 K_max=K_MAX)
-        tokens, Ks, accepted, examined = drain(stream)
-        seconds = time.perf_counter() - start
-    return {"seconds": seconds, "tokens": tokens, "Ks": Ks, "accepted": accepted, "examined": examined}
+    with ExitStack() as stack:
+        one = open_side(side, target, draft_model, prompts, sequences, plan, alpha, seed, stack)
+        return one.record(lockstep([one])[0])
+
+
+def run_sides_in_lockstep(sides, target, draft_model, prompts, sequences, plan, alpha, seed):
+    """Every side of a cell at once, in lockstep (common.lockstep: the side furthest behind in tokens goes
+    next): {side: run_side's record}."""
+    with ExitStack() as stack:
+        opened = [open_side(s, target, draft_model, prompts, sequences, plan, alpha, seed, stack) for s in sides]
+        return {s: one.record(seconds) for s, one, seconds in zip(sides, opened, lockstep(opened))}
 
 
 def sides_of(plan):
@@ -157,6 +196,11 @@ def measure_cell(target, draft_model, prompts, reference, plan, alpha):
     runs = {side: [] for side in sides_of(plan)}
     for r in range(plan.repeats):
         order = sides_of(plan) if r % 2 == 0 else sides_of(plan)[::-1]
+        if plan.lockstep:
+            for side, record in run_sides_in_lockstep(order, target, draft_model, prompts, sequences, plan, alpha,
+                                                      seed=r).items():
+                runs[side].append(record)
+            continue
         for side in order:
             runs[side].append(run_side(side, target, draft_model, prompts, sequences, plan, alpha, seed=r))
     return summarise_cell(runs, reference, len(prompts), alpha)

@@ -137,7 +137,7 @@ def pair_rows(pair, Ks):
              c["alpha_hat"], c["exact"]] for c in pair["cells"]]
 
 
-NOTE = ("tokens/s: the batch's new tokens / wall seconds of the call (prompt prefill included);\n"
+NOTE = ("tokens/s: the batch's new tokens / wall seconds of the side's own steps (prompt prefill included);\n"
         "plain: generate_batch; K=k: speculative_generate_batch, every sequence drafting k a round;\n"
         "auto: K='auto' (one K a round for the batch, 0 where drafting cannot pay); best: the fastest of\n"
         "plain and the fixed Ks; best/plain, auto/best, auto/plain: per-repeat ratios, median; plain/B1:\n"
@@ -151,7 +151,9 @@ def print_report(section):
     for pair in section["pairs"]:
         print_table(f"Batched decoding, {pair['draft']} draft (forced acceptance) -> {pair['target']} target, random "
                     f"weights, greedy, {plan['n_tokens']} tokens a sequence after {plan['prompt_len']}: tokens/s, "
-                    f"medians over {plan['repeats']} repeat(s); weights {pair['weights_order']}; BLAS: "
+                    f"medians over {plan['repeats']} repeat(s)"
+                    f"{', sides in lockstep' if plan.get('lockstep') else ', sides back to back'}; weights "
+                    f"{pair['weights_order']}; BLAS: "
                     f"{section['blas_kernel']}",
                     ["B", "alpha", "plain", *Ks, "auto", "best", "best is", "best/plain", "auto/best", "auto/plain",
                      "plain/B1", "auto K:rounds", "a_hat", "exact"], pair_rows(pair, Ks), note=NOTE)

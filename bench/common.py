@@ -48,6 +48,7 @@ class Plan:
                                     # rounds are a large share of every run (PERFORMANCE.md, K policies)
     policy_repeats: int = 1         # coin seeds of the sweep (repeat r: seed r); 20 runs per alpha (~10 min at 355M)
     policy_runs: int = 1            # runs per coin seed (each its own bracketed group): a seed's speedup is their median
+    policy_lockstep: bool = False   # a group's runs and its plain baseline decode in lockstep (common.lockstep)
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)
@@ -170,6 +171,50 @@ def median(values):
 
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
+
+
+# ---- runs side by side ---------------------------------------------------------------------------
+
+def lockstep(sides, clock=time.perf_counter):
+    """Run several Sides to their end together, one round at a time: always the side furthest behind in
+    tokens emitted (ties: the list's order), each round timed on `clock`. Returns [seconds per side].
+
+    A side is anything with step() (one round; False once it has ended, that call timed too) and
+    emitted (tokens so far). Every side then decodes each stretch of the output within seconds of the
+    others, so a shared machine's drift (10-40 % within a minute at 1558M) slows them all alike, where
+    runs back to back give it to whichever ran in the slow minute. Used by the policies and batching
+    sections (--policy-lockstep, --batch-lockstep); for models larger than the CPU's caches, which
+    interleaved runs would otherwise evict from each other.
+
+    >>> class Fake:  # emits `per_round` tokens a round, 6 in all; a round costs `cost` at today's speed
+    ...     def __init__(self, per_round, cost):
+    ...         self.per_round, self.cost, self.emitted = per_round, cost, 0
+    ...     def step(self):
+    ...         if self.emitted >= 6:
+    ...             return False
+    ...         now[0] += self.cost * speed[0]
+    ...         speed[0] *= 1.05                                 # the machine slows by 5 % a round
+    ...         self.emitted += self.per_round
+    ...         return True
+    >>> clock = lambda: now[0]
+    >>> now, speed = [0.0], [1.0]                            # plain: 6 rounds of 1; drafting: 2 of 2; truly 1.5x
+    >>> plain, drafting = lockstep([Fake(1, 1.0), Fake(3, 2.0)], clock)
+    >>> round(plain / drafting, 2)                           # in lockstep
+    1.55
+    >>> now, speed = [0.0], [1.0]
+    >>> [plain], [drafting] = lockstep([Fake(1, 1.0)], clock), lockstep([Fake(3, 2.0)], clock)
+    >>> round(plain / drafting, 2)                           # back to back: drafting gets the slow minutes
+    1.24
+    """
+    seconds, live = [0.0] * len(sides), list(range(len(sides)))
+    while live:
+        i = min(live, key=lambda j: sides[j].emitted)  # the first of the furthest behind
+        start = clock()
+        going = sides[i].step()
+        seconds[i] += clock() - start
+        if not going:
+            live.remove(i)
+    return seconds
 
 
 # ---- progress and tables ------------------------------------------------------------------------

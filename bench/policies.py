@@ -20,7 +20,11 @@ gives each policy's median and worst seed against the best fixed K (the K with t
 seed by seed on the same coins. With plan.policy_runs = n, every seed's groups run n times over (each
 group between its own baselines, the rotation advancing each time) and a seed's speedup is the median
 of its n runs (per_seed): identical runs differ by up to 17 % on a shared host, so with one run per
-seed the worst seed is mostly the worst minute of the clock.
+seed the worst seed is mostly the worst minute of the clock. With plan.policy_lockstep
+(--policy-lockstep) a group's runs and a plain run, their baseline, decode together instead, a round at a
+time, the run furthest behind in tokens first (lockstep): each stretch of the output is decoded by every
+run within seconds of the others, so the host's drift slows them alike. Meant for models larger than the
+CPU's caches (355M and up): interleaved runs would evict a small model's weights from each other's caches.
 
 Prefill. As in spec.py, `speedup` replaces the first target call (prompt + k_1 drafts) by a
 steady call of k_1 + 1 tokens, and the draft's prompt prefill by a one-token draft call.
@@ -37,13 +41,13 @@ repeats earlier text (real alpha), against the bundled draft model (bundled_look
 import time
 
 import gpt2np
-from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.autoregressive import generate, plain_stream
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter, one_hot_rows
 from gpt2np.decoding.policies import v_curve
 from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.theory import expected_tokens_per_round
 
-from .common import log, median, print_table, random_ids, ratio
+from .common import lockstep, log, median, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft, ForcedChoices
 from .spec import TimedProxy
 
@@ -83,16 +87,44 @@ def mean_call(calls, n_seq):
     return sum(secs) / len(secs) if secs else None
 
 
+class Side:
+    """One run of a group, advanced a round at a time (lockstep below): its Stream, the K of every
+    round so far, and how many tokens it has emitted."""
+
+    def __init__(self, stream, proxy):
+        self.stream, self.proxy, self.ks, self.emitted = stream, proxy, [], 0
+
+    def step(self):  # -> False once the stream has ended (that last call runs the run's calibration, if any)
+        event = next(self.stream, None)
+        if event is None:
+            return False
+        self.ks.append(event.K)
+        self.emitted = event.n_emitted
+        return True
+
+
+def open_run(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
+    """One greedy speculative run as a Side, not yet started; `record` turns it into run_one's record."""
+    proxy = TimedProxy(target)
+    side = Side(speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True), proxy)
+    side.record = lambda seconds, when: {
+        "K": K, "K_max": K_max, "ks": side.ks, "wall": seconds - side.stream.result.stats.calibration_seconds,
+        "when": when, "result": side.stream.result, "calls": proxy.calls,
+        "draft_calls": draft_proxy.calls if draft_proxy else [], "cost_per_token": drafter.cost_per_token(),
+        "prompt_len": len(prompt)}
+    return side
+
+
+def alone(side):
+    """Run one Side by itself: its record, its midpoint on the clock as `when`."""
+    start = time.perf_counter()
+    (seconds,) = lockstep([side])
+    return side.record(seconds, start + seconds / 2)
+
+
 def run_one(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
     """One greedy run through the stream, timed: what measured() needs once its baseline is known."""
-    proxy = TimedProxy(target)
-    start = time.perf_counter()
-    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True)
-    ks = [event.K for event in stream]
-    wall = time.perf_counter() - start - stream.result.stats.calibration_seconds
-    return {"K": K, "K_max": K_max, "ks": ks, "wall": wall, "when": start + wall / 2, "result": stream.result,
-            "calls": proxy.calls, "draft_calls": draft_proxy.calls if draft_proxy else [],
-            "cost_per_token": drafter.cost_per_token(), "prompt_len": len(prompt)}
+    return alone(open_run(target, drafter, draft_proxy, prompt, n_tokens, K, K_max))
 
 
 def measured(run, baseline):
@@ -116,13 +148,19 @@ def measured(run, baseline):
             "exact": result.tokens == baseline["tokens"]}
 
 
-def baseline_run(target, prompt, n_tokens):
+def open_baseline(target, prompt, n_tokens):
+    """Plain greedy decoding of the target as a Side; its `record` is the baseline measured() needs:
+    the tokens, t1 (the median one-token call) and the steady seconds (the prefill call replaced by t1)."""
     proxy = TimedProxy(target)
-    start = time.perf_counter()
-    tokens = generate(proxy, prompt, n_tokens, temperature=0)
-    wall = time.perf_counter() - start
-    t1 = median([s for _, s in proxy.calls[1:]])
-    return {"tokens": tokens, "t1": t1, "steady": wall - proxy.calls[0][1] + t1, "when": start + wall / 2}
+    side = Side(plain_stream(proxy, prompt, n_tokens, temperature=0), proxy)
+    side.record = lambda seconds, when: {
+        "tokens": side.stream.result, "t1": median([s for _, s in proxy.calls[1:]]),
+        "steady": seconds - proxy.calls[0][1] + median([s for _, s in proxy.calls[1:]]), "when": when}
+    return side
+
+
+def baseline_run(target, prompt, n_tokens):
+    return alone(open_baseline(target, prompt, n_tokens))
 
 
 def baseline_at(before, after, when):
@@ -135,12 +173,25 @@ def baseline_at(before, after, when):
 
 
 def timed_group(target, prompt, N, runs):
-    """[measured run] for a group of runs (callables, each returning run_one's record), bracketed by
-    plain baselines; and the group's drift, the later baseline's steady seconds over the earlier's."""
+    """[measured run] for a group of runs (callables, each opening a Side: open_run), run back to back
+    and bracketed by plain baselines; and the group's drift, the later baseline's steady seconds over
+    the earlier's."""
     before = baseline_run(target, prompt, N)
-    records = [one() for one in runs]
+    records = [alone(one()) for one in runs]
     after = baseline_run(target, prompt, N)
     return [measured(r, baseline_at(before, after, r["when"])) for r in records], after["steady"] / before["steady"]
+
+
+def lockstep_group(target, prompt, N, runs):
+    """timed_group's result with the group's runs and one plain run decoding in lockstep (lockstep()), the
+    plain run their baseline; the drift: the plain run's one-token calls, the later half's median over
+    the earlier half's (what lockstep cancels)."""
+    plain, sides = open_baseline(target, prompt, N), [one() for one in runs]
+    seconds = lockstep([plain] + sides)
+    calls = [s for _, s in plain.proxy.calls[1:]]  # [N - 1] one-token calls after the prefill
+    drift = median(calls[len(calls) // 2:]) / median(calls[:len(calls) // 2])
+    baseline = plain.record(seconds[0], None)
+    return [measured(side.record(s, None), baseline) for side, s in zip(sides, seconds[1:])], drift
 
 
 def pooled(runs):
@@ -176,18 +227,18 @@ def run(target, plan, draft_model):
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
     runs, drifts = {}, []
 
-    def forced(name, a, K, seed):  # -> a callable: one run of the forced drafter `name` at alpha a
+    def forced(name, a, K, seed):  # -> a callable opening one run (a Side) of the forced drafter `name` at alpha a
         def one():
             proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=seed)) if name == "model" else None
             drafter = (ModelDrafter(proxy, c_prior=c_prior) if proxy
                        else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=seed))
-            return run_one(target, drafter, proxy, prompt, N, K, K_max)
+            return open_run(target, drafter, proxy, prompt, N, K, K_max)
         return (name, a, str(K)), one
 
     def itself(K):  # the target drafting for itself: the same weights, its own cache (c ~ 1)
         def one():
             proxy = TimedProxy(target)
-            return run_one(target, ModelDrafter(proxy, c_prior=1.0), proxy, prompt, N, K, K_max)
+            return open_run(target, ModelDrafter(proxy, c_prior=1.0), proxy, prompt, N, K, K_max)
         return ("self", 1.0, str(K)), one
 
     n_runs = plan.policy_runs
@@ -201,16 +252,18 @@ def run(target, plan, draft_model):
                 if not group:
                     continue
                 group = group[turn % len(group):] + group[:turn % len(group)]  # rotated with every group's turn
-                log(f"policies: seed {r + 1}/{plan.policy_repeats}, run {i + 1}/{n_runs}, {what}: baseline, "
-                    f"{len(group)} runs, baseline")
-                rows, drift = timed_group(target, prompt, N, [one for _, one in group])
+                log(f"policies: seed {r + 1}/{plan.policy_repeats}, run {i + 1}/{n_runs}, {what}: "
+                    + (f"{len(group)} runs and plain decoding in lockstep" if plan.policy_lockstep
+                       else f"baseline, {len(group)} runs, baseline"))
+                rows, drift = (lockstep_group if plan.policy_lockstep else timed_group)(
+                    target, prompt, N, [one for _, one in group])
                 drifts.append(drift)
                 for (key, _), row in zip(group, rows):
                     runs.setdefault(key, {}).setdefault(r, []).append(row)
     rows = [{"drafter": name, "alpha_nominal": a, **combine([per_seed(rs) for _, rs in sorted(by_seed.items())])}
             for (name, a, _), by_seed in runs.items()]
     return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows,
-            "drifts": drifts, "runs_per_seed": n_runs}
+            "drifts": drifts, "runs_per_seed": n_runs, "lockstep": plan.policy_lockstep}
 
 
 def per_seed(runs):
@@ -286,8 +339,11 @@ def print_report(result):
     seeds = len(next(iter(result["rows"]))["speedups"]) if result["rows"] else 0
     n_runs = result.get("runs_per_seed", 1)
     drifts = result.get("drifts") or [1.0]
-    drift = (f"\nplain baselines bracketing each group: the later over the earlier {min(drifts):.3f}-{max(drifts):.3f} "
-             f"(median {median(drifts):.3f}, {len(drifts)} groups); each run is measured against the line between them")
+    spread = f"{min(drifts):.3f}-{max(drifts):.3f} (median {median(drifts):.3f}, {len(drifts)} groups)"
+    drift = (f"\nin lockstep with plain decoding, its baseline: its one-token calls' later half over the earlier {spread}"
+             if result.get("lockstep") else
+             f"\nplain baselines bracketing each group: the later over the earlier {spread}; each run is measured "
+             "against the line between them")
     each = f", each seed the median of {n_runs} runs" if n_runs > 1 else ""
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s){each}",

@@ -376,3 +376,58 @@ def test_policy_sweep_with_several_runs_per_seed_takes_each_seeds_median(capsys)
     assert fixed["rounds"] >= 2 * 2 * -(-n_tokens // 2), fixed  # K = 1: at least n/2 rounds a run, 4 runs
     policies.print_report(sweep)
     assert "each seed the median of 2 runs" in capsys.readouterr().out
+
+
+def test_policy_sweep_in_lockstep_measures_every_run_against_plain_decoding_beside_it(capsys):
+    """--policy-lockstep: a group's runs and a plain run decode together, a round at a time; every run
+    is exact, its speedup is over the plain run of its own group (one drift per group, from that run's
+    calls), and the report says so. The scheduler itself: bench.common.lockstep's doctest."""
+    from bench import policies
+    plan = tiny_plan(policy_repeats=2, policy_lockstep=True, policy_alphas=(0.5, 1.0), policy_Ks=(1, 3),
+                     policy_drafters=("model", "lookup"))
+    target = gpt2np.random_model(plan.config("tiny2"), tokenizer=None)
+    sweep = policies.run(target, plan, gpt2np.random_model(plan.config("tiny"), tokenizer=None))
+    assert sweep["lockstep"] and len(sweep["drifts"]) == 2 * 2 and all(d > 0 for d in sweep["drifts"])
+    assert len(sweep["rows"]) == 2 * 2 * 4  # drafters x alphas x (K = 1, 3, heuristic, auto)
+    for row in sweep["rows"]:
+        assert row["exact"] and len(row["speedups"]) == 2 and all(s > 0 for s in row["speedups"]), row
+        assert sum(row["K_counts"].values()) == row["rounds"]
+    full = next(r for r in sweep["rows"] if r["K"] == 3 and r["alpha_nominal"] == 1.0 and r["drafter"] == "lookup")
+    assert full["K_counts"] == {3: 2 * -(-plan.policy_tokens // 4)}, full  # alpha 1: every round K = 3 (the
+    policies.print_report(sweep)                                       # last one clamped to what is left)
+    assert "in lockstep with plain decoding" in capsys.readouterr().out
+
+
+def test_lockstep_advances_the_run_furthest_behind_and_times_each_run_by_its_own_rounds():
+    """Three scripted runs on a scripted clock: the order of their rounds, and each run's seconds the
+    sum of its own rounds only (a run that finishes early stops being timed)."""
+    from bench.common import lockstep
+    now, order = [0.0], []
+
+    class Run:
+        def __init__(self, name, per_round, cost, n):
+            self.name, self.per_round, self.cost, self.n, self.emitted = name, per_round, cost, n, 0
+
+        def step(self):
+            order.append(self.name)
+            if self.emitted >= self.n:
+                return False
+            now[0] += self.cost
+            self.emitted += self.per_round
+            return True
+
+    seconds = lockstep([Run("plain", 1, 1.0, 4), Run("K3", 4, 2.5, 4), Run("K1", 2, 1.5, 4)], clock=lambda: now[0])
+    # emitted (plain, K3, K1) before each round: (0,0,0) (1,0,0) (1,4,0) (1,4,2) (2,4,2): a tie, the list's order
+    # first; (3,4,2) (3,4,4) (4,4,4): each run's last call ends it, in the list's order
+    assert order == ["plain", "K3", "K1", "plain", "plain", "K1", "plain", "plain", "K3", "K1"], order
+    assert seconds == [4.0, 2.5, 3.0], seconds
+
+
+def test_the_docstring_examples_of_the_sides_scheduler_and_the_policy_sweep():
+    """bench/ is not collected for doctests (pytest.ini: tests, gpt2np): run common.lockstep's example
+    (lockstep against back to back on a drifting clock) and policies.per_seed's here."""
+    import doctest
+    from bench import common, policies
+    for module in (common, policies):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, (module.__name__, result)

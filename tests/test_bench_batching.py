@@ -235,3 +235,23 @@ def test_which_side_goes_first_alternates_from_repeat_to_repeat(monkeypatch):
     batching.measure_cell(None, None, [[7, 8]], reference, plan, 0.5)
     sides = ["plain", 1, 4, "auto"]
     assert order == [(0, s) for s in sides] + [(1, s) for s in sides[::-1]] + [(2, s) for s in sides], order
+
+
+def test_in_lockstep_every_side_runs_at_once_and_still_matches_plain_decoding():
+    """--batch-lockstep on the tiny pair: each repeat's sides decode together (common.lockstep), every
+    side exact, and each side's record what the back-to-back run gives: its K usage, its acceptance."""
+    plan = batching.check_plan(batching.BatchPlan(pairs=(("tiny", "tiny2"),), batch_sizes=(3,), alphas=(1.0,),
+                                                  Ks=(2,), n_tokens=8, prompt_len=4, repeats=2, lockstep=True,
+                                                  tiny=True, configs=dict(batching.TINY_CONFIGS)))
+    (pair,) = batching.run(plan)["pairs"]
+    (cell,) = pair["cells"]
+    assert cell["exact"] and list(cell["sides"]) == ["plain", "K=2", "auto"], cell
+    # alpha 1, 8 tokens: rounds of K = 2, 2, then 1 (clamped to the 2 tokens left), twice
+    assert cell["sides"]["K=2"]["alpha_hat"] == 1.0 and cell["sides"]["K=2"]["K_counts"] == {1: 2, 2: 4}, cell
+    assert cell["sides"]["plain"]["K_counts"] == {0: 2}  # one entry a run, as back to back
+    assert sum(cell["sides"]["auto"]["K_counts"].values()) >= 2 * 3  # 8 tokens: 3 rounds at the least, 2 runs
+
+
+def test_the_batch_lockstep_flag_reaches_the_plan():
+    assert batching.plan_from_args(parse_args(["--batch-lockstep"])).lockstep
+    assert not batching.plan_from_args(parse_args([])).lockstep

@@ -31,7 +31,8 @@ One file per section:
   batching.py     section "batching", only when named (not in "all"): tokens/s of a batch of B sequences
                   (--batch-sizes) at forced alpha (--batch-alphas), per --batch-pairs DRAFT,TARGET pair:
                   plain batched decoding, fixed Ks (--batch-Ks) and K="auto", sides alternated in one
-                  process; where drafting stops paying, and auto against the better of the two
+                  process (--batch-lockstep: in lockstep); where drafting stops paying, and auto against the
+                  better of the two
                   (batching_report.py: the numbers and tables; forced_batch_draft.py: the drafter,
                   one packed pass of the real draft per draft step, each sequence's proposals forced)
   trees.py        section "trees", only when named (not in "all"): per --tree-alphas alpha, plain decoding,

@@ -88,7 +88,7 @@ def mean_call(calls, n_seq):
 
 
 class Side:
-    """One run of a group, advanced a round at a time (lockstep below): its Stream, the K of every
+    """One run of a group, advanced a round at a time (common.lockstep): its Stream, the K of every
     round so far, and how many tokens it has emitted."""
 
     def __init__(self, stream, proxy):
@@ -189,7 +189,7 @@ def lockstep_group(target, prompt, N, runs):
     plain, sides = open_baseline(target, prompt, N), [one() for one in runs]
     seconds = lockstep([plain] + sides)
     calls = [s for _, s in plain.proxy.calls[1:]]  # [N - 1] one-token calls after the prefill
-    drift = median(calls[len(calls) // 2:]) / median(calls[:len(calls) // 2])
+    drift = median(calls[len(calls) // 2:]) / median(calls[:len(calls) // 2]) if len(calls) > 1 else 1.0
     baseline = plain.record(seconds[0], None)
     return [measured(side.record(s, None), baseline) for side, s in zip(sides, seconds[1:])], drift
 

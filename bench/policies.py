@@ -89,10 +89,11 @@ def mean_call(calls, n_seq):
 
 class Side:
     """One run of a group, advanced a round at a time (common.lockstep): its Stream, the K of every
-    round so far, and how many tokens it has emitted."""
+    round so far, and how many tokens it has emitted; record(seconds, when) is its record once it has
+    ended (open_run's and open_baseline's)."""
 
-    def __init__(self, stream, proxy):
-        self.stream, self.proxy, self.ks, self.emitted = stream, proxy, [], 0
+    def __init__(self, stream, proxy, record):
+        self.stream, self.proxy, self.record, self.ks, self.emitted = stream, proxy, record, [], 0
 
     def step(self):  # -> False once the stream has ended (that last call runs the run's calibration, if any)
         event = next(self.stream, None)
@@ -106,12 +107,15 @@ class Side:
 def open_run(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
     """One greedy speculative run as a Side, not yet started; `record` turns it into run_one's record."""
     proxy = TimedProxy(target)
-    side = Side(speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True), proxy)
-    side.record = lambda seconds, when: {
-        "K": K, "K_max": K_max, "ks": side.ks, "wall": seconds - side.stream.result.stats.calibration_seconds,
-        "when": when, "result": side.stream.result, "calls": proxy.calls,
-        "draft_calls": draft_proxy.calls if draft_proxy else [], "cost_per_token": drafter.cost_per_token(),
-        "prompt_len": len(prompt)}
+    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True)
+
+    def record(seconds, when):  # once the side has ended (side: below)
+        return {"K": K, "K_max": K_max, "ks": side.ks, "wall": seconds - stream.result.stats.calibration_seconds,
+                "when": when, "result": stream.result, "calls": proxy.calls,
+                "draft_calls": draft_proxy.calls if draft_proxy else [], "cost_per_token": drafter.cost_per_token(),
+                "prompt_len": len(prompt)}
+
+    side = Side(stream, proxy, record)
     return side
 
 
@@ -152,11 +156,13 @@ def open_baseline(target, prompt, n_tokens):
     """Plain greedy decoding of the target as a Side; its `record` is the baseline measured() needs:
     the tokens, t1 (the median one-token call) and the steady seconds (the prefill call replaced by t1)."""
     proxy = TimedProxy(target)
-    side = Side(plain_stream(proxy, prompt, n_tokens, temperature=0), proxy)
-    side.record = lambda seconds, when: {
-        "tokens": side.stream.result, "t1": median([s for _, s in proxy.calls[1:]]),
-        "steady": seconds - proxy.calls[0][1] + median([s for _, s in proxy.calls[1:]]), "when": when}
-    return side
+    stream = plain_stream(proxy, prompt, n_tokens, temperature=0)
+
+    def record(seconds, when):
+        t1 = median([s for _, s in proxy.calls[1:]])
+        return {"tokens": stream.result, "t1": t1, "steady": seconds - proxy.calls[0][1] + t1, "when": when}
+
+    return Side(stream, proxy, record)
 
 
 def baseline_run(target, prompt, n_tokens):

@@ -25,14 +25,14 @@ One file per section:
   policies.py     section "policies": K policies (fixed Ks vs heuristic vs auto) at forced alpha with
                   the pair's draft and with a drafter of prompt lookup's cost, and the target drafting
                   for itself (--policy-drafters self), over --policy-repeats coin seeds (median and
-                  worst seed; --policy-runs runs per seed, their median), each group of runs between two
-                  plain baselines (--policy-lockstep: in lockstep with one); with "speculative":
+                  worst seed; --policy-runs runs per seed, their median), each group of runs in lockstep
+                  with plain decoding (--no-policy-lockstep: between two plain baselines); with "speculative":
                   the real n-gram drafter on the bundled pair
   batching.py     section "batching", only when named (not in "all"): tokens/s of a batch of B sequences
                   (--batch-sizes) at forced alpha (--batch-alphas), per --batch-pairs DRAFT,TARGET pair:
                   plain batched decoding, fixed Ks (--batch-Ks) and K="auto", sides alternated in one
-                  process (--batch-lockstep: in lockstep); where drafting stops paying, and auto against the
-                  better of the two
+                  process, in lockstep (--no-batch-lockstep: back to back); where drafting stops paying,
+                  and auto against the better of the two
                   (batching_report.py: the numbers and tables; forced_batch_draft.py: the drafter,
                   one packed pass of the real draft per draft step, each sequence's proposals forced)
   trees.py        section "trees", only when named (not in "all"): per --tree-alphas alpha, plain decoding,

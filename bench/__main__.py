@@ -50,10 +50,10 @@ def parse_args(argv):
     ap.add_argument("--policy-runs", type=int, default=1,
                     help="runs per coin seed of the K-policy sweep, each between its own baselines: a seed's speedup "
                          "is their median (identical runs differ by up to 17 %% on a shared host)")
-    ap.add_argument("--policy-lockstep", action="store_true",
+    ap.add_argument("--policy-lockstep", action=argparse.BooleanOptionalAction, default=True,
                     help="the K-policy sweep's runs of a group and plain decoding advance a round at a time, the run "
-                         "furthest behind first, so the host's drift slows them alike (for models bigger than the "
-                         "CPU's caches); default: back to back between two baselines")
+                         "furthest behind first, so the host's drift slows them alike (default: on; "
+                         "--no-policy-lockstep: back to back between two baselines, the default before 2026-11-28)")
     ap.add_argument("--policy-alphas", default="0.3,0.6,0.8,1.0", help="forced acceptance rates of the K-policy sweep")
     ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
     ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")

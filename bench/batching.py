@@ -16,17 +16,19 @@ greedy token with probability alpha (its acceptance rate), coins seeded by (repe
 the same for every side of a repeat. The speculative sides run through speculative_batch_stream,
 the loop speculative_generate_batch drives, to count auto's K per round.
 
-One repeat of a cell runs every side once, back to back, in one process; odd repeats run them in
+One repeat of a cell runs every side once, in one process. By default (--batch-lockstep) the sides
+of a repeat decode together, a packed step or round at a time, the side whose sequences have emitted
+the fewest tokens first (common.lockstep): the machine's drift within the repeat then slows every side
+alike. With --no-batch-lockstep (the default before 2026-11-28) they run back to back, odd repeats in
 the reverse order, so which side goes first alternates and a linear drift of the machine's speed
-cancels over two repeats. With --batch-lockstep the sides of a repeat decode together instead, a
-packed step or round at a time, the side whose sequences have emitted the fewest tokens first
-(common.lockstep): the machine's drift within the repeat then slows every side alike. tokens/s = all
+cancels over two repeats (a drift that is not linear lands on whichever side was running). tokens/s = all
 of the batch's new tokens / the side's wall seconds (its own steps' only, in lockstep), prompt prefill
 included (the same prompts for every side). Ratios are per repeat (sides timed side
 by side), then the median over --batch-repeats. Every side's tokens must equal plain decoding's
 (the reference run before the cell, which is also the warm-up): a mismatch is printed as an error
 and makes `python -m bench` exit non-zero after writing the JSON (batching_report.py).
 """
+import argparse
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
@@ -78,9 +80,10 @@ def add_arguments(ap):
                     help="section batching: prompt tokens per sequence")
     ap.add_argument("--batch-repeats", type=int, default=d.repeats,
                     help="section batching: repeats of every cell (medians; the sides' order reversed every other one)")
-    ap.add_argument("--batch-lockstep", action="store_true",
+    ap.add_argument("--batch-lockstep", action=argparse.BooleanOptionalAction, default=True,
                     help="section batching: a repeat's sides decode in lockstep, a packed step or round at a time, "
-                         "the side furthest behind first (for models bigger than the CPU's caches); default: back to back")
+                         "the side furthest behind first (default: on; --no-batch-lockstep: back to back, the default "
+                         "before 2026-11-28)")
 
 
 def parse_pairs(text, configs):  # "124M,355M;124M,1558M" -> (("124M", "355M"), ("124M", "1558M"))

@@ -183,8 +183,8 @@ def lockstep(sides, clock=time.perf_counter):
     emitted (tokens so far). Every side then decodes each stretch of the output within seconds of the
     others, so a shared machine's drift (10-40 % within a minute at 1558M) slows them all alike, where
     runs back to back give it to whichever ran in the slow minute. Used by the policies and batching
-    sections (--policy-lockstep, --batch-lockstep); for models larger than the CPU's caches, which
-    interleaved runs would otherwise evict from each other.
+    sections (--policy-lockstep, --batch-lockstep: python -m bench's default); for models larger than the
+    CPU's caches, which interleaved runs would otherwise evict from each other.
 
     >>> class Fake:  # emits `per_round` tokens a round, 6 in all; a round costs `cost` at today's speed
     ...     def __init__(self, per_round, cost):

@@ -21,10 +21,11 @@ seed by seed on the same coins. With plan.policy_runs = n, every seed's groups r
 group between its own baselines, the rotation advancing each time) and a seed's speedup is the median
 of its n runs (per_seed): identical runs differ by up to 17 % on a shared host, so with one run per
 seed the worst seed is mostly the worst minute of the clock. With plan.policy_lockstep
-(--policy-lockstep) a group's runs and a plain run, their baseline, decode together instead, a round at a
-time, the run furthest behind in tokens first (lockstep): each stretch of the output is decoded by every
-run within seconds of the others, so the host's drift slows them alike. Meant for models larger than the
-CPU's caches (355M and up): interleaved runs would evict a small model's weights from each other's caches.
+(--policy-lockstep, python -m bench's default since 2026-11-28; --no-policy-lockstep for the above) a
+group's runs and a plain run, their baseline, decode together instead, a round at a time, the run furthest
+behind in tokens first (lockstep): each stretch of the output is decoded by every run within seconds of
+the others, so the host's drift slows them alike. Meant for models larger than the CPU's caches (the
+sweep's random 124M and up): interleaved runs would evict a small model's weights from each other's caches.
 
 Prefill. As in spec.py, `speedup` replaces the first target call (prompt + k_1 drafts) by a
 steady call of k_1 + 1 tokens, and the draft's prompt prefill by a one-token draft call.

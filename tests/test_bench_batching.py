@@ -253,5 +253,14 @@ def test_in_lockstep_every_side_runs_at_once_and_still_matches_plain_decoding():
 
 
 def test_the_batch_lockstep_flag_reaches_the_plan():
+    """Lockstep is the default (since 2026-11-28); --no-batch-lockstep runs the sides back to back."""
     assert batching.plan_from_args(parse_args(["--batch-lockstep"])).lockstep
-    assert not batching.plan_from_args(parse_args([])).lockstep
+    assert batching.plan_from_args(parse_args([])).lockstep
+    assert not batching.plan_from_args(parse_args(["--no-batch-lockstep"])).lockstep
+
+
+def test_the_policy_lockstep_flag_reaches_the_plan():
+    """The K-policy sweep's groups run in lockstep by default; --no-policy-lockstep between two baselines."""
+    from bench.__main__ import make_plan
+    assert make_plan(parse_args([])).policy_lockstep
+    assert not make_plan(parse_args(["--no-policy-lockstep"])).policy_lockstep

@@ -7,7 +7,9 @@ decoding/batched_speculative.py runs them, but with lengths for caches and a clo
     step feeds each drafting sequence what its draft cache lacks (its whole prompt and every token
     since, the first time), and the target round feeds each sequence its new token and its drafts;
   * coins: sequence i's draft at a position is accepted with probability alpha (one generator per
-    seed), so a round accepts each sequence's drafts up to its first failed coin;
+    seed), so a round accepts each sequence's drafts up to its first failed coin; the policy sees
+    each examined position's overlap as 1 or 0 (accepted or not), as the bench's greedy forced
+    drafts give it (a belief learned from coins, not from alpha itself);
   * costs, in seconds: a target round over M rows in all takes target_seconds(M), a draft call
     over M rows c x target_seconds(M); the policy sees them, times a log-normal timing noise
     (a shared machine's readings), and the run counts them without it.
@@ -26,10 +28,13 @@ decoding included) for a 124M draft of a 355M target (c 0.35) and of a 1558M tar
 on cost curves shaped like the Xeon's under SkylakeX and under Haswell, and for the bundled pair
 on a flat curve (FLAT: a target whose weights are all small, which BatchAutoK is told, few_rows=None),
 B 1-8, alpha 0.5 / 0.8, 32 tokens after 16: the median and the 10th percentile over the seeds of
-auto's seconds over the best fixed K's median seconds (above 1: auto is faster).
+auto's seconds over the best fixed K's median seconds (above 1: auto is faster). With --bound, for one
+sequence, what the Bayes-optimal policy for a prior over alpha gets (expected_seconds): what any policy
+that must learn alpha in a 32-token run can hope for.
 """
 import argparse
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -101,7 +106,7 @@ def simulate(policy, B, prompt_len, n_tokens, alpha, target_seconds, c, seed=0, 
         overlaps = []
         for i in run:
             accepted = next((n for n in range(ks[i]) if coins.random() >= alpha), ks[i])
-            overlaps += [alpha] * min(accepted + 1, ks[i])
+            overlaps += [1.0] * accepted + [0.0] * (accepted < ks[i])  # greedy: 1 where the draft passed
             if ks[i]:
                 batch.dc[i] = batch.ctx[i] + ks[i] - 1
             batch.ctx[i] += accepted + 1
@@ -128,12 +133,78 @@ def compare(B, alpha, c, target_seconds, seeds, Ks=(0, 1, 2, 4), prompt_len=16, 
     return {"best": best, "ratios": sorted(fixed[best] / seconds(lambda: policy(c), s) for s in seeds)}
 
 
+def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=None, K_max=4):
+    """Expected seconds of one sequence (B = 1) at each alpha, run as simulate() runs it (the draft's
+    catch-up included) with no timing noise, under a fixed K (K=None: the Bayes-optimal policy for a
+    prior over `alphas` only, which knows c, the cost curve and the run's length). [len(alphas)]
+
+    The Bayes-optimal policy is a bound no causal policy beats on average over that prior (dynamic
+    programming over the tokens left, the accepted and rejected positions seen, and the rows the
+    draft's cache lacks beyond one: every plain round adds one, and a try pays them all in its first
+    draft call). Against a fixed K it says what learning alpha must cost in a short run.
+
+    >>> costs = row_costs(v2=1.25, v16=2.3)  # v(3) = 1.325: a free draft, alpha 1, K = 2, a one-token prompt:
+    >>> [round(float(x / costs(1)), 3) for x in expected_seconds([1.0], [1.0], 0.0, costs, 1, 6, K=2)]  # 2 x v(3)
+    [2.65]
+    """
+    alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
+    T = target_seconds
+
+    @lru_cache(maxsize=None)
+    def seconds(n, s, f, lag, fed):  # n tokens left, s / f positions accepted / rejected, lag, fed: target rows
+        if n == 0:                   # owed beyond the drafts (the prompt in the first round, then 1) -> [A]
+            return np.zeros(len(alphas))
+        belief = prior * alphas ** s * (1 - alphas) ** f
+        belief = belief / belief.sum() if belief.sum() > 0 else prior  # [A] (any, where the coins were impossible)
+        best = None
+        for k in ([min(K, n - 1)] if K is not None else range(min(K_max, n - 1) + 1)):
+            if k == 0:
+                total = T(fed) + seconds(n - 1, s, f, lag + 1, 1)
+            else:
+                total = np.full(len(alphas), c * T(lag + 1) + (k - 1) * c * T(1) + T(fed - 1 + k + 1))
+                for j in range(k + 1):  # j drafts accepted: probability alpha^j (1 - alpha), or alpha^k for all
+                    p = alphas ** j * ((1 - alphas) if j < k else 1)  # [A]
+                    total = total + p * seconds(n - j - 1, s + j, f + (j < k), 1 if j == k else 0, 1)
+            if best is None or belief @ total < belief @ best - 1e-12:
+                best = total
+        return best
+
+    return seconds(n_tokens, 0, 0, prompt_len - 1, prompt_len)
+
+
+def print_bound(seeds, noise, alphas=(0.3, 0.5, 0.65, 0.8, 1.0), prompt_len=16, n_tokens=32):
+    """For one sequence (B = 1) on each curve and pair of the table: the Bayes-optimal policy's expected
+    seconds (a uniform prior over `alphas`) and BatchAutoK's mean over the seeds, each against the
+    best fixed K's expected seconds (plain decoding included), at alpha 0.5 and 0.8; auto's readings
+    carry the timing noise (log-standard deviation `noise`), the bound's none."""
+    print(f"One sequence, {n_tokens} tokens after {prompt_len}: the best fixed K's expected seconds over the "
+          f"Bayes-optimal policy's (a uniform prior over alpha in {', '.join(map(str, alphas))}) and over auto's")
+    print(f"{'curve':<9} {'pair':<14} {'alpha':>5} {'best':>5} {'Bayes':>6} {'auto':>6}")
+    for curve, (v2, v16) in CURVES.items():
+        costs = row_costs(v2, v16)
+        for pair, c in PAIRS.items():
+            optimal = expected_seconds(alphas, [1.0] * len(alphas), c, costs, prompt_len, n_tokens)  # [A]
+            for alpha in (0.5, 0.8):
+                i = alphas.index(alpha)
+                fixed = {K: expected_seconds([alpha], [1.0], c, costs, prompt_len, n_tokens, K=K)[0]
+                         for K in (0, 1, 2, 4)}
+                best = min(fixed, key=fixed.get)
+                auto = np.mean([simulate(BatchAutoK(K_max=4, c_prior=c), 1, prompt_len, n_tokens, alpha, costs, c,
+                                         seed, noise)[0] for seed in seeds])
+                print(f"{curve:<9} {pair:<14} {alpha:>5} {'K=' + str(best):>5} {fixed[best] / optimal[i]:>6.3f} "
+                      f"{fixed[best] / auto:>6.3f}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.batch_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=40, help="coin seeds per cell (default: 40)")
     p.add_argument("--noise", type=float, default=0.12, help="timing noise, log-standard deviation (default: 0.12)")
+    p.add_argument("--bound", action="store_true",
+                   help="one sequence: the Bayes-optimal policy and auto against the best fixed K (expected_seconds)")
     args = p.parse_args(argv)
     seeds = range(args.seeds)
+    if args.bound:
+        return print_bound(seeds, args.noise)
     print(f"BatchAutoK against the best fixed K (plain decoding is K = 0): the best's median seconds over auto's,"
           f" {args.seeds} seeds, timing noise {args.noise}, 32 tokens after 16")
     print(f"{'curve':<9} {'pair':<14} {'B':>2} {'alpha':>5} {'best':>5} {'median':>6} {'p10':>6}")

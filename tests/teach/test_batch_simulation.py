@@ -73,3 +73,43 @@ def test_the_table_prints_every_cell(capsys):
     cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell", "flat"))]
     assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2, lines
     assert all(0 < float(line.split()[-1]) <= float(line.split()[-2]) < 2 for line in cells), cells
+
+
+def test_the_expected_seconds_of_a_fixed_K_are_the_simulations_mean():
+    """expected_seconds' recursion (the draft's catch-up, the clamp, the prefill round) against simulate()
+    over many coin seeds, one sequence: within 4 standard errors of the mean. The control: the recursion
+    at an alpha 0.05 higher is more than 4 standard errors off (the comparison can tell them apart)."""
+    prompt_len, n_tokens, c, alpha = 8, 16, 0.35, 0.7
+    for K in (1, 3):
+        runs = [simulate(FixedBatchK(K), 1, prompt_len, n_tokens, alpha, SKYLAKEX, c, seed)[0] for seed in range(3000)]
+        mean, error = np.mean(runs), np.std(runs) / np.sqrt(len(runs))
+        expected, off = batch_simulation.expected_seconds([alpha, alpha + 0.05], [1.0, 1.0], c, SKYLAKEX, prompt_len,
+                                                          n_tokens, K=K)
+        print(f"K {K}: simulated {mean:.4f} +- {error:.4f}, expected {expected:.4f} ({(mean - expected) / error:+.2f} "
+              f"standard errors); at alpha + 0.05 {off:.4f} ({(mean - off) / error:+.2f})")
+        assert abs(mean - expected) < 4 * error, (K, mean, expected, error)
+        assert abs(mean - off) > 4 * error, (K, mean, off, error)
+
+
+def test_the_bayes_optimal_policy_is_a_bound_and_learns():
+    """Over its prior, the Bayes-optimal policy's expected seconds are at most every fixed K's (plain
+    decoding included), and strictly less than the best's where the alphas call for different Ks; told
+    alpha (a prior on one value), it is at least as fast as the best fixed K at that alpha."""
+    alphas, prior, c = [0.3, 0.9], [0.5, 0.5], 0.09
+    optimal = batch_simulation.expected_seconds(alphas, prior, c, SKYLAKEX, 16, 32)  # [2]
+    fixed = {K: batch_simulation.expected_seconds(alphas, prior, c, SKYLAKEX, 16, 32, K=K) for K in (0, 1, 2, 4)}
+    over_prior = {K: float(np.dot(prior, s)) for K, s in fixed.items()}
+    bound = float(np.dot(prior, optimal))
+    print(f"expected seconds over the prior: Bayes-optimal {bound:.4f}, fixed K {over_prior}")
+    assert all(bound <= s + 1e-12 for s in over_prior.values()), (bound, over_prior)
+    assert bound < 0.97 * min(over_prior.values()), (bound, over_prior)
+    for i, alpha in enumerate(alphas):
+        told = batch_simulation.expected_seconds([alpha], [1.0], c, SKYLAKEX, 16, 32)[0]
+        assert told <= min(s[i] for s in fixed.values()) + 1e-12, (alpha, told, fixed)
+
+
+def test_the_bound_prints_every_cell(capsys):
+    batch_simulation.main(["--bound", "--seeds", "2"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("SkylakeX", "Haswell"))]
+    assert len(lines) == 2 * 2 * 2, lines
+    assert all(0.5 < float(x) < 1.5 for line in lines for x in line.split()[-2:]), lines

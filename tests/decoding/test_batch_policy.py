@@ -119,6 +119,30 @@ def test_the_plain_pass_is_read_twice_near_a_tie_and_again_when_stale():
     assert not policy.times_plain(1, 1.05), "read again: fresh"
 
 
+def test_a_new_batch_size_is_not_timed_where_the_draft_s_clock_vouches_for_it():
+    """A batch of 2, its rounds timed, loses a sequence: one row was never timed. Where the plan clearly
+    pays and the draft's one-row calls over c_prior agree with the curve's guess of a one-row round,
+    no plain round times it; with a draft clock twice as slow as its share of parameters says, a plan
+    near a tie, or no one-row draft call yet, the plain round comes as before."""
+    def seconds(M):  # a target round on the prior's own curve: the guess from the 2-row rounds is exact
+        return 0.03 * (1.0 if M == 1 else 1.3 + 0.08 * (M - 2))
+
+    def batch_of_two(clock, one_row_calls=True):
+        policy = BatchAutoK(K_max=4, c_prior=C)
+        policy.overlaps = [1.0] * 30
+        for rows in (2, 6, 10):                                     # plain, K = 2 and K = 4 rounds of B = 2
+            calls = [(2, clock * C * seconds(2))] + [(1, clock * C * seconds(1))] * one_row_calls
+            policy.update([], rows, seconds(rows), calls, first_round=False)
+        return policy
+
+    agrees, slow, none = batch_of_two(1.0), batch_of_two(2.0), batch_of_two(1.0, one_row_calls=False)
+    assert agrees.vouched(1) and not agrees.times_plain(1, 1.5), "the draft's clock vouches: no plain round"
+    assert agrees.times_plain(1, 1.1), "near a tie the new size is timed all the same"
+    assert not slow.vouched(1) and slow.times_plain(1, 1.5), "a clock that disagrees vouches for nothing"
+    assert not none.vouched(1) and none.times_plain(1, 1.5), "no one-row draft call: nothing to vouch with"
+    assert 1 not in agrees.target_durations
+
+
 @pytest.mark.parametrize("alpha", [0.3, 0.8])
 def test_where_drafting_cannot_pay_the_priced_rule_is_within_two_percent_of_plain(alpha):
     B, prompt_len, n_tokens = 16, 16, 64  # 16 rows fill the flat part: a drafted row costs a tenth of a pass

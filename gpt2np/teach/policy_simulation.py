@@ -20,7 +20,7 @@ prediction; what a policy loses to it is what it pays for learning alpha, c and 
 ({4: 10}, 2.577)
 
 `python -m gpt2np.teach.policy_simulation` prints auto against the best fixed K for both kernels'
-measured v on two CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
+measured v on three CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
 with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
 alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins;
 with --told-v, auto against auto told the true v(M) from its first round (ToldCostsAutoK): what
@@ -120,7 +120,10 @@ class ToldCostsAutoK(AutoK):
 # verification curve, 355M Haswell `rows`. Xeon, an Intel Xeon (Sapphire Rapids, AVX-512), 1558M,
 # `python -m bench --sections kernels --kernel-sizes 1558M`: steeper, and not monotonic (under Haswell
 # 8 rows take plain sgemm, cheaper than 7 or 9; under SkylakeX v(4) < v(3) and v(8) < v(7)), so the best
-# K is where the curve dips (K = 3 or 7), which a line through the timed sizes does not see.
+# K is where the curve dips (K = 3 or 7), which a line through the timed sizes does not see. Zen5, an AMD EPYC
+# of family 26 (AVX-512), 1558M, `python tools/kernel_ab.py --size 1558M --rows 1,2,3,4,5,6,7,8,9 --pairs 6
+# --context 64` (2026-11-27, session 37): a 6-row pass no dearer than a 5-row one under SkylakeX, 4 rows cheaper
+# than 3 under Haswell; the same command read other dips a day earlier (PERFORMANCE.md, "K policies, eighth look").
 MEASURED_V = {
     ("EPYC", "SkylakeX", "1558M"): (1.2, 1.27, 1.35, 1.42, 1.49, 1.56, 1.63, 1.7),
     ("EPYC", "Haswell", "1558M"): (1.36, 1.52, 1.69, 1.85, 1.98, 2.1, 2.23, 2.35),
@@ -128,6 +131,8 @@ MEASURED_V = {
     ("EPYC", "Haswell", "355M"): (1.49, 1.56, 1.68, 1.79, 2.05, 2.30, 2.41, 2.62),
     ("Xeon", "SkylakeX", "1558M"): (1.23, 1.44, 1.41, 1.66, 1.77, 2.01, 1.91, 2.17),
     ("Xeon", "Haswell", "1558M"): (1.48, 1.78, 1.89, 2.16, 2.39, 2.53, 2.52, 3.07),
+    ("Zen5", "SkylakeX", "1558M"): (1.15, 1.29, 1.33, 1.58, 1.69, 1.78, 1.68, 1.81),
+    ("Zen5", "Haswell", "1558M"): (1.30, 1.46, 1.42, 1.56, 1.82, 2.01, 2.04, 2.37),
 }
 DRAFTERS = (("1558M", "124M", 0.09), ("1558M", "lookup", 0.0), ("355M", "124M", 0.3), ("355M", "lookup", 0.0))
 

@@ -232,19 +232,36 @@ def decode_targets(size, s, plan):
     return out
 
 
+def policy_goals(name, a, n_tokens):  # -> (median goal, worst seed's goal) of auto / the better side
+    """Issue 26's goals for auto over the better of plain decoding and the best fixed K, seed by seed:
+    where drafting cannot pay (alpha < 0.5, the target drafting for itself) and at alpha 1.0, 0.95 for
+    every seed; elsewhere a median of 0.97 and a worst seed of 0.92, 0.90 in runs of 40 tokens or fewer.
+
+    >>> policy_goals("model", 0.8, 100), policy_goals("model", 0.8, 40), policy_goals("self", 1.0, 40)
+    ((0.97, 0.92), (0.97, 0.9), (0.95, 0.95))
+    """
+    if a < 0.5 or a >= 1.0 or name == "self":
+        return 0.95, 0.95
+    return 0.97, (0.90 if n_tokens <= 40 else 0.92)
+
+
 def policy_targets(result, pair):
-    """The K policies' targets, from the sweep (bench/policies.py): auto against the best fixed K
-    (median and worst seed, seed by seed), and against plain decoding where drafting cannot pay."""
+    """The K policies' targets, from the sweep (bench/policies.py): auto against the better of plain
+    decoding and the best fixed K (median and worst seed, seed by seed; policy_goals), and where
+    drafting cannot pay with the pair's draft (alpha < 0.5), its worst seed against plain decoding."""
     if not result:
         return []
     Ks, out, (draft, target) = result.get("Ks") or list(range(1, result["K_max"] + 1)), [], pair
     for (name, a), group in policies.by_drafter_and_alpha(result["rows"]).items():
         who = {"lookup": "n-gram-cost drafter", "self": target}.get(name, draft)
         auto_median, auto_worst = policies.against_best_fixed(group, Ks, "auto")
-        high = a >= 0.5 and name != "self"  # drafting for itself can never pay: auto against plain, as at 0.3
+        median_goal, worst_goal = policy_goals(name, a, result["n_tokens"])
         out.append([f"{who}->{target} a={a}: auto / best of plain and fixed K, median over seeds", auto_median,
-                    ">= 0.97" if high else ">= 0.95"])
-        out.append([f"{who}->{target} a={a}: the same, worst seed", auto_worst, ">= 0.92" if high else ">= 0.95"])
+                    f">= {median_goal}"])
+        out.append([f"{who}->{target} a={a}: the same, worst seed", auto_worst, f">= {worst_goal}"])
+        if name == "model" and a < 0.5:
+            out.append([f"{who}->{target} a={a}: auto / plain decoding, worst seed", min(group["auto"]["speedups"]),
+                        ">= 0.95"])
     errors = [abs(r["refined_error"]) for r in result["rows"] if r["refined_error"] is not None]
     out.append([f"K-policy sweep: max |speedup / refined - 1| over {len(errors)} runs", max(errors, default=None),
                 "|x| <= 0.15"])

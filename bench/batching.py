@@ -155,14 +155,6 @@ class CellSide:
                 "accepted": self.accepted, "examined": self.examined}
 
 
-def drain(stream):  # -> (tokens per sequence, K of each round, accepted, examined)
-    """Run a speculative batch stream to its end, as speculative_generate_batch does, counting."""
-    side = CellSide(stream)
-    while side.step():
-        pass
-    return side.tokens, side.Ks, side.accepted, side.examined
-
-
 def open_side(side, target, draft_model, prompts, sequences, plan, alpha, seed, stack):
     """One side ("plain", a fixed K, "auto") of a cell as a CellSide, not yet started; its forced draft's
     packed calls are routed for as long as `stack` (a contextlib.ExitStack) stays open."""
@@ -196,16 +188,13 @@ def sides_of(plan):
 def measure_cell(target, draft_model, prompts, reference, plan, alpha):
     """Every side of one (B, alpha) cell, --batch-repeats times, order reversed on odd repeats."""
     sequences = [list(p) + list(t) for p, t in zip(prompts, reference)]  # what the forced draft must know
-    runs = {side: [] for side in sides_of(plan)}
+    runs, args = {side: [] for side in sides_of(plan)}, (target, draft_model, prompts, sequences, plan, alpha)
     for r in range(plan.repeats):
         order = sides_of(plan) if r % 2 == 0 else sides_of(plan)[::-1]
-        if plan.lockstep:
-            for side, record in run_sides_in_lockstep(order, target, draft_model, prompts, sequences, plan, alpha,
-                                                      seed=r).items():
-                runs[side].append(record)
-            continue
-        for side in order:
-            runs[side].append(run_side(side, target, draft_model, prompts, sequences, plan, alpha, seed=r))
+        records = (run_sides_in_lockstep(order, *args, seed=r) if plan.lockstep
+                   else {side: run_side(side, *args, seed=r) for side in order})
+        for side, record in records.items():
+            runs[side].append(record)
     return summarise_cell(runs, reference, len(prompts), alpha)
 
 

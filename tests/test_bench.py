@@ -439,12 +439,11 @@ def test_the_policy_targets_are_issue_26s_goals():
     worst seed, 0.90, misses although its median over the better side, K = 1, is 0.98)."""
     from bench.run import policy_targets
 
-    def row(K, speedups):
+    def row(alpha, K, speedups):
         return {"drafter": "model", "alpha_nominal": alpha, "K": K, "speedup": sorted(speedups)[1],
                 "speedups": speedups, "refined_error": 0.01}
-    rows = []
-    for alpha in (0.3, 0.8):
-        rows += [row("1", [1.05, 1.06, 1.07]), row("heuristic", [1.0, 1.0, 1.0]), row("auto", [1.04, 0.9, 1.05])]
+    rows = [row(alpha, K, speedups) for alpha in (0.3, 0.8)
+            for K, speedups in (("1", [1.05, 1.06, 1.07]), ("heuristic", [1.0, 1.0, 1.0]), ("auto", [1.04, 0.9, 1.05]))]
     for n_tokens, worst in ((100, ">= 0.92"), (40, ">= 0.9")):
         table = {name: (round(value, 3), goal) for name, value, goal in
                  policy_targets({"n_tokens": n_tokens, "K_max": 8, "Ks": [1], "rows": rows}, ("124M", "1558M"))}

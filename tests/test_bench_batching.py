@@ -146,8 +146,10 @@ def test_forced_batch_draft_keeps_the_target_exact_and_packs_its_calls(pair, alp
     draft = Counting(draft_model, [p + r for p, r in zip(prompts, reference)], alpha, seeds=[0, 1, 2])
     before = batched_speculative.packed_call
     with packed_draft_calls(draft):
-        tokens, Ks, accepted, examined = batching.drain(
-            gpt2np.speculative_batch_stream(target, draft, prompts, 10, K=3, temperature=0))
+        side = batching.CellSide(gpt2np.speculative_batch_stream(target, draft, prompts, 10, K=3, temperature=0))
+        while side.step():  # to the stream's end, counting
+            pass
+    tokens, Ks, accepted, examined = side.tokens, side.Ks, side.accepted, side.examined
     assert batched_speculative.packed_call is before  # restored after the block
     assert tokens == reference, batching_report.mismatch(tokens, reference)
     assert draft.calls == 0 and draft.packed >= max(Ks), (draft.calls, draft.packed)  # one packed pass a draft step

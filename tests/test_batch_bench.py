@@ -41,6 +41,29 @@ def test_step_ratios_gives_one_reading_per_pair():
     assert len(ratios) == 4 and all(r > 0 and np.isfinite(r) for r in ratios), ratios
 
 
+def test_lockstep_sides_decode_every_sequence_and_keep_within_a_step_of_each_other():
+    """The two sides of a --lockstep repeat: every sequence decoded to its end, the same tokens as generate_batch,
+    the first tokens' seconds (the prefills) counted apart, and neither side ever a packed step ahead."""
+    model = gpt2np.random_model(SMALL, tokenizer=None, std=0.3)
+    prompts, n_tokens = [[1, 2, 3], [4, 5, 6, 7, 8], [9]], 4
+    together, alone = BENCH.Together(model, prompts, n_tokens), BENCH.Alone(model, prompts, n_tokens)
+    gaps = []
+    for side in (together, alone):
+        step = side.step
+
+        def logged(step=step):
+            gaps.append(together.emitted - alone.emitted)
+            return step()
+        side.step = logged
+    BENCH.lockstep([together, alone])
+    expected = gpt2np.generate_batch(model, prompts, n_tokens)
+    assert together.outputs == [stream.tokens for stream in alone.streams] == expected
+    assert together.emitted == alone.emitted == len(prompts) * n_tokens
+    seconds = [(side.first, side.total) for side in (together, alone)]
+    assert all(0 < first < total for first, total in seconds), seconds
+    assert min(gaps) >= 0 and max(gaps) <= len(prompts), gaps  # the packed side goes first, then waits for the other
+
+
 def table_rows(text, header):  # -> the rows of the markdown table under the line starting with header
     lines = text[text.index(header):].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| --- "))
@@ -52,12 +75,14 @@ def table_rows(text, header):  # -> the rows of the markdown table under the lin
     return rows
 
 
-def test_a_run_prints_the_whole_run_table_and_the_step_table():
+@pytest.mark.parametrize("lockstep", ["--lockstep", "--no-lockstep"])
+def test_a_run_prints_the_whole_run_table_and_the_step_table(lockstep):
     run = subprocess.run([sys.executable, str(TOOL), "--sizes", "124M", "--batches", "1,2", "--repeats", "1",
-                          "--context", "4", "--n_tokens", "2", "--step-pairs", "3", "--anatomy", "2"],
+                          "--context", "4", "--n_tokens", "2", "--step-pairs", "3", "--anatomy", "2", lockstep],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith(("OpenBLAS", "not OpenBLAS")), run.stdout[:200]
+    assert ("in lockstep" in run.stdout.splitlines()[0]) == (lockstep == "--lockstep"), run.stdout.splitlines()[0]
     whole = table_rows(run.stdout, "| size | B | alone tok/s")
     steps = table_rows(run.stdout, "The decode step alone")
     parts = table_rows(run.stdout, "A decode step taken apart")

@@ -3,21 +3,30 @@
     python tools/batch_bench.py                                  # 124M and 355M random weights, B = 1 2 4 8
     python tools/batch_bench.py --sizes 124M --batches 1,8 --repeats 3 --context 64 --n_tokens 16 --threads 1
     python tools/batch_bench.py --sizes 355M --batches 8 --repeats 1 --step-pairs 40    # + adjacent decode steps
+    python tools/batch_bench.py --sizes 355M --batches 8 --repeats 5 --no-lockstep      # whole runs back to back
 
 For each size and B: B random prompts of --context tokens, --n_tokens greedy tokens each (random
 weights, no tokenizer: nothing stops early). "together" is generate_batch over the B prompts; "alone"
-is generate's loop (plain_stream) for each prompt in turn. The two alternate (which goes first
-alternates too), --repeats times, in this one process, after an untimed warm-up of each. As the
+is generate's loop (plain_stream) for each prompt in turn. The two run --repeats times in this one
+process (in lockstep, below; which goes first alternates), after an untimed warm-up of each. As the
 server runs them: "together" on weights in the order batches want under this BLAS kernel
 (gpt2np/model/fast/layout.py: row-major under the Haswell kernels), "alone" on the weights as stored
-(column-major), each re-ordered untimed before its run (--together-order stored: both as stored). Reported:
-tokens/s over the whole run (the prefill step included) and decode tokens/s (the steps after each
-sequence's first token, which feed one token each), medians, and the together/alone ratio of each
-alternating pair (median and range): on a shared, noisy machine ratios measured side by side are the
+(column-major) (--together-order stored: both as stored). Reported: tokens/s over the whole run (the
+prefill steps included) and decode tokens/s (the steps after each sequence's first token, which feed one
+token each), medians, and the together/alone ratio of each repeat (median and range): on a shared, noisy
+machine ratios measured side by side are the
 numbers to trust. The header names NumPy's BLAS kernel, on which a few-row product's cost depends.
 
 Whole runs of each side take seconds, and this VM's speed drifts by 10-20 % between them (two runs of
-one comparison read 3.77 -> 4.15x and 3.94 -> 3.72x). --step-pairs N measures the decode step alone,
+one comparison read 3.77 -> 4.15x and 3.94 -> 3.72x; 9 repeats on a Zen 4 EPYC 3.53-5.36x). So by default a
+repeat's two sides run in lockstep (bench/common.py's lockstep, as python -m bench's policies and batching
+sections): a packed step of "together", then one step of each "alone" sequence in turn (the one with the
+fewest tokens; its prompt's prefill the first time), always the side with fewer tokens emitted, every step
+timed on its own, so both sides decode each stretch of the output within a second of each other. Each side
+runs on its own model where the two orders differ (the same weights twice). --no-lockstep gives the runs
+back to back, one after the other, one model re-ordered untimed before each run (the default before
+2026-11-28; 7 repeats of 355M, B = 8 in lockstep on that EPYC: 4.18-4.44x). --step-pairs N measures the decode
+step alone,
 side by side: one packed step of the B sequences at the prompts' context against the same B sequences'
 steps one at a time, each with its greedy pick, alternated N times (which goes first alternates too),
 the caches put back after every step; the two sides' weights in the orders above (two copies of the
@@ -36,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np and bench from this checkout
 import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 import numpy as np  # noqa: E402
 from gpt2np.decoding.batched import batch_stream  # noqa: E402
@@ -44,6 +53,7 @@ from gpt2np import set_weights_order  # noqa: E402
 from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
 from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
 from gpt2np.model.fast.matmul import batch_layout, matmul  # noqa: E402
+from bench.common import lockstep  # noqa: E402
 
 
 def timed(run):  # run() -> (seconds to the first token of every sequence, tokens, decode tokens); -> + total
@@ -75,6 +85,65 @@ def alone(model, prompts, n_tokens):  # one sequence after the other; first: eac
         tokens = stream.run()
         n_total, n_decoded = n_total + len(tokens), n_decoded + len(tokens) - 1
     return first, n_total, n_decoded
+
+
+class Together:
+    """A lockstep side (--lockstep): generate_batch, one packed step per step(); its seconds, the first step's
+    apart (the packed prefill, which gives every sequence its first token)."""
+
+    def __init__(self, model, prompts, n_tokens):
+        self.steps, self.emitted, self.first, self.total = batch_stream(model, prompts, n_tokens), 0, 0.0, 0.0
+        self.outputs = None
+
+    def step(self):  # -> False once every sequence has ended
+        start = time.perf_counter()
+        try:
+            events = next(self.steps)
+        except StopIteration as done:
+            self.outputs = done.value
+            return False
+        seconds = time.perf_counter() - start
+        self.first += seconds if self.emitted == 0 else 0.0
+        self.total += seconds
+        self.emitted += len(events)
+        return True
+
+
+class Alone:
+    """A lockstep side (--lockstep): the same prompts one at a time (plain_stream each), one step of the
+    sequence with the fewest tokens per step() (its prompt's prefill, its first token, the first time)."""
+
+    def __init__(self, model, prompts, n_tokens):
+        self.streams = [gpt2np.plain_stream(model, prompt, n_tokens) for prompt in prompts]
+        self.emitted, self.first, self.total = 0, 0.0, 0.0
+
+    def step(self):  # -> False once every sequence has ended
+        for stream in sorted((s for s in self.streams if not s.done), key=lambda s: len(s.tokens)):
+            start, fresh = time.perf_counter(), not stream.tokens
+            try:
+                next(stream)
+            except StopIteration:
+                continue  # that one has ended (an untimed check): the next one steps instead
+            seconds = time.perf_counter() - start
+            self.first += seconds if fresh else 0.0
+            self.total += seconds
+            self.emitted += 1
+            return True
+        return False
+
+
+def measure_in_lockstep(models, batch, context, n_tokens, repeats, rng):  # -> {"together": [...], "alone": [...]}
+    """measure's results, each repeat's two sides in lockstep (module docstring); models: step_models'."""
+    prompts = [rng.integers(0, models["alone"].n_vocab, context).tolist() for _ in range(batch)]
+    together(models["together"], prompts[:1], 2), alone(models["alone"], prompts[:1], 2)  # first calls, BLAS threads
+    results = {"together": [], "alone": []}
+    for repeat in range(repeats):
+        sides = {"together": Together(models["together"], prompts, n_tokens),
+                 "alone": Alone(models["alone"], prompts, n_tokens)}
+        lockstep(list(sides.values()) if repeat % 2 == 0 else list(sides.values())[::-1])  # who goes first alternates
+        for name, side in sides.items():
+            results[name].append((side.total, side.total - side.first, side.emitted, side.emitted - batch))
+    return results
 
 
 def measure(model, batch, context, n_tokens, repeats, rng, orders):  # -> {"together": [...], "alone": [...]}
@@ -224,6 +293,8 @@ def main(argv=None):
                         help="also alternate this many single decode steps, packed against one at a time (0: none)")
     parser.add_argument("--anatomy", type=int, default=0,
                         help="also take a decode step apart, this many alternating rounds (0: not)")
+    parser.add_argument("--lockstep", action=argparse.BooleanOptionalAction, default=True,
+                        help="run a repeat's two sides in lockstep, a step at a time (--no-lockstep: back to back)")
     parser.add_argument("--together-order", choices=("batches", "stored"), default="batches",
                         help="the weights' order for the packed runs: the one batches want under this BLAS kernel "
                              "(as the server with --max_batch above 1), or as stored")
@@ -240,23 +311,26 @@ def main(argv=None):
     orders = {"together": batch_layout() if args.together_order == "batches" else "column-major",
               "alone": "column-major"}
     print(f"{gpt2np.blas_kernel()}; context {args.context}, {args.n_tokens} new tokens per sequence, greedy, "
-          f"{args.repeats} alternating repeats; weights {orders['together']} together, {orders['alone']} alone")
+          f"{args.repeats} repeats{' in lockstep' if args.lockstep else ', back to back, alternating'}; "
+          f"weights {orders['together']} together, {orders['alone']} alone")
     print("| size | B | alone tok/s | together tok/s | ratio (range) | alone decode tok/s | together decode "
           "tok/s | decode ratio (range) |\n|" + " --- |" * 8)
     rng = np.random.default_rng(args.seed)
     steps, parts = [], []  # (size, batch, ratios), (size, batch, {part: seconds})
     for size in sizes:
         model = gpt2np.random_model(gpt2np.PRESETS[size], tokenizer=None)
+        models = step_models(model, orders) if args.lockstep else None  # each side's model in its order
         for batch in batches:
-            print(summary_row(size, batch, measure(model, batch, args.context, args.n_tokens, args.repeats, rng,
-                                                   orders)), flush=True)
+            results = measure_in_lockstep(models, batch, args.context, args.n_tokens, args.repeats, rng) \
+                if args.lockstep else measure(model, batch, args.context, args.n_tokens, args.repeats, rng, orders)
+            print(summary_row(size, batch, results), flush=True)
         if args.step_pairs or args.anatomy:
-            models = step_models(model, orders)
+            models = models or step_models(model, orders)  # back to back, measure left model in either order
             steps += [(size, batch, step_ratios(models, batch, args.context, args.step_pairs, rng))
                       for batch in batches if args.step_pairs]
             parts += [(size, batch, anatomy(models, batch, args.context, args.anatomy, rng))
                       for batch in batches if args.anatomy]
-            del models
+        del model, models
     if steps:
         print(f"\nThe decode step alone, at context {args.context}: B sequences' steps one at a time over one packed "
               f"step, {args.step_pairs} adjacent pairs\n| size | B | pairs | ratio, median (quartiles) |\n|"

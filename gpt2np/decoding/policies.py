@@ -26,7 +26,8 @@ from statistics import median
 
 import numpy as np
 
-from .theory import expected_speedups_under_belief, predicted_speedups
+from .theory import (expected_speedups_under_belief, expected_tokens_per_round, expected_tokens_under_belief,
+                     predicted_speedups)
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR = (1.5, 1.0)   # auto: the Beta(a, b) belief about alpha before any position is examined: mean 0.6,
@@ -65,6 +66,9 @@ class Measurements:
     c_prior: float = 0.5                           # the drafter's c before anything is measured
     n_calls: int = 0                               # target calls timed so far
     last_timed: dict = field(default_factory=dict)  # tokens per call -> n_calls when that size was last timed
+    owed: int = 0                                  # tokens plain rounds emitted since the last drafting round:
+                                                   # what a draft model feeds, in one call, before it drafts again
+    tokens_left: int | None = None                 # tokens the run still wants (None: unknown)
 
     def add_target_call(self, n_seq, seconds):
         """One timed target call of n_seq tokens (only the latest WINDOW of each size are kept)."""
@@ -190,6 +194,10 @@ class AutoK:
        never locks drafting out; the cheaper the draft, the lower the alpha at which drafting
        pays, and the sooner (and more cheaply) it tries. Where a try costs much against what it
        could find (alpha 0.3 under a steep v), the price keeps it from probing round after round.
+       Every drafting round's cost includes its share of the draft model's catch-up (past.owed: the
+       tokens of the plain rounds since it last drafted, which its first call feeds; catch_up_cost,
+       spread over past.tokens_left by with_catch_up, as BatchAutoK does for a batch): with a costly
+       draft (124M for 355M, c 0.35) a try after 20-30 plain rounds costs about a plain round more.
     2. How many: the K >= 1 with the best speedup averaged over the whole belief
        (theory.expected_speedups_under_belief), not at the optimistic alpha: explore with short
        rounds, exploit with long ones. The first round, blind, drafts at most the K whose failure
@@ -227,10 +235,15 @@ class AutoK:
     def choose(self, past):
         self.t += 1
         (a, b), c, v = self.estimates(past)
-        planned = expected_speedups_under_belief(a, b, c, v, self.K_max)
+        debt = catch_up_cost(c, v, past.owed)
+        believed = expected_tokens_under_belief(a, b, self.K_max)
+        planned = expected_speedups_under_belief(a, b, c, with_catch_up(v, debt, believed, past.tokens_left),
+                                                 self.K_max)
         if needs_timing(past, c, max(planned)) or stale_one_token_call(past, max(planned[1:])):
             return 0                                                     # 3. time one plain call
-        optimistic = max(predicted_speedups(optimistic_alpha(a, b, self.t), c, v, self.K_max)[1:])
+        alpha = optimistic_alpha(a, b, self.t)
+        hoped = [expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)]
+        optimistic = max(predicted_speedups(alpha, c, with_catch_up(v, debt, hoped, past.tokens_left), self.K_max)[1:])
         price = EXPLORE_PRICE * (1.0 - max(planned[1:])) / (1 + self.waited / PATIENCE)
         if optimistic - 1.0 <= max(0.0, price):
             self.waited += 1
@@ -241,6 +254,38 @@ class AutoK:
 
     def update(self, event):
         pass
+
+
+def catch_up_cost(c, v, owed):
+    """What a drafting round now owes beyond its usual first draft call, in one-token target calls: the
+    draft model's first call feeds the `owed` tokens of the plain rounds since it last drafted, plus
+    one, at c a one-row call and the target's curve for more rows (past it, the prior's slope: a
+    catch-up of 30 rows costs a 124M draft ~3.5 one-row calls under SkylakeX). A drafter without a
+    model (prompt lookup: c ~ 0) owes ~nothing.
+
+    >>> v = prior_v_curve(9)
+    >>> catch_up_cost(0.3, v, 0), round(catch_up_cost(0.3, v, 4), 3), round(catch_up_cost(0.3, v, 29), 3)
+    (0.0, 0.162, 0.762)
+    """
+    if owed <= 0:
+        return 0.0
+    rows, top = owed + 1, max(v)
+    return c * ((v[rows] if rows in v else v[top] + V_PRIOR_SLOPE * (rows - top)) - 1.0)
+
+
+def with_catch_up(v, debt, tokens, tokens_left):  # -> {M: v(M)} with each drafting round's share of the debt
+    """v(K + 1) plus the share of a catch-up (`debt` one-token calls, paid once) that a round of K drafts
+    bears: the debt spread over the rounds that tokens_left tokens take at tokens[K] a round (all of it
+    on one round where tokens_left is None, or fewer tokens are left than a round emits), as BatchAutoK
+    spreads a batch's. So a long run starts drafting for a gain it will recover, a run nearly over
+    does not, and a try after a stretch of plain rounds is priced at what it costs. v(1), plain, owes nothing.
+
+    >>> with_catch_up({1: 1.0, 2: 1.3}, 0.6, [1.0, 1.5], 15)
+    {1: 1.0, 2: 1.36}
+    """
+    def share(K):
+        return debt * min(1.0, tokens[K] / tokens_left) if tokens_left else debt
+    return {M: x if M == 1 else x + share(M - 1) for M, x in v.items()}
 
 
 def needs_timing(past, c, best_planned):

@@ -166,13 +166,15 @@ def speculative_round(target, drafter, context, k, options, rng, kernels, keep_r
 
 
 def observe(past, event, target, first_round, caught_up=1):
-    """What the K policy may use next: this round's overlaps, its target call and the drafter's
-    wall time per drafted token (both without the first round, whose calls carry the prompt). No
+    """What the K policy may use next: this round's overlaps, the plain rounds' tokens since the last
+    drafting round (past.owed), its target call and the drafter's wall time per drafted token (both
+    without the first round, whose calls carry the prompt). No
     draft cost from a round whose draft model first caught up on more than CATCH_UP tokens (the
     drafter's caught_up): those were the plain rounds' debt, and charged to this round's one or two
     drafts they read c as 0.6-0.8 for a 124M draft of a 355M target (0.35 by parameters), which
     kept auto plain at alpha 0.8 (PERFORMANCE.md, "K policies, fifth look")."""
     past.overlaps += event.overlaps
+    past.owed = 0 if event.drafts else past.owed + len(event.tokens)  # a plain round's token: the draft's debt
     if first_round:
         return
     n_seq = 1 + len(event.drafts)
@@ -192,6 +194,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
     context, provenance, records, Ks = list(prompt), [], [], []
     while len(provenance) < n_tokens and not (provenance and context[-1] in stops):
         start = time.perf_counter()
+        past.tokens_left = n_tokens - len(provenance)
         K = policy.choose(past)                                          # Step 0: from the past only
         k = min(K, n_tokens - len(provenance) - 1)  # K clamped: never emit more than asked for
         event = speculative_round(timed_target, drafter, context, k, options, rng, kernels, trace, stops)

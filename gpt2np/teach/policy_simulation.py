@@ -12,7 +12,9 @@ model of the run instead of a real one:
 A round with K drafts then accepts the drafts up to the first failed coin and emits one more
 token; its cost is K c + v(K + 1). Plain decoding costs 1 a token. The same arithmetic is
 theory.predicted_speedup's, so a policy that always chose the best K would score the refined
-prediction; what a policy loses to it is what it pays for learning alpha, c and v.
+prediction; what a policy loses to it is what it pays for learning alpha, c and v. A drafting round
+after plain ones also pays the draft's catch-up: its first call feeds the plain rounds' tokens too
+(policies.catch_up_cost, at the target's curve shape: c = 0 owes nothing), as a draft model does.
 
 >>> v = {M: 1.0 if M == 1 else 1.3 + 0.08 * (M - 2) for M in range(1, 10)}
 >>> run = simulate_policy(make_policy(4), alpha=1.0, c=0.1, v=v, n_tokens=50, seed=0)
@@ -31,7 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..decoding.policies import AutoK, Measurements, make_policy
+from ..decoding.policies import AutoK, Measurements, catch_up_cost, make_policy
 from ..decoding.theory import expected_speedups_under_belief
 
 
@@ -53,16 +55,19 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None):
     policy.reset()
     emitted, cost, K_counts = 0, 0.0, {}
     while emitted < n_tokens:
+        past.tokens_left = n_tokens - emitted
         K = min(policy.choose(past), n_tokens - emitted - 1)  # clamped: never past n_tokens
         n_ok = first_failure(accepted[emitted:emitted + K])
         past.overlaps += [1.0] * n_ok + [0.0] * (n_ok < K)    # the positions the round examined
+        debt = catch_up_cost(c, v, past.owed) if K else 0.0   # the plain rounds' tokens, fed by its first call
         if K_counts:                                          # not the first round (the prompt's)
             seen = drift(sum(K_counts.values())) if drift else 1.0
             past.add_target_call(K + 1, v[K + 1] * seen)
-            if K:
+            if K and past.owed <= 1:                          # as speculative.observe: no c from a catch-up
                 past.add_draft_cost(c * seen)
+        past.owed = 0 if K else past.owed + 1
         K_counts[K] = K_counts.get(K, 0) + 1
-        emitted, cost = emitted + n_ok + 1, cost + K * c + v[K + 1]
+        emitted, cost = emitted + n_ok + 1, cost + K * c + v[K + 1] + debt
     return {"speedup": n_tokens / cost, "K_counts": dict(sorted(K_counts.items())),
             "rounds": sum(K_counts.values())}
 

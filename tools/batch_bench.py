@@ -14,8 +14,8 @@ server runs them: "together" on weights in the order batches want under this BLA
 (column-major) (--together-order stored: both as stored). Reported: tokens/s over the whole run (the
 prefill steps included) and decode tokens/s (the steps after each sequence's first token, which feed one
 token each), medians, and the together/alone ratio of each repeat (median and range): on a shared, noisy
-machine ratios measured side by side are the
-numbers to trust. The header names NumPy's BLAS kernel, on which a few-row product's cost depends.
+machine ratios measured side by side are the numbers to trust. The header names NumPy's BLAS kernel, on
+which a few-row product's cost depends.
 
 Whole runs of each side take seconds, and this VM's speed drifts by 10-20 % between them (two runs of
 one comparison read 3.77 -> 4.15x and 3.94 -> 3.72x; 9 repeats on a Zen 4 EPYC 3.53-5.36x). So by default a
@@ -25,13 +25,14 @@ fewest tokens; its prompt's prefill the first time), always the side with fewer 
 timed on its own, so both sides decode each stretch of the output within a second of each other. Each side
 runs on its own model where the two orders differ (the same weights twice). --no-lockstep gives the runs
 back to back, one after the other, one model re-ordered untimed before each run (the default before
-2026-11-28; 7 repeats of 355M, B = 8 in lockstep on that EPYC: 4.18-4.44x). --step-pairs N measures the decode
-step alone,
-side by side: one packed step of the B sequences at the prompts' context against the same B sequences'
-steps one at a time, each with its greedy pick, alternated N times (which goes first alternates too),
-the caches put back after every step; the two sides' weights in the orders above (two copies of the
-model where the orders differ). Reported: the step's ratio B x (one sequence's step) / (the packed
-step), median and quartiles over the pairs, readings a fraction of a second apart.
+2026-11-28; 7 repeats of 355M, B = 8 in lockstep on that EPYC: 4.18-4.44x).
+
+--step-pairs N measures the decode step alone, side by side: one packed step of the B sequences at the
+prompts' context against the same B sequences' steps one at a time, each with its greedy pick,
+alternated N times (which goes first alternates too), the caches put back after every step; the two
+sides' weights in the orders above (two copies of the model where the orders differ). Reported: the
+step's ratio B x (one sequence's step) / (the packed step), median and quartiles over the pairs,
+readings a fraction of a second apart.
 
 --anatomy N takes the same two steps apart, alternated N times: each whole, their weight products alone
 (every Conv1D weight and the output head, over the step's rows, by matmul's method for that many rows),

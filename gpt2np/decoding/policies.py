@@ -22,12 +22,12 @@ a cost model over many coin seeds: teach/policy_simulation.py.)
 """
 import math
 from dataclasses import dataclass, field
+from itertools import accumulate
 from statistics import median
 
 import numpy as np
 
-from .theory import (expected_speedups_under_belief, expected_tokens_per_round, expected_tokens_under_belief,
-                     predicted_speedups)
+from .theory import expected_speedups_under_belief, expected_tokens_under_belief, predicted_speedups
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR = (1.5, 1.0)   # auto: the Beta(a, b) belief about alpha before any position is examined: mean 0.6,
@@ -235,15 +235,16 @@ class AutoK:
     def choose(self, past):
         self.t += 1
         (a, b), c, v = self.estimates(past)
-        debt = catch_up_cost(c, v, past.owed)
-        believed = expected_tokens_under_belief(a, b, self.K_max)
-        planned = expected_speedups_under_belief(a, b, c, with_catch_up(v, debt, believed, past.tokens_left),
-                                                 self.K_max)
+        debt = catch_up_cost(c, v, past.owed)                            # 0 while the draft is caught up
+        v_planned = with_catch_up(v, debt, expected_tokens_under_belief(a, b, self.K_max), past.tokens_left) \
+            if debt else v
+        planned = expected_speedups_under_belief(a, b, c, v_planned, self.K_max)
         if needs_timing(past, c, max(planned)) or stale_one_token_call(past, max(planned[1:])):
             return 0                                                     # 3. time one plain call
         alpha = optimistic_alpha(a, b, self.t)
-        hoped = [expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)]
-        optimistic = max(predicted_speedups(alpha, c, with_catch_up(v, debt, hoped, past.tokens_left), self.K_max)[1:])
+        v_hoped = with_catch_up(v, debt, list(accumulate(alpha ** K for K in range(self.K_max + 1))),
+                                past.tokens_left) if debt else v
+        optimistic = max(predicted_speedups(alpha, c, v_hoped, self.K_max)[1:])
         price = EXPLORE_PRICE * (1.0 - max(planned[1:])) / (1 + self.waited / PATIENCE)
         if optimistic - 1.0 <= max(0.0, price):
             self.waited += 1

@@ -86,12 +86,13 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               forced: Haswell), env (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), blas_kernel (gpt2np.blas_kernel()),
               measured (in gpt2np.model.fast.matmul.METHODS)}, sizes[size][]: per kernel {name, methods["1".."16"],
               methods_row_major["1".."16"], ratio["1".."16"] (gpt2np), ratio_row_major["1".."16"] (gpt2np on
-              row-major weights: gpt2np.model.fast.layout), ratio_plain["1".."16"],
+              row-major weights: gpt2np.model.fast.layout), ratio_panels["1".."16"] (gpt2np on weights in
+              panels; null where n_embd does not cut into them), one_token_panels_s, ratio_plain["1".."16"],
               ratio_plain_row_major["1".."16"] (plain on row-major weights), one_token_row_major_s,
               one_token_s, decode_s, roofline_s, vs_roofline, vs_roofline_paired, bandwidth_gbps (gemv),
               runs[] (each worker's own JSON)}
   batching    plan, blas_kernel, seconds, pairs[]: {draft, target, weights_order (gpt2np.order_for_batches:
-              column-major | row-major), stops_paying{alpha: B or null (pays at
+              column-major | row-major | panels), stops_paying{alpha: B or null (pays at
               every B)}, crossover[] (the printed sentences), cells[]: {B, alpha, best (plain | K=k),
               best_tokens_per_s, drafting_pays, best_over_plain, auto_over_best, auto_over_plain, alpha_hat,
               exact, mismatched, sides{plain, K=k, auto}: {tokens_per_s, runs_tokens_per_s, seconds,

@@ -9,7 +9,7 @@ wanting --batch-tokens tokens after its own --batch-prompt-len-token random prom
            for the round's running sequences from the batch's measured costs, 0 where drafting
            cannot pay
 Both models take the weights' order a batching server gives them under this BLAS kernel
-(gpt2np.order_for_batches: row-major under the Haswell kernels, as stored elsewhere).
+(gpt2np.order_for_batches: row-major under the Haswell kernels, panels under SkylakeX, as stored elsewhere).
 The draft is forced_batch_draft.ForcedBatchDraft around the pair's draft model: one packed pass of
 the real draft per draft step (its cost), each sequence's proposals agreeing with the target's
 greedy token with probability alpha (its acceptance rate), coins seeded by (repeat, sequence) and

@@ -9,9 +9,10 @@ gpt2np.random_model(config, seed=0), fills its cache to --context random tokens,
   bandwidth  best gemv pass over a --bandwidth-mib buffer (bench.bandwidth.Probe: larger than L3)
   decode     bench.decode.measure_decode at the context: s/token, over the roofline (weight bytes
              per token + KV bytes at the context) / that bandwidth, and paired with a gemv pass
-  verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, four times: with
-             gpt2np's few-row methods on the weights as stored ("gpt2np") and made row-major as a batching
-             server makes them under some kernels ("gpt2np_row_major", gpt2np.model.fast.layout), then with
+  verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, five times: with
+             gpt2np's few-row methods on the weights as stored ("gpt2np"), made row-major as a batching
+             server makes them under the Haswell kernels ("gpt2np_row_major", gpt2np.model.fast.layout) and
+             cut into panels as it makes them under SkylakeX ("gpt2np_panels": matmul.by_panels), then with
              gpt2np.model.fast.matmul.METHODS emptied so that every product is plain x @ w, on the
              row-major weights ("plain_row_major") and on the stored ones ("plain"); each curve's M = 1 is
              its own one-token pass
@@ -31,7 +32,7 @@ import numpy as np
 
 import gpt2np.model.fast.matmul
 from gpt2np.model.config import GPT2Config
-from gpt2np.model.fast.layout import set_weights_order
+from gpt2np.model.fast.layout import panels_fit, set_weights_order
 
 from .bandwidth import Probe, best_rate
 from .common import blas_limits, log, random_ids
@@ -71,10 +72,13 @@ def measure(config, context, max_m, repeats, bandwidth_bytes):
            "bandwidth_gbps": gbps, "decode": decode, "verify": {}}
     for curve, order, what in (("gpt2np", "column-major", "gpt2np's methods"),
                                ("gpt2np_row_major", "row-major", "gpt2np's methods, row-major weights"),
+                               ("gpt2np_panels", "panels", "gpt2np's methods, weights in panels"),
                                ("plain_row_major", "row-major", "plain x @ w, row-major weights"),
                                ("plain", "column-major", "plain x @ w")):
         if curve.startswith("plain"):
             gpt2np.model.fast.matmul.METHODS = {}  # method_for now answers "plain" (this process ends next)
+        if order == "panels" and not panels_fit(model):
+            continue                           # n_embd not in whole panels (none of GPT-2's releases)
         set_weights_order(model, order)  # one weight at a time, and only where the order changes (model/fast/layout.py)
         log(f"{kernel}: verification curve M = 1..{max_m}, {what}")
         out["verify"][curve] = measure_verify(model, cache, context, extra, max_m, repeats)

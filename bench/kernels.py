@@ -72,6 +72,10 @@ def summarise(name, runs):
     return {"name": name, "methods": runs[0]["methods"], "methods_row_major": runs[0]["methods_row_major"],
             "ratio": {m: over_runs(lambda r: r["verify"]["gpt2np"]["ratio"][m]) for m in keys},
             "ratio_row_major": {m: over_runs(lambda r: r["verify"]["gpt2np_row_major"]["ratio"][m]) for m in keys},
+            "ratio_panels": {m: over_runs(lambda r: r["verify"]["gpt2np_panels"]["ratio"][m]) for m in keys}
+            if "gpt2np_panels" in runs[0]["verify"] else None,
+            "one_token_panels_s": over_runs(lambda r: r["verify"]["gpt2np_panels"]["seconds"]["1"])
+            if "gpt2np_panels" in runs[0]["verify"] else None,
             "ratio_plain": {m: over_runs(lambda r: r["verify"]["plain"]["ratio"][m]) for m in keys},
             "ratio_plain_row_major": {m: over_runs(lambda r: r["verify"]["plain_row_major"]["ratio"][m]) for m in keys},
             "one_token_row_major_s": over_runs(lambda r: r["verify"]["gpt2np_row_major"]["seconds"]["1"]),
@@ -118,21 +122,27 @@ def print_report(r):
         m_keys = list(entries[0]["ratio"])[1:]
         rows = [[int(m)] + [cell for e in entries for cell in (f"{e['methods'][m]} / {e['methods_row_major'][m]}",
                                                                   e["ratio"][m], e["ratio_row_major"][m],
+                                                                  e["ratio_panels"][m] if e["ratio_panels"] else "-",
                                                                   e["ratio_plain"][m], e["ratio_plain_row_major"][m])]
                 for m in m_keys]
         print_table(f"Verification curve per OpenBLAS kernel: {size}, context {r['context']}, v(M) = "
                     f"t(forward over M) / t(forward over 1), median of {r['rounds']} round(s)",
                     ["M"] + [f"{e['name']} {h}" for e in entries
-                             for h in ("methods", "v gpt2np", "v gpt2np row-major", "v plain", "v plain row-major")],
+                             for h in ("methods", "v gpt2np", "v gpt2np row-major", "v gpt2np panels", "v plain",
+                                       "v plain row-major")],
                     rows,
                     note="methods: gpt2np's for a [n_embd, 4 n_embd] weight (c_fc), column-major as stored / "
-                         "row-major as a batching server makes it under some kernels (gpt2np.model.fast.layout); v "
-                         "plain: every product x @ w (gpt2np.model.fast.matmul.METHODS emptied); each row-major "
-                         "curve over its own one-token pass (M=1 row-major ms, below)")
-        rows = [[e["name"], ms(e["one_token_s"]), ms(e["one_token_row_major_s"]), ms(e["decode_s"]), ms(e["roofline_s"]),
-                 e["vs_roofline"], e["vs_roofline_paired"], e["bandwidth_gbps"]] for e in entries]
+                         "row-major as a batching server makes it under the Haswell kernels "
+                         "(gpt2np.model.fast.layout); panels: the weights cut into panels, as a batching server "
+                         "makes them under SkylakeX (gpt2np.model.fast.matmul.by_panels); v plain: every product "
+                         "x @ w (gpt2np.model.fast.matmul.METHODS emptied); each row-major and panels curve over "
+                         "its own one-token pass (M=1 ms, below)")
+        rows = [[e["name"], ms(e["one_token_s"]), ms(e["one_token_row_major_s"]),
+                 ms(e["one_token_panels_s"]) if e["one_token_panels_s"] else "-", ms(e["decode_s"]),
+                 ms(e["roofline_s"]), e["vs_roofline"], e["vs_roofline_paired"], e["bandwidth_gbps"]] for e in entries]
         print_table(f"Decode per OpenBLAS kernel: {size}, context {r['context']} (median of {r['rounds']} round(s))",
-                    ["kernel", "M=1 ms", "M=1 row-major ms", "decode ms", "roofline ms", "x roofline", "x paired",
+                    ["kernel", "M=1 ms", "M=1 row-major ms", "M=1 panels ms", "decode ms", "roofline ms", "x roofline",
+                     "x paired",
                      "gemv GB/s"], rows,
                     note="roofline = (weight bytes per token + KV bytes at the context) / the worker's best gemv "
                          "bandwidth; x paired: each step over a gemv pass timed right after it")

@@ -217,17 +217,19 @@ def test_kernels(bench_run):
     for size, entries in r["sizes"].items():
         assert [e["name"] for e in entries] == names, size
         for e in entries:
-            for curve in ("ratio", "ratio_row_major", "ratio_plain", "ratio_plain_row_major"):
+            for curve in ("ratio", "ratio_row_major", "ratio_panels", "ratio_plain", "ratio_plain_row_major"):  # tiny2:
+                                                                                   # n_embd 32, one panel
                 assert list(e[curve]) == m_keys and e[curve]["1"] == 1.0, (size, e["name"], curve)
                 assert all(positive(v) for v in e[curve].values()), (size, e["name"], curve)
             for methods in (e["methods"], e["methods_row_major"]):
                 assert list(methods) == m_keys and set(methods.values()) <= set(gpt2np.model.fast.matmul.BY_NAME)
-            assert all(positive(e[k]) for k in ("one_token_s", "one_token_row_major_s", "decode_s", "roofline_s",
-                                                "vs_roofline"))
+            assert all(positive(e[k]) for k in ("one_token_s", "one_token_row_major_s", "one_token_panels_s",
+                                                "decode_s", "roofline_s", "vs_roofline"))
             assert len(e["runs"]) == plan.kernel_rounds and all(run["kernel"] == e["name"] for run in e["runs"])
     assert "## Verification curve per OpenBLAS kernel" in stdout
     for k in r["kernels"]:
-        assert all(f"{k['name']} v {curve}" in stdout for curve in ("gpt2np", "gpt2np row-major", "plain row-major"))
+        assert all(f"{k['name']} v {curve}" in stdout
+                   for curve in ("gpt2np", "gpt2np row-major", "gpt2np panels", "plain row-major"))
         assert k["blas_kernel"] in stdout
         assert k["measured"] == (k["name"] in gpt2np.model.fast.matmul.METHODS)
 

@@ -10,8 +10,8 @@ weights, no tokenizer: nothing stops early). "together" is generate_batch over t
 is generate's loop (plain_stream) for each prompt in turn. The two run --repeats times in this one
 process (in lockstep, below; which goes first alternates), after an untimed warm-up of each. As the
 server runs them: "together" on weights in the order batches want under this BLAS kernel
-(gpt2np/model/fast/layout.py: row-major under the Haswell kernels), "alone" on the weights as stored
-(column-major) (--together-order stored: both as stored). Reported: tokens/s over the whole run (the
+(gpt2np/model/fast/layout.py: row-major under the Haswell kernels, panels under SkylakeX), "alone" on
+the weights as stored (column-major) (--together-order stored: both as stored). Reported: tokens/s over the whole run (the
 prefill steps included) and decode tokens/s (the steps after each sequence's first token, which feed one
 token each), medians, and the together/alone ratio of each repeat (median and range): on a shared, noisy
 machine ratios measured side by side are the numbers to trust. The header names NumPy's BLAS kernel, on
@@ -53,7 +53,7 @@ from gpt2np.decoding.batched import batch_stream  # noqa: E402
 from gpt2np import set_weights_order  # noqa: E402
 from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
 from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
-from gpt2np.model.fast.matmul import batch_layout, matmul  # noqa: E402
+from gpt2np.model.fast.matmul import batch_layout, matmul, weight_shape  # noqa: E402
 from bench.common import lockstep  # noqa: E402
 
 
@@ -237,8 +237,8 @@ def anatomy(models, batch, context, rounds, rng):  # -> {part: median seconds}
         params = models[name].params
         weights = [node[key] for node, key in conv1d_weights(params)] + [params["wte"].T]
         xs = {k: rng.standard_normal((n_rows, k), dtype=np.float32)                    # [n_rows, k] per k
-              for k in {w.shape[0] for w in weights}}
-        return lambda: [matmul(xs[w.shape[0]], w) for w in weights]
+              for k in {weight_shape(w)[0] for w in weights}}
+        return lambda: [matmul(xs[weight_shape(w)[0]], w) for w in weights]
 
     def attention(name):  # every layer's attention of one new row per sequence (written past the caches' lengths)
         return lambda: [cached_attention(q, q, q, cache, layer) for layer in range(config.n_layer)

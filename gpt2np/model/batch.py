@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .fast.matmul import matmul
+from .fast.matmul import columns, matmul
 from .fast.threads import blas_single_threaded, share, threads_allowed
 from .forward import (BLOCKS_MIN_SCORES, GPT2, causal_attention, ffn, gpt2_forward, layer_norm, linear, merge_heads,
                       split_heads, token_id_array)
@@ -55,9 +55,9 @@ def packed_qkv(x, c_attn, n_head, out_rows):  # -> q [n_head, n_out, d_head], k,
     if len(out_rows) == len(x):
         return split_heads(linear(x, **c_attn), n_head)             # one product: [n_rows, 3*n_embd]
     w, b, n_embd = c_attn["w"], c_attn["b"], x.shape[1]             # w's column blocks: q, k, v
-    kv = linear(x, w[:, n_embd:], b[n_embd:])                       # [n_rows, 2*n_embd]
+    kv = linear(x, columns(w, n_embd, 3 * n_embd), b[n_embd:])      # [n_rows, 2*n_embd]
     k, v = kv.reshape(len(x), 2, n_head, -1).transpose(1, 2, 0, 3)  # 2 x [n_head, n_rows, d_head]
-    q = linear(x[out_rows], w[:, :n_embd], b[:n_embd])              # [n_out, n_embd]
+    q = linear(x[out_rows], columns(w, 0, n_embd), b[:n_embd])      # [n_out, n_embd]
     return q.reshape(len(out_rows), n_head, -1).transpose(1, 0, 2), k, v
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from .fast.blocked_attention import attention_in_blocks
 from .kv_cache import KVCache, check_cache, check_room
 from .rows import check_rows, scope_mask
-from .fast.matmul import matmul
+from .fast.matmul import columns, matmul
 from .fast.threads import in_row_blocks, rowwise, threads_allowed
 
 BLOCKS_MIN_SCORES = 1 << 15  # attention goes in blocks from this many scores (n_head * n_seq * n_kv) on:
@@ -148,9 +148,9 @@ def qkv_heads(x, c_attn, n_head, n_out):  # [n_seq, n_embd] -> [n_head, n_out, d
     if n_out == len(x):
         return split_heads(linear(x, **c_attn), n_head)         # one product: [n_seq, 3*n_embd]
     w, b, n_embd = c_attn["w"], c_attn["b"], x.shape[1]         # w's column blocks: q, k, v
-    kv = linear(x, w[:, n_embd:], b[n_embd:])                   # [n_seq, 2*n_embd]
+    kv = linear(x, columns(w, n_embd, 3 * n_embd), b[n_embd:])  # [n_seq, 2*n_embd]
     k, v = kv.reshape(len(x), 2, n_head, -1).transpose(1, 2, 0, 3)  # 2 x [n_head, n_seq, d_head]
-    q = linear(x[-n_out:], w[:, :n_embd], b[:n_embd])           # [n_out, n_embd]
+    q = linear(x[-n_out:], columns(w, 0, n_embd), b[:n_embd])   # [n_out, n_embd]
     return q.reshape(n_out, n_head, -1).transpose(1, 0, 2), k, v
 
 

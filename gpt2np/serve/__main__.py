@@ -15,8 +15,8 @@ Up to --max_batch generations run at once (continuous batching, engine.py): plai
 forward pass per token, speculative ones are packed with each other (a round each, one more pass per
 step); more wait in a queue of --max_queue, and past that the server answers 429 with Retry-After.
 With --max_batch above 1 the weights take the memory order that passes over many rows want under
-NumPy's BLAS kernel (row-major under the Haswell kernels: gpt2np/model/fast/layout.py); the startup
-line names it.
+NumPy's BLAS kernel (row-major under the Haswell kernels, panels under SkylakeX:
+gpt2np/model/fast/layout.py); the startup line names it.
 """
 import sys
 

@@ -1,8 +1,8 @@
 """model/fast/layout.py: the weights' order changes how products are cut, never what a model computes.
 
-A model made row-major for batches gives the logits of the stored, column-major one within float32
-rounding (one row, a verification's rows, a batch's packed rows), and made column-major again it is
-the stored model bit for bit. Which kernels get which order is matmul.BATCH_LAYOUT's (test_matmul.py).
+A model made row-major or cut into panels for batches gives the logits of the stored, column-major one
+within float32 rounding (one row, a verification's rows, a batch's packed rows), and made column-major
+again it is the stored model bit for bit. Which kernels get which order is matmul.BATCH_LAYOUT's (test_matmul.py).
 """
 import numpy as np
 import pytest
@@ -35,36 +35,56 @@ def weights(model):
     return [node[key] for node, key in layout.conv1d_weights(model.params)]
 
 
-def test_row_major_gives_the_same_logits_and_back_gives_the_same_bits(model):
-    stored = {m: logits(model, m) for m in (1, 5, 9, 16)}
+def in_order(model, order):  # -> whether every (large) Conv1D weight of model is in `order`
+    return all(w.ndim == 3 and w.flags.c_contiguous if order == "panels" else
+               w.ndim == 2 and (w.flags.c_contiguous if order == "row-major" else w.T.flags.c_contiguous)
+               for w in weights(model))
+
+
+def as_stored(w):  # [k, n] whatever w's order
+    return mm.from_panels(w) if w.ndim == 3 else w
+
+
+@pytest.mark.parametrize("order", ["row-major", "panels"])
+def test_another_order_gives_the_same_logits_and_back_gives_the_same_bits(model, order):
+    stored = {m: logits(model, m) for m in (1, 5, 9, 16, 20)}          # 20: past by_panels' small-kernel rows
     wte = model.params["wte"]
     before = [w.copy() for w in weights(model)]
-    assert layout.weights_order(model) == "column-major" and all(w.T.flags.c_contiguous for w in weights(model))
+    assert layout.weights_order(model) == "column-major" and in_order(model, "column-major")
 
-    layout.set_weights_order(model, "row-major")
-    assert layout.weights_order(model) == "row-major" and all(w.flags.c_contiguous for w in weights(model))
+    layout.set_weights_order(model, order)
+    assert layout.weights_order(model) == order and in_order(model, order)
     assert model.params["wte"] is wte                                # the tied head keeps its order
-    assert all(np.array_equal(a, b) for a, b in zip(before, weights(model)))
+    assert all(np.array_equal(a, as_stored(b)) for a, b in zip(before, weights(model)))
     for m, want in stored.items():
         got = logits(model, m)
         err = float(np.abs(got - want).max() / np.abs(want).max())
-        print(f"M = {m}: max |row-major - stored| = {err:.2e} of max |logits|")
+        print(f"M = {m}: max |{order} - stored| = {err:.2e} of max |logits|")
         # float32 sums in another order, 256 terms at most: measured <= 1.3e-6 of the largest logit
-        assert err <= 5e-6, f"M = {m}: row-major logits differ from the stored order's by {err:.2e} of the largest"
+        assert err <= 5e-6, f"M = {m}: {order} logits differ from the stored order's by {err:.2e} of the largest"
 
     layout.set_weights_order(model, "column-major")
-    assert all(w.T.flags.c_contiguous for w in weights(model))
+    assert in_order(model, "column-major")
     for m, want in stored.items():
         np.testing.assert_array_equal(logits(model, m), want)
 
 
-def test_a_row_major_batch_gives_each_sequence_its_stored_logits(model):
+def test_panels_and_row_major_convert_into_each_other(model):
+    before = [w.copy() for w in weights(model)]
+    for order in ("panels", "row-major", "panels", "column-major"):
+        layout.set_weights_order(model, order)
+        assert layout.weights_order(model) == order and in_order(model, order)
+        assert all(np.array_equal(a, as_stored(b)) for a, b in zip(before, weights(model)))
+
+
+@pytest.mark.parametrize("order", ["row-major", "panels"])
+def test_a_batch_in_another_order_gives_each_sequence_its_stored_logits(model, order):
     prompts = [[1, 2, 3, 4, 5], [9], [7, 7, 8]]
     stored = [model.forward(ids, model.new_cache()) for ids in prompts]
-    layout.set_weights_order(model, "row-major")
+    layout.set_weights_order(model, order)
     packed = forward_packed(model, [(ids, model.new_cache()) for ids in prompts])
     errs = [float(np.abs(got - want).max() / np.abs(want).max()) for got, want in zip(packed, stored)]
-    assert max(errs) <= 5e-6, f"packed row-major logits differ from each sequence's stored ones: {errs} of the largest"
+    assert max(errs) <= 5e-6, f"packed {order} logits differ from each sequence's stored ones: {errs} of the largest"
 
 
 def test_for_batches_follows_the_kernel_table(model):
@@ -72,8 +92,19 @@ def test_for_batches_follows_the_kernel_table(model):
         assert layout.order_for_batches(model, "Haswell") == "column-major"  # no OpenBLAS: nothing measured
         return
     assert layout.order_for_batches(model, "Haswell") == "row-major"
-    assert layout.order_for_batches(model, "SkylakeX") == "column-major"
+    assert layout.order_for_batches(model, "SkylakeX") == "panels"
     assert layout.order_for_batches(model, "armv8") == "column-major"       # nobody measured it: as stored
+
+
+def test_panels_need_n_embd_in_whole_panels(monkeypatch):
+    """c_attn's q, k and v blocks are column ranges of one weight: panels must not straddle them."""
+    monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 48 * 48)
+    odd = GPT2(GPT2Config(n_vocab=300, n_ctx=32, n_embd=48, n_head=4, n_layer=1), random_params(
+        GPT2Config(n_vocab=300, n_ctx=32, n_embd=48, n_head=4, n_layer=1), seed=5))
+    with pytest.raises(ValueError, match="panels need n_embd a multiple of 32, got 48"):
+        layout.set_weights_order(odd, "panels")
+    if mm.BLAS is not None:
+        assert layout.order_for_batches(odd, "SkylakeX") == "column-major"  # as stored, where panels do not fit
 
 
 def test_small_weights_stay_row_major_and_a_bad_order_is_refused():
@@ -82,7 +113,7 @@ def test_small_weights_stay_row_major_and_a_bad_order_is_refused():
     for order in layout.ORDERS:
         layout.set_weights_order(small, order)
         assert all(w.flags.c_contiguous for w in weights(small))
-    with pytest.raises(ValueError, match="order must be one of column-major, row-major, got 'fortran'"):
+    with pytest.raises(ValueError, match="order must be one of column-major, row-major, panels, got 'fortran'"):
         layout.set_weights_order(small, "fortran")
 
 

@@ -81,16 +81,23 @@ def product_case(m, k, n):  # -> x [m, k], w [k, n] column-major (read-only), x 
     return x, w, x.astype(np.float64) @ w.astype(np.float64)
 
 
-@pytest.mark.parametrize("method, order", [(method, "column-major") for method in sorted(mm.BY_NAME)] +
-                         [(method, "row-major") for method in sorted(mm.BY_NAME) if method != "pieces"])  # pieces:
-@pytest.mark.parametrize("m, k, n", SHAPES)                            # column-major w only, else plain x @ w
-def test_every_method_equals_numpy(method, m, k, n, order):
+CUTS = [(method, "column-major") for method in sorted(mm.BY_NAME) if method != "panels"] + \
+    [(method, "row-major") for method in sorted(mm.BY_NAME) if method not in ("pieces", "panels")]  # pieces: column-
+CASES = [(method, order, *shape) for method, order in CUTS for shape in SHAPES] + \
+    [("panels", "panels", *shape) for shape in SHAPES if shape[2] % mm.PANEL == 0]  # major w only, else x @ w
+
+
+@pytest.mark.parametrize("method, order, m, k, n", CASES)
+def test_every_method_equals_numpy(method, order, m, k, n):
     """Each method, whatever this kernel's table picks, against x @ w in float64: on GPT-2's weights as
-    stored (column-major), and made row-major for batches (model/fast/layout.py)."""
+    stored (column-major), and made row-major or cut into panels for batches (model/fast/layout.py)."""
     x, w, want = product_case(m, k, n)
     if order == "row-major":
         w = np.ascontiguousarray(w)
         assert mm.layout(w) == "row-major"
+    if order == "panels":
+        w = mm.to_panels(w)
+        assert mm.layout(w) == "panels" and mm.method_for(m, w) == "panels"
     if method == "pieces":
         assert mm.pieces(m, k, n) is not None  # these shapes are really cut
     got = mm.BY_NAME[method](x, w)
@@ -124,7 +131,7 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     for kernel in ("Cooperlake", "SapphireRapids"):                 # they run SkylakeX's sgemm kernel files
         assert [mm.method_for(m, w, kernel) for w in (large, small, np.ascontiguousarray(large)) for m in (1, 2, 16, 17)] \
             == ["plain", "pieces", "pieces", "plain"] + ["plain"] * 8, kernel
-        assert mm.batch_layout(kernel) == "column-major"              # pieces needs each output's weights contiguous
+        assert mm.batch_layout(kernel) == "panels"                    # the small-matrix kernel, as SkylakeX
     assert [mm.method_for(m, small, "Haswell") for m in (1, 6, 7, 8, 14, 15, 16)] == \
         ["plain", "rows", "padded", "plain", "plain", "padded", "plain"]
     assert mm.method_for(5, small, "SkylakeX") == "plain"
@@ -134,7 +141,9 @@ def test_the_table_gives_measured_kernels_their_methods_and_others_plain():
     assert all(mm.method_for(m, row_major, "SkylakeX") == "plain" for m in range(1, 17))  # pieces: column-major only
     assert all(mm.method_for(m, row_major[:, 100:], "Haswell") == "plain" for m in range(1, 17))  # strided: plain
     assert (mm.batch_layout("Haswell"), mm.batch_layout("Zen"), mm.batch_layout("SkylakeX")) == \
-        ("row-major", "row-major", "column-major")
+        ("row-major", "row-major", "panels")
+    panels = mm.to_panels(large)                                     # panels are their own method, any kernel
+    assert all(mm.method_for(m, panels, kernel) == "panels" for m in (1, 2, 17) for kernel in ("SkylakeX", "armv8"))
     assert [mm.method_for(m, large, "Sandybridge") for m in (1, 2, 13, 14)] == ["plain", "rows", "rows", "plain"]
     assert [mm.method_for(m, large, "Nehalem") for m in (1, 2, 15, 16)] == ["plain", "rows", "rows", "plain"]
     assert [mm.method_for(m, small, "Sandybridge") for m in (1, 5, 6)] == ["plain", "rows", "plain"]
@@ -168,6 +177,42 @@ def test_one_row_and_unmeasured_cases_are_plain_products():
     for m, weights in ((16, w), (17, wf)):  # beyond every kernel's table: plain, the same numbers exactly
         assert mm.method_for(m, weights) == "plain"
         np.testing.assert_array_equal(mm.matmul(x[:1].repeat(m, 0), weights), x[:1].repeat(m, 0) @ weights)
+
+
+@given(m=st.integers(1, 40), k=st.integers(1, 20_000))
+@settings(max_examples=200, deadline=None)
+def test_panel_slices_divide_k_fit_the_small_kernel_and_are_the_deepest_that_do(m, k):
+    depth = mm.panel_depth(m, k)
+    if depth is None:  # many rows: one row-major copy of w, then plain sgemm
+        assert m > mm.panel_rows(k) and mm.panel_rows(k) <= mm.MAX_ROWS
+        return
+    assert k % depth == 0 and depth <= mm.PANEL_DEPTH and (m * mm.PANEL * depth <= mm.SMALL_MNK or depth == 1)
+    assert all(k % d or m * mm.PANEL * d > mm.SMALL_MNK for d in range(depth + 1, min(k, mm.PANEL_DEPTH) + 1))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 3, 8, 17])
+def test_panels_in_slices_and_threads_equal_numpy(monkeypatch, threads, m):
+    """by_panels with k cut into slices (a small-kernel limit shrunk to force them), the panels shared between
+    up to 3 threads and every call small enough to hold the GIL, against x @ w in float64; column ranges of
+    panels (c_attn's q, k, v) are the panels of those columns."""
+    monkeypatch.setattr(mm, "SMALL_MNK", 32 * 32 * 64)              # k = 768 in slices (2 of 384 at 3 rows) ...
+    monkeypatch.setattr(mm, "GIL_FREE_OUTPUT", 64)                  # ... and more calls free the GIL
+    monkeypatch.setattr(mm, "threads_allowed", lambda: threads)
+    rng = np.random.default_rng(m)
+    x, w = rng.standard_normal((m, 768), dtype=np.float32), column_major(rng, 768, 384)
+    panels = mm.to_panels(w)
+    assert panels.shape == (12, 768, 32) and np.array_equal(mm.from_panels(panels), w)
+    assert (mm.panel_depth(1, 768), mm.panel_depth(3, 768), mm.panel_depth(8, 768), mm.panel_depth(17, 768)) == \
+        (768, 384, 256, None)
+    got, want = mm.matmul(x, panels), x.astype(np.float64) @ w.astype(np.float64)
+    err = max_relative_error(got, want)
+    assert got.shape == (m, 384) and err <= 2e-6, f"panels, {m} rows, {threads} threads: {err:.2e} of max |x @ w|"
+    np.testing.assert_array_equal(mm.from_panels(mm.columns(panels, 64, 192)), w[:, 64:192])
+    with pytest.raises(ValueError, match="columns 64..100 do not fall on panels of 32"):
+        mm.columns(panels, 64, 100)
+    with pytest.raises(ValueError, match="a weight of 100 columns does not cut into panels of 32"):
+        mm.to_panels(w[:, :100])
 
 
 @pytest.mark.skipif(mm._BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")
@@ -217,6 +262,25 @@ def test_model_through_many_pieces_or_blocks_equals_reference(monkeypatch, metho
     print(f"{method}: max |cut - plain| = {np.abs(cut - plain).max():.2e}, vs reference {np.abs(cut - slow).max():.2e}")
     np.testing.assert_allclose(cut, plain, rtol=0, atol=1e-5)
     np.testing.assert_allclose(cut, slow, rtol=0, atol=1e-5)
+
+
+def test_model_in_panels_equals_reference(monkeypatch):
+    """A small model whose every Conv1D weight is cut into panels (n_embd 64: c_attn's q, k, v two panels each),
+    shared between threads, against the reference on the stored weights: a prefill (whose last layer takes
+    c_attn's column ranges), 8 verified rows, and 20 (past the small kernel: one row-major copy, then sgemm)."""
+    config = GPT2Config(n_vocab=50, n_ctx=40, n_embd=64, n_head=4, n_layer=2)
+    monkeypatch.setattr(mm, "COLUMN_MAJOR_MIN", 1)
+    monkeypatch.setattr(mm, "GIL_FREE_OUTPUT", 100)
+    model = GPT2(config, random_params(config, seed=3))
+    ids = np.random.default_rng(4).integers(0, 50, 24)
+    slow = gpt2_reference(ids, model.params, config)                 # on the stored weights
+    set_weights_order(model, "panels")
+    assert model.params["blocks"][0]["attn"]["c_attn"]["w"].shape == (6, 64, 32)
+    for n_past in (16, 4):
+        got = model.forward(ids[n_past:], cache_after(model, ids[:n_past]), n_logits=len(ids) - n_past)
+        err = float(np.abs(got - slow[n_past:]).max())
+        print(f"panels, {len(ids) - n_past} rows: max |panels - reference| = {err:.2e}")
+        np.testing.assert_allclose(got, slow[n_past:], rtol=0, atol=1e-5)
 
 
 def cache_after(model, ids):

@@ -307,14 +307,15 @@ def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path):
     assert "random:124M: the model has no tokenizer" in bad.stderr and "--models_dir" in bad.stderr, bad.stderr
 
 
-@pytest.mark.parametrize("max_batch, order", [(8, "row-major"), (1, "column-major")])
-def test_a_batching_server_gives_its_models_the_batch_order(monkeypatch, bpe_dir, max_batch, order):
+@pytest.mark.parametrize("max_batch, told, order", [(8, "row-major", "row-major"), (8, "panels", "panels"),
+                                                     (1, "panels", "column-major")])
+def test_a_batching_server_gives_its_models_the_batch_order(monkeypatch, bpe_dir, max_batch, told, order):
     """--max_batch above 1: the target (and a draft model) take the order matmul.BATCH_LAYOUT names for
-    this kernel (here every kernel is told row-major); one at a time, the weights stay as stored."""
+    this kernel (here the running kernel is told `told`); one at a time, the weights stay as stored."""
     from gpt2np.model.fast import layout
     from gpt2np.model.fast import matmul
     from gpt2np.serve.__main__ import load_engine, parse_args
-    monkeypatch.setattr(matmul, "BATCH_LAYOUT", {matmul.KERNEL: "row-major"})
+    monkeypatch.setattr(matmul, "BATCH_LAYOUT", {matmul.KERNEL: told})
     if matmul.BLAS is None:
         pytest.skip("no OpenBLAS: no kernel table, the weights stay as stored")
     engine = load_engine(parse_args(["--target_model_size", "random:124M", "--draft_model_size", "random:124M",

@@ -1,4 +1,4 @@
-"""The weights' memory order: column-major as stored, or row-major for a model that decodes batches.
+"""The weights' memory order: column-major as stored, or another order for a model that decodes batches.
 
 weights.py stores every Conv1D weight of 2 MiB and more column-major (each output's weights
 contiguous), the order matmul.py's few-row methods need: SkylakeX's `pieces` cuts w's columns, and
@@ -10,16 +10,21 @@ more rows at a time, and there the Haswell kernels' plain sgemm packs a row-majo
     stored    52.3   76.1  108.4  142.4  150.0  158.3  206.9
     row-major 55.5   83.6  107.2  153.3  123.6  144.7  176.6
 
+Under SkylakeX the order for batches is panels (matmul.by_panels: w's columns in contiguous panels of
+32, a 3-D array [n / 32, k, 32], which OpenBLAS's small-matrix kernel streams for several rows at nearly
+one row's cost): random 355M on a Zen 4 EPYC, a packed decode step of 8 sequences 0.83x its cost on the
+stored order, of 2 sequences 0.83x, of one 1.08x.
+
 So the order is the workload's choice, by kernel (matmul.BATCH_LAYOUT): the server, which runs up to
 --max_batch sequences in one pass, asks order_for_batches(model); a chain's few rows, the console
 and main.py keep the stored order.
-The numbers stay x @ w's up to float32 rounding either way (matmul.py's methods read either order).
+The numbers stay x @ w's up to float32 rounding either way (matmul.py's methods read every order).
 """
 import numpy as np
 
-from .matmul import batch_layout, stored_column_major
+from .matmul import PANEL, batch_layout, from_panels, stored_column_major, to_panels, weight_shape
 
-ORDERS = ("column-major", "row-major")
+ORDERS = ("column-major", "row-major", "panels")
 
 
 def conv1d_weights(params):  # -> [(node, key)] for every block's Conv1D weight w
@@ -35,15 +40,23 @@ def all_small(params):  # -> bool
     edge where few-row methods end and each row starts to cost its full share; the bundled models). Every
     GPT-2 release has large ones (batch_policy.BatchAutoK's few_rows)."""
     weights = [node[key] for node, key in conv1d_weights(params)] + [params["wte"].T]
-    return not any(stored_column_major(w.shape) for w in weights)
+    return not any(stored_column_major(weight_shape(w)) for w in weights)
 
 
-def weights_order(model):  # -> "column-major" | "row-major"
+def weights_order(model):  # -> "column-major" | "row-major" | "panels"
     """The order of model's Conv1D weights (the large ones': a model with none, as the bundled ones, is
     row-major throughout)."""
-    large = next((node[key] for node, key in conv1d_weights(model.params) if stored_column_major(node[key].shape)),
-                 None)
+    large = next((node[key] for node, key in conv1d_weights(model.params)
+                  if stored_column_major(weight_shape(node[key]))), None)
+    if large is not None and large.ndim == 3:
+        return "panels"
     return "column-major" if large is not None and large.T.flags.c_contiguous else "row-major"
+
+
+def panels_fit(model):  # -> bool
+    """Whether model's weights cut into panels: n_embd a multiple of PANEL (then so are c_attn's q, k and
+    v blocks and the MLP's 4 n_embd). Every GPT-2 release's is (768, 1024, 1280, 1600)."""
+    return model.config.n_embd % PANEL == 0
 
 
 def set_weights_order(model, order):  # -> model, its large Conv1D weights now in `order`
@@ -52,16 +65,26 @@ def set_weights_order(model, order):  # -> model, its large Conv1D weights now i
     Weights already in that order are not copied; small ones stay row-major (matmul.py's "small")."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    convert = np.ascontiguousarray if order == "row-major" else np.asfortranarray
+    if order == "panels" and not panels_fit(model):
+        raise ValueError(f"panels need n_embd a multiple of {PANEL}, got {model.config.n_embd}")
+    convert = {"row-major": np.ascontiguousarray, "column-major": np.asfortranarray}.get(order)
     for node, key in conv1d_weights(model.params):
-        if stored_column_major(node[key].shape):
-            node[key] = convert(node[key])
+        w = node[key]
+        if not stored_column_major(weight_shape(w)):
+            continue                                          # small: row-major in every order
+        if order == "panels":
+            node[key] = w if w.ndim == 3 else to_panels(w)    # [k, n] -> [n / PANEL, k, PANEL]
+        else:                                                 # no copy where w is already in that order
+            node[key] = convert(from_panels(w) if w.ndim == 3 else w)
     return model
 
 
 def order_for_batches(model, kernel=None):  # -> the order model's large weights now have
     """Give model the order matmul.BATCH_LAYOUT names for this BLAS kernel (default: the running one)
-    for decoding batches: row-major under Haswell and Zen, the stored column-major elsewhere."""
+    for decoding batches: row-major under Haswell and Zen, panels under SkylakeX (where the model's
+    n_embd allows them, else the stored column-major), the stored column-major elsewhere."""
     order = batch_layout(kernel)
+    if order == "panels" and not panels_fit(model):
+        order = "column-major"
     set_weights_order(model, order)
     return weights_order(model)

@@ -46,11 +46,17 @@ faster (8 rows: 2.3 one-row products against 3.1 on column-major), so a model th
 many rows (the server's) can be given row-major weights (layout.py; `BATCH_LAYOUT` below), with rows
 of their own in METHODS: `rows` cut by blocks of w's rows, plain at 8-9 rows, `padded` from 10. A pass
 over 2-7 rows then costs up to 16 % more (mostly 4-10 %) and one row up to 7 % (PERFORMANCE.md,
-Batching, "Row-major weights for batches"), so nothing else gets them.
+Batching, "Row-major weights for batches"), so nothing else gets them. Under SkylakeX a batch's
+weights are cut into panels instead (to_panels: [n / 32, k, 32], each panel's block contiguous), where
+the small-matrix kernel takes each panel's product over up to 16 rows as it lies and streams it at
+nearly one row's rate (by_panels: 355M's products over 8 rows ~1.0 one-row products against `pieces`'
+1.4; a packed step of 8 sequences 0.79x its cost on the stored order, of one sequence level; a long
+prompt's prefill up to a third dearer: PERFORMANCE.md, Batching, "Panels").
 
 Every method equals x @ w up to float32 rounding (the sums run in another order); tests compare
 each with x @ w under the kernel they run with, and once more in a process with the other kernel.
 """
+import contextlib
 import functools
 
 import numpy as np
@@ -67,6 +73,10 @@ COLUMN_MAJOR_MIN = 1 << 19  # weights with fewer entries (2 MiB) stay row-major 
 CALLS = 32             # calls per product, about, where there are more small products than that:
                        # the output head's 258 in 32 calls took 1.27 one-row products against 1.37
 MAX_ROWS = 16          # measured up to here (16 rows: 2.5-3x a one-row product, plain sgemm 3.2-3.6x)
+PANEL = 32             # panels: columns of w per panel (64: one row's product 1.14 one-row gemv; 32: 1.02)
+PANEL_DEPTH = 1024     # panels: rows of w per small product at most: the kernel sums k's terms one after the
+                       # other, which over 4096 of them strayed 2.4e-6 of the largest output from x @ w (slices
+                       # of 1024, summed, ran as fast on 355M's MLP)
 BLOCK_BYTES = 512 << 10  # rows: weights per block, read from memory once and from cache M - 1 times
                          # (256 KB and 512 KB measured alike on 355M's shapes; 128 KB: more calls, slower)
 
@@ -104,8 +114,12 @@ METHODS = {"SkylakeX": _SKYLAKEX, "Cooperlake": _SKYLAKEX, "SapphireRapids": _SK
 
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
 # Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major; over four runs one row
-# -1 to +7 %, 2-7 rows -1 to +16 % (PERFORMANCE.md). SkylakeX's `pieces` needs column-major.
-BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major"}
+# -1 to +7 %, 2-7 rows -1 to +16 % (PERFORMANCE.md). Under SkylakeX (and the two names that run its kernel
+# files), panels (by_panels): random 355M on a Zen 4 EPYC, a packed decode step of 8 sequences 0.83x the
+# same step on column-major weights, of 2 sequences 0.83x, one sequence's step 1.08x (PERFORMANCE.md,
+# Batching, "Panels").
+BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major",
+                "SkylakeX": "panels", "Cooperlake": "panels", "SapphireRapids": "panels"}
 
 
 def blas_kernel():
@@ -129,7 +143,8 @@ def blas_kernel():
             low = largest_m + 1
         return ", ".join(said) or "plain"
     large, small = spans(table["large"]), spans(table["small"])
-    batches = f"; row-major weights (batches): {spans(table['row-major'])}" if batch_layout() == "row-major" else ""
+    batches = {"row-major": f"; row-major weights (batches): {spans(table['row-major'])}",
+               "panels": f"; panels (batches): small-kernel products (M 1-{panel_rows(1024)})"}.get(batch_layout(), "")
     return f"{name}, few-row products: {large}" + (f"; small row-major weights: {small}" if small != large else "") \
         + batches
 
@@ -160,9 +175,17 @@ def stored_column_major(shape):
     return shape[-2] * shape[-1] >= COLUMN_MAJOR_MIN
 
 
-def layout(w):  # -> "large" | "row-major" | "small" | None
+def weight_shape(w):  # -> (k, n): w's [in, out] whatever its layout
+    """The [in, out] shape of a Conv1D weight: w.shape, or for panels [n / PANEL, k, PANEL] (k, n)."""
+    return (w.shape[1], w.shape[0] * w.shape[2]) if w.ndim == 3 else w.shape
+
+
+def layout(w):  # -> "large" | "row-major" | "small" | "panels" | None
     """Which rows of a kernel's METHODS table w takes: "large" (column-major, 2 MiB and more), "row-major"
-    (as large, C order), "small"; None for a large w that is neither (a column slice of a row-major w)."""
+    (as large, C order), "small"; "panels" for w in panels (by_panels, any kernel); None for a large w that
+    is neither (a column slice of a row-major w)."""
+    if w.ndim == 3:
+        return "panels"
     if not stored_column_major(w.shape):
         return "small"
     if w.T.flags.c_contiguous:
@@ -170,7 +193,7 @@ def layout(w):  # -> "large" | "row-major" | "small" | None
     return "row-major" if w.flags.c_contiguous else None
 
 
-def batch_layout(kernel=None):  # -> "row-major" | "column-major"
+def batch_layout(kernel=None):  # -> "row-major" | "panels" | "column-major"
     """The layout BATCH_LAYOUT gives weights of a model that decodes batches under this kernel."""
     if BLAS is None:
         return "column-major"
@@ -180,8 +203,10 @@ def batch_layout(kernel=None):  # -> "row-major" | "column-major"
 def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows" | "padded"
     """The method for [m, k] @ w under this kernel (default: the one running), from METHODS.
     Read on every call (about 1 us): the bench and the tests may swap the table."""
-    table = METHODS.get(KERNEL if kernel is None else kernel)
     rows = layout(w)
+    if rows == "panels":
+        return "panels"  # the layout is the method, under every kernel (correct anywhere, fast under SkylakeX)
+    table = METHODS.get(KERNEL if kernel is None else kernel)
     if table is None or BLAS is None or rows is None:
         return "plain"
     for largest_m, method in table.get(rows, ()):
@@ -192,9 +217,18 @@ def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows" | "padded"
 
 def matmul(x, w):  # [m, k] @ [k, n] -> [m, n]
     """x @ w, by the method METHODS gives this kernel for this many rows (see the module docstring)."""
-    if len(x) == 1:  # a decoding step asks ~150 times: one row is always gemv
+    if len(x) == 1 and w.ndim == 2:  # a decoding step asks ~150 times: one row is gemv (panels: by_panels)
         return x @ w
     return BY_NAME[method_for(len(x), w)](x, w)
+
+
+def columns(w, j0, j1):  # [k, n] -> [k, j1 - j0]: w's columns j0..j1 (c_attn's q, k and v blocks)
+    """w[:, j0:j1] in w's own layout: for panels, the panels of those columns (j0, j1 multiples of PANEL)."""
+    if w.ndim == 2:
+        return w[:, j0:j1]
+    if j0 % w.shape[2] or j1 % w.shape[2]:
+        raise ValueError(f"columns {j0}..{j1} do not fall on panels of {w.shape[2]}")
+    return w[j0 // w.shape[2]:j1 // w.shape[2]]
 
 
 def plain(x, w):  # [m, k] @ [k, n] -> [m, n]
@@ -355,4 +389,107 @@ def padded(x, w):  # [m, k] @ [k, n] -> [m, n]
     return (x_pad @ w)[:m]                                    # [rows, n] -> [m, n], its first m rows
 
 
-BY_NAME = {"plain": plain, "pieces": in_pieces, "rows": by_rows, "padded": padded}
+# ---- panels: w cut into panels of PANEL columns, each contiguous, for the small-matrix kernel (SkylakeX) ----
+
+def to_panels(w, width=PANEL):  # [k, n] -> [n / width, k, width]
+    """w's columns in panels of `width`, each panel's [k, width] block contiguous (row-major inside)."""
+    k, n = w.shape
+    if n % width:
+        raise ValueError(f"a weight of {n} columns does not cut into panels of {width}")
+    return np.ascontiguousarray(w.reshape(k, n // width, width).transpose(1, 0, 2))
+
+
+def from_panels(panels):  # [n / width, k, width] -> [k, n], row-major
+    """The [k, n] weight the panels were cut from (a copy, row-major)."""
+    n_panels, k, width = panels.shape
+    return panels.transpose(1, 0, 2).reshape(k, n_panels * width)
+
+
+def panel_rows(k, width=PANEL):  # -> the most rows of one small-kernel product per panel (and slice)
+    """Rows up to which a panel's product goes to the small-matrix kernel in one call a slice of k (m * width
+    * depth <= SMALL_MNK with depth >= 256, at most MAX_ROWS); past them by_panels runs plain sgemm per panel."""
+    return min(MAX_ROWS, SMALL_MNK // (width * min(k, 256)))
+
+
+def panel_depth(m, k, width=PANEL):  # -> rows of w per slice, or None past panel_rows
+    """The largest divisor of k of at most PANEL_DEPTH with m * width * depth <= SMALL_MNK (the small kernel's
+    limit), so that a panel's product over m rows is one small-kernel call per slice; None past panel_rows.
+    The slices' products are summed (k = 4096 at 355M's MLP: 4 slices; 1558M's k = 1600: 2 of 800).
+
+    >>> panel_depth(1, 4096), panel_depth(16, 4096), panel_depth(8, 1600), panel_depth(40, 1024)
+    (1024, 1024, 800, None)
+    """
+    return None if m > panel_rows(k, width) else _depth(m, k, width, SMALL_MNK, PANEL_DEPTH)
+
+
+@functools.lru_cache(maxsize=None)  # a model has a handful of shapes
+def _depth(m, k, width, small_mnk, most):
+    return max([1] + [d for d in range(1, min(k, most) + 1) if k % d == 0 and m * width * d <= small_mnk])
+
+
+def by_panels(x, panels):  # [m, k] @ panels [n / width, k, width] -> [m, n]
+    """x @ w for w in panels (to_panels): each panel's [m, k] @ [k, width] product is one call of OpenBLAS's
+    small-matrix kernel (SkylakeX), which reads a contiguous panel as it lies, without packing it: where
+    `pieces` gives that kernel w's columns as dot products over k (column-major w), a panel gives it rows of
+    `width` outputs to update at once, which it streams at nearly gemv's rate for one row and several (355M's
+    weights, 8 rows: ~1.0 one-row products against pieces' 1.4). Past panel_rows rows, each panel is one
+    sgemm over every row (panel_sgemm), which packs x once per panel: level with plain sgemm on the stored,
+    column-major w up to ~100 rows, slower past them (355M's weights, 24 in turn, ms, alternated, Zen 4:
+
+        M              1     8    17    24    64    96   128   256   512
+        column-major  12.1  20.6  60.1  58.1  119   105   131   277   457
+        panels        13.2  15.3  28.7  34.2  88.3  113   150   351   608
+
+    so a long prompt's prefill costs up to a third more in panels)."""
+    m, k = x.shape
+    if m <= panel_rows(k, panels.shape[2]):
+        return panel_products(x, panels)
+    return panel_sgemm(x, panels)
+
+
+def panel_products(x, panels):  # [m, k] @ panels -> [m, n], m <= panel_rows(k)
+    """by_panels' small-kernel products: the panels shared between threads (OpenBLAS at one thread
+    meanwhile); where k is too deep for m rows, k cut into slices (panel_depth) whose products are summed."""
+    if len(x) == 1:  # NumPy hands [1, k] @ [k, width] to gemv, which reads a narrow panel slower than
+        return panel_products(np.concatenate([x, np.zeros_like(x)]), panels)[:1]  # sgemm's small kernel does 2 rows
+    m, k = x.shape
+    n_panels, _, width = panels.shape
+    n_slices = k // panel_depth(m, k, width)
+    xs = np.ascontiguousarray(x.reshape(m, n_slices, -1).transpose(1, 0, 2))  # [n_slices, m, depth]
+    sliced = panels.reshape(n_panels, n_slices, -1, width)   # [n_panels, n_slices, depth, width] view
+    out = np.empty((n_panels, n_slices, m, width), dtype=np.result_type(x, panels))  # each panel's, by slice
+
+    def call(span):                                           # panels [p0, p1): one small product per slice
+        p0, p1 = span
+        np.matmul(xs, sliced[p0:p1], out=out[p0:p1])          # [n_slices, m, depth] @ [b, n_slices, depth, width]
+
+    in_panel_spans(call, n_panels, n_slices * m * width)
+    summed = out[:, 0] if n_slices == 1 else out.sum(axis=1)  # [n_panels, m, width]
+    return summed.transpose(1, 0, 2).reshape(m, n_panels * width)  # [m, n]
+
+
+def panel_sgemm(x, panels):  # [m, k] @ panels -> [m, n], any m
+    """Each panel's [m, k] @ [k, width] by plain sgemm (it packs both), the panels shared between threads."""
+    m = len(x)
+    n_panels, _, width = panels.shape
+    x = np.ascontiguousarray(x)
+    out = np.empty((n_panels, m, width), dtype=np.result_type(x, panels))  # [n_panels, m, width]
+
+    def call(span):
+        p0, p1 = span
+        np.matmul(x, panels[p0:p1], out=out[p0:p1])           # [m, k] @ [b, k, width] -> [b, m, width]
+
+    in_panel_spans(call, n_panels, m * width)
+    return out.transpose(1, 0, 2).reshape(m, n_panels * width)  # [m, n]
+
+
+def in_panel_spans(call, n_panels, outputs_per_panel):
+    """call((p0, p1)) over spans of panels covering them once, one span per thread allowed (OpenBLAS at one
+    thread meanwhile), no more threads than the panels' outputs free the GIL for."""
+    n_threads = max(1, min(threads_allowed(), n_panels, n_panels * outputs_per_panel // (GIL_FREE_OUTPUT + 1)))
+    spans = [(i * n_panels // n_threads, (i + 1) * n_panels // n_threads) for i in range(n_threads)]
+    with blas_single_threaded() if n_threads > 1 else contextlib.nullcontext():
+        share(call, spans, n_threads)
+
+
+BY_NAME = {"plain": plain, "pieces": in_pieces, "rows": by_rows, "padded": padded, "panels": by_panels}

@@ -10,7 +10,8 @@ gpt2np.random_model(config, seed=0), fills its cache to --context random tokens,
   decode     bench.decode.measure_decode at the context: s/token, over the roofline (weight bytes
              per token + KV bytes at the context) / that bandwidth, and paired with a gemv pass
   verify     bench.decode.measure_verify, M = 1..--max-m new tokens at the context, five times: with
-             gpt2np's few-row methods on the weights as stored ("gpt2np"), made row-major as a batching
+             gpt2np's few-row methods on the weights as stored on disk, column-major ("gpt2np": what a
+             loaded model runs under every kernel but SkylakeX's, which loads them in panels), made row-major as a batching
              server makes them under the Haswell kernels ("gpt2np_row_major", gpt2np.model.fast.layout) and
              cut into panels as it makes them under SkylakeX ("gpt2np_panels": matmul.by_panels), then with
              gpt2np.model.fast.matmul.METHODS emptied so that every product is plain x @ w, on the

@@ -10,8 +10,9 @@ gpt2np.teach.blas_curves.blas_kernel_envs finds (a child process asked under eac
 one environment per distinct kernel, in that order. For each size of plan.kernel_sizes (random weights),
 a worker process per kernel (kernel_worker.py) measures, at context plan.verify_context: v(M) =
 t(forward over M new tokens) / t(forward over 1) for M = 1..plan.kernel_max_m, with gpt2np's methods
-and with every product plain x @ w, each on the weights as stored and made row-major (the order a
-batching server takes under some kernels: gpt2np.model.fast.layout, PERFORMANCE.md), and decode
+and with every product plain x @ w, each on the weights as stored (column-major) and made row-major (the
+order a batching server takes under the Haswell kernels: gpt2np.model.fast.layout, PERFORMANCE.md), with
+gpt2np's methods on the weights in panels too (the order a model is loaded in under SkylakeX), and decode
 s/token against the roofline with that worker's best gemv bandwidth. The workers run one after the other, kernel by kernel, plan.kernel_rounds
 times over (A, B, A, B: the host's drift reaches every kernel alike), and every number reported is
 the median over the rounds. Cost at 355M: ~40 s per kernel and round (7 s of it building the model).

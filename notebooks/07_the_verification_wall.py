@@ -298,30 +298,40 @@ plt.tight_layout()
 # one-row products here, and how many depends on the kernel OpenBLAS picked for the CPU. gpt2np skips
 # the copy. On SkylakeX it uses the small-matrix kernel in pieces; on Haswell, one gemv per row over
 # cache-sized blocks. That brings *v*(5) to about 1.5–2, which is the difference between speculative
-# decoding losing and winning.
+# decoding losing and winning (and under SkylakeX, with the weights stored for that kernel, to about
+# 1.25: section 5).
 
 # %% [markdown]
-# ## 5 · A faster form of the small-matrix kernel, and why gpt2np does not store weights for it
+# ## 5 · A faster form of the small-matrix kernel, and the weights stored for it
 #
-# Not measured in this notebook (it needs a layout gpt2np does not keep); the figures are from
-# PERFORMANCE.md, "Next", on an AMD EPYC of family 26 (Zen 5) under SkylakeX, 2026-11-27.
+# Not measured in this notebook (its curves above multiply column-major weights); the figures are from
+# PERFORMANCE.md ("Panels"), on AMD EPYCs under SkylakeX, 2026-11-27 and 28.
 #
 # SkylakeX's small-matrix kernel comes in forms, one per layout of the operands. gpt2np's pieces
 # give it a column-major `w`, so every output is a dot product along *k* (OpenBLAS's "TN" form). A
 # row-major `w` takes the "NN" form: each entry of `x` times a whole row of weights, added into the
-# outputs. If `w` is stored as contiguous blocks of 64 columns ("panels": an array [*n* / 64, *k*, 64]),
+# outputs. If `w` is stored as contiguous blocks of columns ("panels": an array [*n* / 64, *k*, 64]),
 # one core multiplied 2, 5 and 8 rows by 24 such weights of [1024, 4096] in 0.94, 1.14 and 1.21
 # one-row products, where pieces take 1.9–2.1 at 8 rows. The same blocks cut out of an ordinary
 # row-major `w` (rows of 256 bytes, 16 KB apart) cost 2.7: the layout in memory, not the kernel,
 # made the difference.
 #
-# A layout serves every *M*, though, and one row is where it lost. A one-row product through panels
-# cannot be one gemv call, so OpenBLAS cannot spread it over both cores; gpt2np's helper threads can,
-# but their hand-offs cost more than they share. All of 355M's weights, one row: 1.15–1.29 of gemv.
-# A packed decode step of 8 sequences on panels took 0.85–0.91 of the same step on column-major
-# weights, and a step of one sequence 1.14–1.19. Decoding one row at a time is the baseline that
-# every speedup in this project is measured against, so panels would make the baseline slower, and
-# a server answering a single user slower. They stay out.
+# A layout serves every *M*, though, and one row is where it first lost: all of 355M's weights, one
+# row through panels of 64, 1.15–1.29 of gemv, and a packed decode step of one sequence 1.14–1.19 of
+# the same step on column-major weights. Decoding one row at a time is the baseline every speedup
+# here is measured against, so panels stayed out. A day later, on another CPU, the one row was taken
+# apart: panels of 32 columns cost 1.02 of gemv, and a whole one-row pass still 1.08, because NumPy
+# hands a [1, *k*] @ [*k*, 32] product to gemv, which reads a narrow panel slower than the
+# small-matrix kernel does. Padding the row with a zero row (two rows for one) sends it to the kernel:
+# a one-row pass then cost 0.99–1.01 of the column-major one (80 alternated pairs), and 355M's
+# *v*(2 / 5 / 8) came to 0.96 / 1.28 / 1.31 of it, against 1.32 / 1.52 / 1.85 for pieces. Since then,
+# under SkylakeX, a loaded model's weights are cut into panels (`gpt2np.weights_order(model)` says
+# "panels"; `matmul.by_panels`), and 124M drafting for 1558M at α = 0.8, *K* = 5 went from 1.24× to
+# 1.48× plain decoding. Under Haswell there is no small-matrix kernel: every panel's product packs,
+# and one token costs 1.8× as much, so the weights stay column-major there. The price under SkylakeX
+# is the long prompt: past 16 rows each panel is one sgemm, which packs `x` again for every panel, and
+# a prefill of 256–512 rows costs up to a third more.
 #
 # The lesson is the same as in sections 1–4: time the whole workload, one row and *M* rows, on the
-# kernel that runs, before adopting a trick that makes one product faster.
+# kernel that runs, before adopting a trick that makes one product faster; and when the whole workload
+# says no, take the loss apart before giving the trick up.

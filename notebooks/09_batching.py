@@ -145,16 +145,17 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** In this run (OpenBLAS's SkylakeX kernel, one thread), `wide`'s one-row pass took
-# 4.4 ms, reading its 56 MiB at about 13 GB/s. **8 rows cost 1.90 one-row passes, 16 rows 2.55**:
-# 16 sequences get a token each for the price of under 3. Then a jump, 4.50 at 20 rows: gpt2np's
-# few-row products cover 2–16 rows (`blas_kernel()` above: "pieces (M 2-16)"), and past 16 OpenBLAS's
-# sgemm first copies ("packs") the weights, which costs about two one-row passes at once (notebook
-# 07). Past the jump each further row is cheap again (64 rows: 8.19).
+# 2.8 ms, reading its 56 MiB at about 20 GB/s. **8 rows cost 1.60 one-row passes, 16 rows 2.65**:
+# 16 sequences get a token each for the price of under 3. Then a jump, 3.69 at 20 rows: gpt2np's
+# few-row products cover 1–16 rows (`blas_kernel()` above: its weights are in panels, "small-kernel
+# products (M 1-16)"), and past 16 OpenBLAS's sgemm first copies ("packs") its operands, which costs
+# about a one-row pass at once (notebook 07). Past the jump each further row is cheap again (64 rows:
+# 11.2).
 #
 # The bundled target's weights sit in the cache, so its one-row pass is short (1.4 ms here: 8 blocks
-# of small products), and its rows are **not** free as separate sequences: 16 cost 3.54 one-row
-# passes, 64 cost 10.0. The dotted line says why: the same rows fed as one sequence cost 2.24 at
-# 16 rows, about what `wide`'s do (2.35). The products are the same in both layouts; what differs
+# of small products), and its rows are **not** free as separate sequences: 16 cost 3.27 one-row
+# passes, 64 cost 9.5. The dotted line says why: the same rows fed as one sequence cost 1.97 at
+# 16 rows, about what `wide`'s do (2.31). The products are the same in both layouts; what differs
 # is attention, which is each sequence's own: its scores against its own cache, their sum and its
 # weighted values, small NumPy calls for each of 16 sequences in each of 8 blocks, against a pass of
 # 1.3 ms (a step scales and exponentiates every sequence's scores in one call, `attention_together`,
@@ -167,22 +168,23 @@ plt.tight_layout()
 # ### The weights' order depends on the kernel
 #
 # gpt2np stores every large weight column-major (each output's weights contiguous), the order its
-# few-row methods need: under SkylakeX `pieces` hands OpenBLAS's small-matrix kernel slices of it.
-# Under the Haswell kernels (every x86 CPU without AVX-512) those methods end at 7 rows, and from 8
-# rows on OpenBLAS's sgemm packs the weights first, which it does much faster from a **row-major**
-# copy: on the Intel Xeon behind PERFORMANCE.md, a 355M pass over 8 rows took 150 ms stored and 124
-# ms row-major, while one row took 52 and 55 ms. So a model that serves batches takes the order
-# `gpt2np.order_for_batches(model)` names for its kernel (the server does, with `--max_batch` above 1),
-# and everything else keeps the stored one. Under SkylakeX the batch order is **panels** instead:
-# each large weight cut into blocks of 32 columns, each block's [k, 32] weights contiguous (a 3-D array
-# [n / 32, k, 32]), which OpenBLAS's small-matrix kernel multiplies by up to 16 rows as they lie,
-# without packing, at nearly one row's cost (on the Zen 4 EPYC of PERFORMANCE.md, a 355M step of 8
-# sequences 0.79× its cost in the stored order, one sequence's step level). Under the Haswell kernels
-# there is no such kernel and panels are slow. The cell below times `wide` in the three orders on this
+# few-row methods need under most kernels. Under the Haswell kernels (every x86 CPU without AVX-512)
+# those methods end at 7 rows, and from 8 rows on OpenBLAS's sgemm packs the weights first, which it
+# does much faster from a **row-major** copy: on the Intel Xeon behind PERFORMANCE.md, a 355M pass
+# over 8 rows took 150 ms stored and 124 ms row-major, while one row took 52 and 55 ms. So a model
+# that serves batches takes the order `gpt2np.order_for_batches(model)` names for its kernel (the
+# server does, with `--max_batch` above 1), and everything else keeps the one it was loaded in. Under
+# SkylakeX a model is loaded in **panels**: each large weight cut into blocks of 32 columns, each
+# block's [k, 32] weights contiguous (a 3-D array [n / 32, k, 32]), which OpenBLAS's small-matrix
+# kernel multiplies by up to 16 rows as they lie, without packing, at nearly one row's cost (on the
+# Zen 4 EPYC of PERFORMANCE.md, a 355M step of 8 sequences 0.79× its cost column-major, one
+# sequence's step level; notebook 07, section 5), and batches keep it. Under the Haswell kernels there
+# is no such kernel and panels are slow. The cell below times `wide` in the three orders on this
 # machine's kernel, one sequence and 8, fastest of 11 passes each.
 
 # %%
-orders = {"stored": gpt2np.weights_order(wide), "row-major": "row-major", "panels": "panels"}
+loaded_order = gpt2np.weights_order(wide)  # as random_model (and load_model) gave it, for this kernel
+orders = {order: order for order in ("column-major", "row-major", "panels")}
 by_order = {order: {M: [] for M in (1, 8)} for order in orders}
 for repeat in range(REPEATS):
     for name, order in list(orders.items())[::1 if repeat % 2 else -1]:
@@ -194,21 +196,22 @@ for repeat in range(REPEATS):
             for cache in caches[:M]:
                 cache.truncate(CONTEXT)
 batch_order = gpt2np.order_for_batches(wide)  # what a batching server would give wide under this kernel
-gpt2np.set_weights_order(wide, orders["stored"])
-print(f"{gpt2np.blas_kernel()}\norder_for_batches: {batch_order}")
+gpt2np.set_weights_order(wide, loaded_order)
+print(f"{gpt2np.blas_kernel()}\nloaded in: {loaded_order}, order_for_batches: {batch_order}")
 for name, times in by_order.items():
     one, eight = min(times[1]), min(times[8])
-    print(f"{name:>9}: 1 row {1e3 * one:6.2f} ms, 8 rows {1e3 * eight:6.2f} ms, t(8)/t(1) {eight / one:.2f}")
+    print(f"{name:>12}: 1 row {1e3 * one:6.2f} ms, 8 rows {1e3 * eight:6.2f} ms, t(8)/t(1) {eight / one:.2f}")
 
 # %% [markdown]
-# In the saved run (SkylakeX, one thread) the 8-row pass cost 1.36 times as much row-major as stored
-# (nine earlier builds: 1.31-1.63; plain sgemm, since `pieces` needs the stored order) and 0.57 times
-# as much in panels (4.8 against 8.4 ms), whose one-row pass was no dearer either (3.0 against 5.0 ms
-# in this run; single passes on this shared machine move by a third): so the batch order there is
-# panels. The same cell under the Haswell kernels (`OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512`
-# set before Python starts, an earlier build on the machine before): one row 5.8 / 5.5 ms, 8 rows
-# 14.9 ms stored against 12.5 ms row-major, and the batch order is row-major (PERFORMANCE.md,
-# Batching: "Row-major weights for batches" and "Panels").
+# In the saved run (SkylakeX, one thread) the 8-row pass cost 1.27 times as much row-major as
+# column-major (nine earlier builds: 1.31-1.63; plain sgemm, since `pieces` needs column-major) and
+# 0.59 times as much in panels (4.7 against 8.0 ms), whose one-row pass was no dearer either (2.8
+# against 4.2 ms in this run; single passes on this shared machine move by a third): so under
+# SkylakeX a model is loaded in panels and batches keep them. The same cell under the Haswell
+# kernels (`OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512` set before Python starts, an earlier build
+# on the machine before): one row 5.8 / 5.5 ms, 8 rows 14.9 ms column-major against 12.5 ms
+# row-major, and the batch order is row-major (PERFORMANCE.md, Batching: "Row-major weights for
+# batches" and "Panels").
 
 # %% [markdown]
 # ## 2 · Tokens per second against batch size
@@ -263,13 +266,13 @@ plt.tight_layout()
 # %% [markdown]
 # **Reading it.** Every sequence of every batch equalled its solo run (greedy, both models), and
 # 8 sampled sequences, each with its own generator, drew exactly their solo draws. On `wide`,
-# **8 sequences together gave 3.7× the tokens per second of one at a time** (2.7–3.7× in runs of
+# **8 sequences together gave 3.1× the tokens per second of one at a time** (2.7–3.7× in runs of
 # this notebook on the same machine). A step that cost only its pass would give
-# *B* t(1)/t(*B*) = 4.2× (section 1); the rest goes to work outside the pass: each sequence's token
+# *B* t(1)/t(*B*) = 5.0× (section 1); the rest goes to work outside the pass: each sequence's token
 # drawn from its logits, the step's bookkeeping, and the prompts' prefill. The bundled target gains
-# less, 2.1× at *B* = 8: its passes are short, so the same per-sequence work is a larger share. At
-# *B* = 1 the batched path costs what `generate` does (1.02× and 1.00× here; 0.93–1.12× for both
-# models in seven runs): `forward_packed` hands a lone sequence to the model's own pass.
+# less, 2.2× at *B* = 8: its passes are short, so the same per-sequence work is a larger share. At
+# *B* = 1 the batched path costs what `generate` does (1.17× and 1.00× here; 0.93–1.17× for both
+# models in nine runs): `forward_packed` hands a lone sequence to the model's own pass.
 
 # %% [markdown]
 # ## 3 · With and without drafting
@@ -326,16 +329,15 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** The table is one run; these timings move from run to run by as much as drafting's
-# gain, so here are the ranges over eight runs. Alone and in pairs (*B* = 1–2) drafting pays on the
-# bundled pair: the best fixed *K* gave 1.1–1.8× plain decoding's tokens/s. Then its gain shrinks as
+# gain, so here are the ranges over ten runs. Alone and in pairs (*B* = 1–2) drafting pays on the
+# bundled pair: the best fixed *K* gave 1.08–1.8× plain decoding's tokens/s. Then its gain shrinks as
 # the batch fills the cheap rows: 0.9–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
-# (0.8–1.2×; twelve runs). On this pair the crossover lies at about 8 sequences. `K="auto"` drafts
-# less once the batch is full (right, one more run of each: *K* = 3 in most drafting rounds of one
-# and two sequences, 5 at four, 1–8 in all, 2 at eight, at sixteen plain early and late and *K* = 1–3
-# between; a 0 early on is a plain round that times the batch's plain pass, which auto needs beside
+# (0.8–1.2×; fourteen runs). On this pair the crossover lies at about 8 sequences. `K="auto"` drafts
+# less once the batch is full (right, one more run of each: *K* = 7 in most drafting rounds of one
+# sequence, 3 at two and four, 2 at eight, 1 at sixteen (plain early and late), 1–7 in all; a 0 early on is a plain round that times the batch's plain pass, which auto needs beside
 # its drafting rounds' passes, and a round where no sequence drafts is the plain batched step; the
 # last rounds, as sequences finish, are short). Its *K* from eight on moves from run to run (*K* = 2
-# through most of this run and of two others at 8 and 16; in another, plain or *K* = 1 at sixteen). It gave 0.96–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
+# through most of two other runs at 8 and 16; in others, plain or *K* = 1 at sixteen). It gave 0.96–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
 # (0.75–1.2×): the spread there is the machine's, as between two runs of the same rounds. (Until
 # 2026-11-27 auto priced every row count past 16 that it had not timed at full cost, as for a GPT-2
 # release, and from eight sequences on played plain or *K* = 1: this pair has no such edge, the
@@ -417,16 +419,16 @@ plt.tight_layout()
 
 # %% [markdown]
 # **Reading it.** Left, the bundled pair at its own α, from this run's measured passes: the best
-# drafting round gains 2.13× at *B* = 1 (*K* = 3), 1.33× at *B* = 4 (*K* = 1), 1.34× at *B* = 8
+# drafting round gains 2.17× at *B* = 1 (*K* = 4), 1.43× at *B* = 4 (*K* = 1), 1.30× at *B* = 8
 # (*K* = 2) and 1.39× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed
 # on a shared machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at
-# α = 0.6 the best *K* falls from 3 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in
+# α = 0.6 the best *K* falls from 1–2 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in
 # the pass, past the 16-row jump of section 1; at α = 0.72 drafting past the jump pays little or
 # nothing (*K* = 0 from *B* = 9 here; *K* = 0–3, 1.00–1.02× in an earlier run). At α = 0.9 the rule
-# drafts past *B* = 9 too (*K* = 3–4, 1.20–1.23×):
+# drafts past *B* = 9 too (*K* = 2–3, 1.07–1.16×):
 # past the jump each row is cheap again, and drafts accepted 90 % of the time pay for them.
 #
-# For the bundled pair the rule predicts too much: a gain of 1.3–1.6 at every *B* from 4 to 12 at its
+# For the bundled pair the rule predicts too much: a gain of 1.2–1.5 at every *B* from 4 to 12 at its
 # own α, where section 3 measured about 1.0 from *B* = 8. The rule counts only the two models'
 # passes, and a round does more. Timing rounds of *K* = 2 and their target pass alone:
 
@@ -448,13 +450,13 @@ for B in (1, 4, 8, 12):
     print(f"{'B = ' + str(B):>16} {round_ms:9.2f} {draft_ms:11.2f} {target_ms:11.2f} {round_ms - draft_ms - target_ms:9.2f}")
 
 # %% [markdown]
-# At *B* = 8 a round took 7.5 ms: its target pass 5.1, its two draft steps 1.6 (two draft passes
-# cost 0.8 in section 1; each step also turns *B* rows of logits into distributions and draws), and
-# 0.9 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
-# verification and cache rollbacks. That work grows with *B* (0.5 ms at *B* = 1, 0.6 at *B* = 4,
-# 0.9–1.2 at 8–12 here, 1.8–4.2 in an earlier run; single rounds move by a third from run to run): at
-# *B* = 8 the round spent 1.6 ms beyond its passes, over a quarter of the 5.9 ms of passes the rule
-# counts (nearly half in that earlier run). Beside a
+# At *B* = 8 a round took 6.7 ms: its target pass 4.5, its two draft steps 1.5 (two draft passes
+# cost 0.7 in section 1; each step also turns *B* rows of logits into distributions and draws), and
+# 0.8 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
+# verification and cache rollbacks. That work grows with *B* (0.2–0.5 ms at *B* = 1–4, 0.8–1.4 at
+# 8–12 here, 1.8–4.2 in an earlier run; single rounds move by a third from run to run): at *B* = 8 the
+# round spent 1.5 ms beyond its passes, over a quarter of the 5.2 ms of passes the rule counts (nearly
+# half in that earlier run). Beside a
 # pass of tens of milliseconds (a 124M–1.5B target) it would hardly count; beside this pair's 1–5 ms
 # passes it moves the crossover from "not up to 12" to about 8.
 #

@@ -11,7 +11,8 @@ is generate's loop (plain_stream) for each prompt in turn. The two run --repeats
 process (in lockstep, below; which goes first alternates), after an untimed warm-up of each. As the
 server runs them: "together" on weights in the order batches want under this BLAS kernel
 (gpt2np/model/fast/layout.py: row-major under the Haswell kernels, panels under SkylakeX), "alone" on
-the weights as stored (column-major) (--together-order stored: both as stored). Reported: tokens/s over the whole run (the
+the weights as loaded (panels under SkylakeX, column-major elsewhere) (--together-order stored: both as
+loaded). Reported: tokens/s over the whole run (the
 prefill steps included) and decode tokens/s (the steps after each sequence's first token, which feed one
 token each), medians, and the together/alone ratio of each repeat (median and range): on a shared, noisy
 machine ratios measured side by side are the numbers to trust. The header names NumPy's BLAS kernel, on
@@ -53,7 +54,7 @@ from gpt2np.decoding.batched import batch_stream  # noqa: E402
 from gpt2np import set_weights_order  # noqa: E402
 from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
 from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
-from gpt2np.model.fast.matmul import batch_layout, matmul, weight_shape  # noqa: E402
+from gpt2np.model.fast.matmul import batch_layout, loaded_layout, matmul, weight_shape  # noqa: E402
 from bench.common import lockstep  # noqa: E402
 
 
@@ -309,8 +310,8 @@ def main(argv=None):
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads, user_api="blas")
-    orders = {"together": batch_layout() if args.together_order == "batches" else "column-major",
-              "alone": "column-major"}
+    loaded = loaded_layout()  # every GPT-2 size's n_embd cuts into panels
+    orders = {"together": batch_layout() if args.together_order == "batches" else loaded, "alone": loaded}
     print(f"{gpt2np.blas_kernel()}; context {args.context}, {args.n_tokens} new tokens per sequence, greedy, "
           f"{args.repeats} repeats{' in lockstep' if args.lockstep else ', back to back, alternating'}; "
           f"weights {orders['together']} together, {orders['alone']} alone")

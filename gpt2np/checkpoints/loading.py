@@ -25,6 +25,7 @@ from ..model.config import PRESETS, GPT2Config
 from .download import download_model
 from .hf_layout import is_hf_folder, load_hf_params, read_hf_config
 from .hub import HUB_FILES, HUB_PREFIX, download_hub_model
+from ..model.fast.layout import order_as_loaded
 from ..model.forward import GPT2
 from ..tokenizer.files import load_hf_tokenizer, load_tokenizer
 from .weights import init_params, load_params
@@ -142,7 +143,7 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     if tokenizer.n_vocab != config.n_vocab:
         raise ValueError(f"{folder}: the tokenizer has {tokenizer.n_vocab} tokens but "
                          f"{'config.json' if hf else 'hparams.json'} says n_vocab={config.n_vocab}")
-    return GPT2(config, params, tokenizer, name=str(name_or_dir))
+    return order_as_loaded(GPT2(config, params, tokenizer, name=str(name_or_dir)))
 
 
 def load_random(name, models_dir="weights"):
@@ -164,4 +165,4 @@ def random_model(config, seed=0, std=0.02, tokenizer="auto", models_dir="weights
     from ..tokenizer.files import tokenizer_for  # here: the module's imports belong to name resolution
     tokenizer = tokenizer_for(config.n_vocab, tokenizer, models_dir)  # first: a bad one costs no init
     params = init_params(config, np.random.default_rng(seed), std=std)
-    return GPT2(config, params, tokenizer, name=f"random {config.n_params() / 1e6:.1f}M")
+    return order_as_loaded(GPT2(config, params, tokenizer, name=f"random {config.n_params() / 1e6:.1f}M"))

@@ -9,7 +9,9 @@ so `x @ w + b` needs NO transpose (the opposite of the torch ports, which transp
 Conv1D weights of 2 MiB or more (all of GPT-2's) are kept column-major in memory (w.T is
 C-contiguous: each output's weights are contiguous, like wte's rows and torch's Linear). Their
 shape and every result are the same; what changes is speed: matmul.py's few-row products need
-that order. Smaller weights (the bundled models') run faster row-major and stay so.
+that order. Smaller weights (the bundled models') run faster row-major and stay so. Under OpenBLAS's
+SkylakeX kernel, load_model then cuts each large weight into panels of columns, a 3-D array
+(model/fast/layout.py, order_as_loaded); this file's cache keeps the stored order either way.
 
 >>> from gpt2np.model.config import PRESETS
 >>> params = init_params(PRESETS["tiny"], np.random.default_rng(0))
@@ -26,7 +28,7 @@ import numpy as np
 
 from .tf_reader import crc32c, read_checkpoint
 from ..model.config import GPT2Config
-from ..model.fast.matmul import stored_column_major
+from ..model.fast.matmul import from_panels, stored_column_major
 
 CACHE_DIR = ".gpt2np-cache"  # inside the model folder
 CACHE_FORMAT = 3             # bump when the cache layout changes, so old caches are rebuilt
@@ -127,9 +129,14 @@ def params_to_tf(params):  # params -> {TF name: array}
             if not isinstance(node, list) and key not in node:
                 raise ValueError(f"params has no {'.'.join(map(str, path))} (for {name})")
             node = node[key]
-        tensors[name] = np.asarray(node)[None] if len(shape) == 3 else np.asarray(node)
+        tensors[name] = weight_matrix(node)[None] if len(shape) == 3 else np.asarray(node)
     check_tensors(tensors, config, source="params")
     return tensors
+
+
+def weight_matrix(w):  # -> [in, out]
+    """A Conv1D weight as its [in, out] matrix, in panels or not (matmul.py's from_panels)."""
+    return from_panels(w) if np.ndim(w) == 3 else np.asarray(w)
 
 
 def init_params(config, rng, std=0.02):  # -> params with fresh, writable float32 arrays

@@ -124,3 +124,32 @@ def test_all_small_is_every_product_small_the_tied_head_included():
     assert mm.stored_column_major((64, 8300)) and not layout.all_small(random_params(wide_vocab, seed=5))
     wide = GPT2Config(n_vocab=300, n_ctx=32, n_embd=512, n_head=4, n_layer=1)  # c_fc: 512 x 2048 = 2^20 floats
     assert not layout.all_small(random_params(wide, seed=5))
+
+
+def test_a_loaded_model_takes_the_kernel_tables_order(model):
+    """load_model and random_model end in order_as_loaded: panels where LOADED_LAYOUT says so (SkylakeX and
+    the names that run its kernel files), as stored everywhere else, as stored where panels do not fit."""
+    if mm.BLAS is None:
+        assert layout.weights_order(layout.order_as_loaded(model, "SkylakeX")) == "column-major"
+        return
+    assert [layout.weights_order(layout.order_as_loaded(model, kernel))
+            for kernel in ("SkylakeX", "Haswell", "SapphireRapids", "armv8")] == \
+        ["panels", "column-major", "panels", "column-major"]
+    config = GPT2Config(n_vocab=50, n_ctx=16, n_embd=512, n_head=8, n_layer=1)  # c_fc: 512 x 2048, large
+    from gpt2np.checkpoints.loading import random_model
+    assert layout.weights_order(random_model(config, tokenizer=None)) == mm.loaded_layout()
+
+
+def test_the_reference_and_the_checkpoint_writer_read_panels(model):
+    """The slow reference multiplies the [in, out] matrix whatever the order (reference.dense), and params_to_tf
+    writes the checkpoint's [1, in, out] tensors from panels as from the stored order."""
+    from gpt2np.checkpoints.weights import params_to_tf
+    from gpt2np.model.reference import gpt2_reference
+    ids = np.random.default_rng(7).integers(0, CONFIG.n_vocab, 12)
+    want, tensors = gpt2_reference(ids, model.params, CONFIG), params_to_tf(model.params)
+    layout.set_weights_order(model, "panels")
+    got = gpt2_reference(ids, model.params, CONFIG)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err <= 1e-6, f"the reference on panels differs from the reference on the stored order by {err:.2e}"
+    written = params_to_tf(model.params)
+    assert written.keys() == tensors.keys() and all(np.array_equal(written[k], tensors[k]) for k in tensors)

@@ -22,7 +22,7 @@ The numbers stay x @ w's up to float32 rounding either way (matmul.py's methods 
 """
 import numpy as np
 
-from .matmul import PANEL, batch_layout, from_panels, stored_column_major, to_panels, weight_shape
+from .matmul import PANEL, batch_layout, from_panels, loaded_layout, stored_column_major, to_panels, weight_shape
 
 ORDERS = ("column-major", "row-major", "panels")
 
@@ -88,3 +88,13 @@ def order_for_batches(model, kernel=None):  # -> the order model's large weights
         order = "column-major"
     set_weights_order(model, order)
     return weights_order(model)
+
+
+def order_as_loaded(model, kernel=None):  # -> model, its large weights in the order loaded models take
+    """Give model the order matmul.LOADED_LAYOUT names for this BLAS kernel (default: the running one):
+    panels under SkylakeX where the model's n_embd allows them, as stored (column-major) elsewhere.
+    load_model and random_model call it, so every model that decodes gets it."""
+    order = loaded_layout(kernel)
+    if order == "panels" and not panels_fit(model):
+        order = "column-major"
+    return set_weights_order(model, order)

@@ -121,6 +121,13 @@ METHODS = {"SkylakeX": _SKYLAKEX, "Cooperlake": _SKYLAKEX, "SapphireRapids": _SK
 BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major",
                 "SkylakeX": "panels", "Cooperlake": "panels", "SapphireRapids": "panels"}
 
+# The layout a loaded model's weights take under each kernel (layout.order_as_loaded; column-major, as
+# weights.py stores them, elsewhere). Under SkylakeX, panels: a chain's verification over M rows, random
+# 355M on the Zen 4 EPYC, v(2 / 5 / 8) 1.32 / 1.52 / 1.85 -> 0.96 / 1.28 / 1.31 of the stored one-token
+# pass; one token level within this VM's noise (0.99-1.04); a prefill of 128-512 rows' products 1.0-1.3x
+# (PERFORMANCE.md, "Panels for every model").
+LOADED_LAYOUT = {"SkylakeX": "panels", "Cooperlake": "panels", "SapphireRapids": "panels"}
+
 
 def blas_kernel():
     """One line naming NumPy's BLAS kernel and the few-row methods METHODS gives it (plain x @ w
@@ -143,8 +150,10 @@ def blas_kernel():
             low = largest_m + 1
         return ", ".join(said) or "plain"
     large, small = spans(table["large"]), spans(table["small"])
-    batches = {"row-major": f"; row-major weights (batches): {spans(table['row-major'])}",
-               "panels": f"; panels (batches): small-kernel products (M 1-{panel_rows(1024)})"}.get(batch_layout(), "")
+    batches = f"; row-major weights (batches): {spans(table['row-major'])}" if batch_layout() == "row-major" else ""
+    in_panels = [who for who, order in (("loaded models", loaded_layout()), ("batches", batch_layout())) if order == "panels"]
+    if in_panels:
+        batches += f"; weights in panels ({' and '.join(in_panels)}): small-kernel products (M 1-{panel_rows(1024)})"
     return f"{name}, few-row products: {large}" + (f"; small row-major weights: {small}" if small != large else "") \
         + batches
 
@@ -191,6 +200,13 @@ def layout(w):  # -> "large" | "row-major" | "small" | "panels" | None
     if w.T.flags.c_contiguous:
         return "large"
     return "row-major" if w.flags.c_contiguous else None
+
+
+def loaded_layout(kernel=None):  # -> "panels" | "column-major"
+    """The layout LOADED_LAYOUT gives a loaded model's weights under this kernel."""
+    if BLAS is None:
+        return "column-major"
+    return LOADED_LAYOUT.get(KERNEL if kernel is None else kernel, "column-major")
 
 
 def batch_layout(kernel=None):  # -> "row-major" | "panels" | "column-major"

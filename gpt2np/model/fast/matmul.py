@@ -412,7 +412,9 @@ def to_panels(w, width=PANEL):  # [k, n] -> [n / width, k, width]
     k, n = w.shape
     if n % width:
         raise ValueError(f"a weight of {n} columns does not cut into panels of {width}")
-    return np.ascontiguousarray(w.reshape(k, n // width, width).transpose(1, 0, 2))
+    if w.T.flags.c_contiguous:  # column-major, as stored: one copy (a row-major reshape first would make two)
+        return np.ascontiguousarray(w.T.reshape(n // width, width, k).transpose(0, 2, 1))  # [n/width, width, k] -> [n/width, k, width]
+    return np.ascontiguousarray(w.reshape(k, n // width, width).transpose(1, 0, 2))  # [k, n/width, width] -> [n/width, k, width]
 
 
 def from_panels(panels):  # [n / width, k, width] -> [k, n], row-major

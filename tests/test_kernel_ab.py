@@ -53,7 +53,8 @@ def test_the_tool_as_a_user_types_it_on_the_bundled_target():
                    *([] if mm.KERNEL in mm.METHODS else ["--try", "Haswell"]))
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.splitlines()
-    assert lines[0].startswith("shakespeare-2.6M, context 128, 2 alternated pairs; the running kernel: OpenBLAS")
+    assert lines[0].startswith("shakespeare-2.6M (row-major), context 128, 2 alternated pairs; the running kernel: "
+                               "OpenBLAS")  # small weights: row-major in every order
     assert [line.split("|")[1].strip() for line in lines[3:]] == ["1", "2"], run.stdout
 
 
@@ -62,6 +63,7 @@ def test_the_tool_as_a_user_types_it_on_the_bundled_target():
     (["--rows", "0,2"], "rows, context, pairs and threads must be at least 1"),
     (["--rows", "two"], "argument --rows: invalid integers value"),
     (["--try", "ARMV8"], "METHODS has no entry for 'ARMV8'"),
+    (["--order", "fortran"], "argument --order: invalid choice: 'fortran'"),
 ])
 def test_bad_input_is_a_one_line_usage_error(args, message):
     if mm.BLAS is None and "--try" in args:

@@ -4,10 +4,12 @@
     OPENBLAS_CORETYPE=Nehalem python tools/kernel_ab.py --rows 1,2,5,8 --pairs 8
     python tools/kernel_ab.py --size bundled --threads 1             # the bundled 2.6M target, as main.py runs it
     python tools/kernel_ab.py --try Haswell                          # another kernel's table on this one
+    python tools/kernel_ab.py --order panels --rows 1,2,5,8          # the curve of a model loaded under SkylakeX
 
 gpt2np/model/fast/matmul.py picks a few-row product's method from METHODS, a table of measurements keyed by
 OpenBLAS's kernel name; a kernel nobody has measured gets plain x @ w. This is the measurement an entry
-needs: a pass over M new tokens after --context cached ones, with the table's methods ("table") and with
+needs: a pass over M new tokens after --context cached ones (the large weights column-major, as stored, or
+in --order), with the table's methods ("table") and with
 every product plain ("plain", the kernel's entry removed), the two alternated --pairs times (which goes
 first alternates too), the cache rolled back after every pass. OpenBLAS picks its kernel when NumPy loads
 it, so another kernel is measured by starting this tool again with OPENBLAS_CORETYPE set (and, for
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np from this
 import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 import numpy as np  # noqa: E402
 from gpt2np.model.fast import matmul as mm  # noqa: E402
+from gpt2np.model.fast.layout import ORDERS, panels_fit  # noqa: E402
 
 
 def with_table(table, run):  # -> run()'s result with METHODS[the running kernel] = table (None: no entry, plain)
@@ -99,6 +102,10 @@ def main(argv=None):
     parser.add_argument("--try", dest="candidate", default=None, metavar="KERNEL",
                         help="measure METHODS[KERNEL] on the running kernel instead of its own entry")
     parser.add_argument("--seed", type=int, default=0, help="seed of the tokens' np.random.Generator")
+    parser.add_argument("--order", choices=ORDERS, default="column-major",
+                        help="the large weights' order (METHODS' rows are for column-major and row-major ones; in "
+                             "panels both sides run by_panels, as a model loads under SkylakeX, and differ only in "
+                             "the output head)")
     args = parser.parse_args(argv)
     if args.size != "bundled" and args.size not in gpt2np.PRESETS:
         parser.error(f"--size must be 'bundled' or one of {sorted(gpt2np.PRESETS)}, got {args.size!r}")
@@ -115,10 +122,13 @@ def main(argv=None):
         threadpool_limits(limits=args.threads, user_api="blas")
     model = (gpt2np.load_model("shakespeare-2.6M") if args.size == "bundled"
              else gpt2np.random_model(gpt2np.PRESETS[args.size], tokenizer=None))
+    if args.order == "panels" and not panels_fit(model):
+        parser.error(f"--order panels: {model.name}'s n_embd {model.config.n_embd} does not cut into panels")
+    gpt2np.set_weights_order(model, args.order)
     if args.context + max(args.rows) > model.n_ctx:
         parser.error(f"--context {args.context} + {max(args.rows)} rows exceed the model's {model.n_ctx} positions")
     rows = sorted(set(args.rows))
-    print(f"{model.name}, context {args.context}, {args.pairs} alternated pairs; the running kernel: "
+    print(f"{model.name} ({gpt2np.weights_order(model)}), context {args.context}, {args.pairs} alternated pairs; the running kernel: "
           f"{with_table(mm.METHODS[name], gpt2np.blas_kernel)}" + (f" (METHODS[{name!r}] tried on it)" if args.candidate else ""))
     print("| M | table ms | table v | plain ms | plain v | table / plain (quartiles) | largest logit gap |\n|"
           + " --- |" * 7)

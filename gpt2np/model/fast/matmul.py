@@ -46,12 +46,14 @@ faster (8 rows: 2.3 one-row products against 3.1 on column-major), so a model th
 many rows (the server's) can be given row-major weights (layout.py; `BATCH_LAYOUT` below), with rows
 of their own in METHODS: `rows` cut by blocks of w's rows, plain at 8-9 rows, `padded` from 10. A pass
 over 2-7 rows then costs up to 16 % more (mostly 4-10 %) and one row up to 7 % (PERFORMANCE.md,
-Batching, "Row-major weights for batches"), so nothing else gets them. Under SkylakeX a batch's
-weights are cut into panels instead (to_panels: [n / 32, k, 32], each panel's block contiguous), where
-the small-matrix kernel takes each panel's product over up to 16 rows as it lies and streams it at
-nearly one row's rate (by_panels: 355M's products over 8 rows ~1.0 one-row products against `pieces`'
-1.4; a packed step of 8 sequences 0.79x its cost on the stored order, of one sequence level; a long
-prompt's prefill up to a third dearer: PERFORMANCE.md, Batching, "Panels").
+Batching, "Row-major weights for batches"), so nothing else gets them. Under SkylakeX every loaded
+model's weights are cut into panels (LOADED_LAYOUT below; to_panels: [n / 32, k, 32], each panel's
+block contiguous), where the small-matrix kernel takes each panel's product over up to 16 rows as it
+lies and streams it at nearly one row's rate (by_panels: 355M's products over 8 rows ~1.0 one-row
+products against `pieces`' 1.4, a verification pass over 5 rows 1.28 one-token passes against 1.52,
+one token level; a long prompt's prefill up to a third dearer: PERFORMANCE.md, Batching, "Panels" and
+"Panels for every model"). `pieces` and the column-major table rows serve the weights as stored
+wherever they are not cut (a model built from params directly, GPT2(config, params)).
 
 Every method equals x @ w up to float32 rounding (the sums run in another order); tests compare
 each with x @ w under the kernel they run with, and once more in a process with the other kernel.
@@ -115,9 +117,9 @@ METHODS = {"SkylakeX": _SKYLAKEX, "Cooperlake": _SKYLAKEX, "SapphireRapids": _SK
 # The layout for a model that decodes batches (layout.py), by kernel; column-major (as stored) elsewhere.
 # Under Haswell, random 355M, a pass over 8 new rows: 150.0 -> 123.6 ms row-major; over four runs one row
 # -1 to +7 %, 2-7 rows -1 to +16 % (PERFORMANCE.md). Under SkylakeX (and the two names that run its kernel
-# files), panels (by_panels): random 355M on a Zen 4 EPYC, a packed decode step of 8 sequences 0.83x the
-# same step on column-major weights, of 2 sequences 0.83x, one sequence's step 1.08x (PERFORMANCE.md,
-# Batching, "Panels").
+# files), panels (by_panels): random 355M on a Zen 4 EPYC, a packed decode step of 8 sequences 0.79x the
+# same step on column-major weights, of 2 sequences 0.80x, one sequence's step 0.99x (1.08x before one row
+# was padded to two) (PERFORMANCE.md, Batching, "Panels"). The order a model is loaded in already.
 BATCH_LAYOUT = {"Haswell": "row-major", "Zen": "row-major",
                 "SkylakeX": "panels", "Cooperlake": "panels", "SapphireRapids": "panels"}
 
@@ -216,7 +218,7 @@ def batch_layout(kernel=None):  # -> "row-major" | "panels" | "column-major"
     return BATCH_LAYOUT.get(KERNEL if kernel is None else kernel, "column-major")
 
 
-def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows" | "padded"
+def method_for(m, w, kernel=None):  # -> "plain" | "pieces" | "rows" | "padded" | "panels"
     """The method for [m, k] @ w under this kernel (default: the one running), from METHODS.
     Read on every call (about 1 us): the bench and the tests may swap the table."""
     rows = layout(w)
@@ -458,7 +460,7 @@ def by_panels(x, panels):  # [m, k] @ panels [n / width, k, width] -> [m, n]
         column-major  12.1  20.6  60.1  58.1  119   105   131   277   457
         panels        13.2  15.3  28.7  34.2  88.3  113   150   351   608
 
-    so a long prompt's prefill costs up to a third more in panels)."""
+    M = 1 before one row was padded to two; so a long prompt's prefill costs up to a third more in panels)."""
     m, k = x.shape
     if m <= panel_rows(k, panels.shape[2]):
         return panel_products(x, panels)

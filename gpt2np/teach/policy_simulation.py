@@ -129,6 +129,10 @@ class ToldCostsAutoK(AutoK):
 # of family 26 (AVX-512), 1558M, `python tools/kernel_ab.py --size 1558M --rows 1,2,3,4,5,6,7,8,9 --pairs 6
 # --context 64` (2026-11-27, session 37): a 6-row pass no dearer than a 5-row one under SkylakeX, 4 rows cheaper
 # than 3 under Haswell; the same command read other dips a day earlier (PERFORMANCE.md, "K policies, eighth look").
+# Zen4, an AMD EPYC of family 25 (AVX-512), the same command (2026-11-28, sessions 39 and 40): the weights as stored
+# (column-major), and "Zen4 panels", the weights in panels, as a model loads under SkylakeX since session 40
+# (`--order panels` today): v(2) under 1 (one row is padded to two there), 6 rows no dearer than 5, 8 than 7, and a
+# step at 9 (PERFORMANCE.md, "K policies, eleventh look"). Every other SkylakeX curve here is the stored order's.
 MEASURED_V = {
     ("EPYC", "SkylakeX", "1558M"): (1.2, 1.27, 1.35, 1.42, 1.49, 1.56, 1.63, 1.7),
     ("EPYC", "Haswell", "1558M"): (1.36, 1.52, 1.69, 1.85, 1.98, 2.1, 2.23, 2.35),
@@ -138,6 +142,8 @@ MEASURED_V = {
     ("Xeon", "Haswell", "1558M"): (1.48, 1.78, 1.89, 2.16, 2.39, 2.53, 2.52, 3.07),
     ("Zen5", "SkylakeX", "1558M"): (1.15, 1.29, 1.33, 1.58, 1.69, 1.78, 1.68, 1.81),
     ("Zen5", "Haswell", "1558M"): (1.30, 1.46, 1.42, 1.56, 1.82, 2.01, 2.04, 2.37),
+    ("Zen4", "SkylakeX", "1558M"): (1.15, 1.28, 1.25, 1.41, 1.36, 1.46, 1.55, 1.65),
+    ("Zen4 panels", "SkylakeX", "1558M"): (0.93, 1.11, 1.18, 1.21, 1.18, 1.30, 1.26, 1.52),
 }
 DRAFTERS = (("1558M", "124M", 0.09), ("1558M", "lookup", 0.0), ("355M", "124M", 0.3), ("355M", "lookup", 0.0))
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .tf_reader import crc32c, read_checkpoint
 from ..model.config import GPT2Config
-from ..model.fast.matmul import from_panels, stored_column_major
+from ..model.fast.matmul import as_matrix, stored_column_major
 
 CACHE_DIR = ".gpt2np-cache"  # inside the model folder
 CACHE_FORMAT = 3             # bump when the cache layout changes, so old caches are rebuilt
@@ -129,14 +129,9 @@ def params_to_tf(params):  # params -> {TF name: array}
             if not isinstance(node, list) and key not in node:
                 raise ValueError(f"params has no {'.'.join(map(str, path))} (for {name})")
             node = node[key]
-        tensors[name] = weight_matrix(node)[None] if len(shape) == 3 else np.asarray(node)
+        tensors[name] = as_matrix(np.asarray(node))[None] if len(shape) == 3 else np.asarray(node)
     check_tensors(tensors, config, source="params")
     return tensors
-
-
-def weight_matrix(w):  # -> [in, out]
-    """A Conv1D weight as its [in, out] matrix, in panels or not (matmul.py's from_panels)."""
-    return from_panels(w) if np.ndim(w) == 3 else np.asarray(w)
 
 
 def init_params(config, rng, std=0.02):  # -> params with fresh, writable float32 arrays

@@ -18,11 +18,7 @@ import math
 
 import numpy as np
 
-
-def dense(w):  # -> [in, out]
-    """A Conv1D weight as the [in, out] matrix, whatever order the fast path keeps it in: a 3-D w is
-    cut into panels of columns, [out / width, in, width] (model/fast/matmul.py, to_panels)."""
-    return w if w.ndim == 2 else w.transpose(1, 0, 2).reshape(w.shape[1], -1)  # [in, out / width, width] -> [in, out]
+from .fast.matmul import as_matrix  # a Conv1D weight as [in, out], in panels or not
 
 
 def gelu(x):
@@ -56,17 +52,17 @@ def reference_block(x, block, n_head, visible=None):  # [n_seq, n_embd] -> [n_se
     n_embd = x.shape[1]
     d_head = n_embd // n_head
     h = layer_norm(x, **block["ln_1"])
-    qkv = h @ dense(block["attn"]["c_attn"]["w"]) + block["attn"]["c_attn"]["b"]  # [n_seq, 3*n_embd]
+    qkv = h @ as_matrix(block["attn"]["c_attn"]["w"]) + block["attn"]["c_attn"]["b"]  # [n_seq, 3*n_embd]
     q, k, v = qkv[:, :n_embd], qkv[:, n_embd:2 * n_embd], qkv[:, 2 * n_embd:]
     heads = []
     for i in range(n_head):                                    # one head at a time
         cols = slice(i * d_head, (i + 1) * d_head)
         heads.append(reference_attention_head(q[:, cols], k[:, cols], v[:, cols], visible))
     attn = np.concatenate(heads, axis=1)                       # [n_seq, n_embd]
-    x = x + attn @ dense(block["attn"]["c_proj"]["w"]) + block["attn"]["c_proj"]["b"]
+    x = x + attn @ as_matrix(block["attn"]["c_proj"]["w"]) + block["attn"]["c_proj"]["b"]
     h = layer_norm(x, **block["ln_2"])
-    h = gelu(h @ dense(block["mlp"]["c_fc"]["w"]) + block["mlp"]["c_fc"]["b"])  # [n_seq, 4*n_embd]
-    return x + h @ dense(block["mlp"]["c_proj"]["w"]) + block["mlp"]["c_proj"]["b"]
+    h = gelu(h @ as_matrix(block["mlp"]["c_fc"]["w"]) + block["mlp"]["c_fc"]["b"])  # [n_seq, 4*n_embd]
+    return x + h @ as_matrix(block["mlp"]["c_proj"]["w"]) + block["mlp"]["c_proj"]["b"]
 
 
 def gpt2_reference(ids, params, config):  # [n_seq] -> [n_seq, n_vocab]

@@ -10,14 +10,15 @@ more rows at a time, and there the Haswell kernels' plain sgemm packs a row-majo
     stored    52.3   76.1  108.4  142.4  150.0  158.3  206.9
     row-major 55.5   83.6  107.2  153.3  123.6  144.7  176.6
 
-Under SkylakeX the order for batches is panels (matmul.by_panels: w's columns in contiguous panels of
-32, a 3-D array [n / 32, k, 32], which OpenBLAS's small-matrix kernel streams for several rows at nearly
-one row's cost): random 355M on a Zen 4 EPYC, a packed decode step of 8 sequences 0.83x its cost on the
-stored order, of 2 sequences 0.83x, of one 1.08x.
+Under SkylakeX a model is loaded in panels (order_as_loaded, matmul.LOADED_LAYOUT; matmul.by_panels: w's
+columns in contiguous panels of 32, a 3-D array [n / 32, k, 32], which OpenBLAS's small-matrix kernel
+streams for several rows at nearly one row's cost): random 355M on a Zen 4 EPYC, a packed decode step of
+8 sequences 0.79x its cost on the stored order, of 2 sequences 0.80x, of one 0.99x; a verification pass
+over 5 rows 1.28 one-token passes against 1.52.
 
 So the order is the workload's choice, by kernel (matmul.BATCH_LAYOUT): the server, which runs up to
---max_batch sequences in one pass, asks order_for_batches(model); a chain's few rows, the console
-and main.py keep the stored order.
+--max_batch sequences in one pass, asks order_for_batches(model) (under SkylakeX its models are in
+panels already); a chain's few rows, the console and main.py keep the order they were loaded in.
 The numbers stay x @ w's up to float32 rounding either way (matmul.py's methods read every order).
 """
 import numpy as np
@@ -59,6 +60,10 @@ def panels_fit(model):  # -> bool
     return model.config.n_embd % PANEL == 0
 
 
+def fitting(order, model):  # -> order, or "column-major" (as stored) where model's weights do not cut into panels
+    return "column-major" if order == "panels" and not panels_fit(model) else order
+
+
 def set_weights_order(model, order):  # -> model, its large Conv1D weights now in `order`
     """Copy each large Conv1D weight into `order`, in place, one weight at a time (each old array is
     freed as its copy replaces it: at 1558M a second copy of every weight at once would take 6 GB).
@@ -83,10 +88,7 @@ def order_for_batches(model, kernel=None):  # -> the order model's large weights
     """Give model the order matmul.BATCH_LAYOUT names for this BLAS kernel (default: the running one)
     for decoding batches: row-major under Haswell and Zen, panels under SkylakeX (where the model's
     n_embd allows them, else the stored column-major), the stored column-major elsewhere."""
-    order = batch_layout(kernel)
-    if order == "panels" and not panels_fit(model):
-        order = "column-major"
-    set_weights_order(model, order)
+    set_weights_order(model, fitting(batch_layout(kernel), model))
     return weights_order(model)
 
 
@@ -94,7 +96,4 @@ def order_as_loaded(model, kernel=None):  # -> model, its large weights in the o
     """Give model the order matmul.LOADED_LAYOUT names for this BLAS kernel (default: the running one):
     panels under SkylakeX where the model's n_embd allows them, as stored (column-major) elsewhere.
     load_model and random_model call it, so every model that decodes gets it."""
-    order = loaded_layout(kernel)
-    if order == "panels" and not panels_fit(model):
-        order = "column-major"
-    return set_weights_order(model, order)
+    return set_weights_order(model, fitting(loaded_layout(kernel), model))

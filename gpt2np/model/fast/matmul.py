@@ -425,6 +425,12 @@ def from_panels(panels):  # [n / width, k, width] -> [k, n], row-major
     return panels.transpose(1, 0, 2).reshape(k, n_panels * width)
 
 
+def as_matrix(w):  # -> [k, n]
+    """A Conv1D weight as its [k, n] matrix whatever its layout: w itself, or the matrix its panels were cut
+    from (a copy), for code that reads the weights outside the forward pass (the reference, checkpoints)."""
+    return from_panels(w) if w.ndim == 3 else w
+
+
 def panel_rows(k, width=PANEL):  # -> the most rows of one small-kernel product per panel (and slice)
     """Rows up to which a panel's product goes to the small-matrix kernel in one call a slice of k (m * width
     * depth <= SMALL_MNK with depth >= 256, at most MAX_ROWS); past them by_panels runs plain sgemm per panel."""

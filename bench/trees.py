@@ -12,9 +12,16 @@ trees_report.PROFILES; `python -m bench.trees` measures them). The sides of each
   (3,2,1)    a fixed tree: widths per depth
   auto       tree="auto": tree_policy.AutoTree picks each round's shape from the run's own counts
              and timings (forced_auto_tree: the forced drafter in the drafter auto_tree builds)
-One repeat runs every side once, back to back, on the coins of seed = the repeat (the same coins
-for every side and alpha); odd repeats run the sides in reverse order, so a linear drift of the
-machine cancels over two repeats. tokens/s = new tokens / the call's wall seconds, prefill included;
+One repeat runs every side once on the coins of seed = the repeat (the same coins for every side
+and alpha), back to back, odd repeats in reverse order, so that a linear drift of the machine cancels
+over two repeats. --tree-lockstep runs a repeat's sides together instead, a round at a time, the side
+furthest behind in tokens first (common.lockstep, as the policies and batching sections do by default):
+each stretch of the output is then decoded by every side within seconds of the others. Not the default
+here: a tree run's target keeps a cache of the whole context (tree drafters size their trees by it), 629
+MB at 1558M, zeroed when first touched, and a dozen sides open at once touched memory this VM had not
+backed yet (up to 3.8 s a cache): at 1558M the sides that took their first step last in a repeat paid
+1-2 s each (PERFORMANCE.md, "Token trees on panels"). tokens/s = new tokens / the run's wall seconds
+(its rounds', prefill included);
 tokens per target call = new tokens / target forward calls. Ratios (x plain, / best chain) are per
 repeat, then the median. Every run's tokens must equal the target's greedy baseline; a mismatch is
 printed as an error and makes python -m bench exit non-zero after the JSON is written.
@@ -22,6 +29,7 @@ Predictions (trees_report.py) use tree_shape's formulas with the rates used and 
 here, before the runs (measure_costs: plain forward calls of M tokens after the prompt, every M
 timed COST_REPEATS times, interleaved, medians).
 """
+import argparse
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -29,13 +37,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 import gpt2np
+from gpt2np.decoding.autoregressive import plain_stream
+from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.tree_drafts import check_widths
 from gpt2np.decoding.tree_policy import MAX_NODES, AutoTree
 from gpt2np.decoding.tree_shape import tree_size
 from gpt2np.model.config import PRESETS
 
 from . import trees_report
-from .common import TINY_CONFIGS, add_section, blas_limits, log, median, numbers, random_ids
+from .common import TINY_CONFIGS, add_section, blas_limits, lockstep, log, median, numbers, random_ids
 from .forced_tree_draft import ForcedTreeDrafter, forced_auto_tree
 from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, summarise_cell
 
@@ -56,6 +66,7 @@ class TreePlan:
     n_tokens: int = 32                     # new tokens per run
     prompt_len: int = 8
     repeats: int = 2                       # repeats of every side (medians; order reversed on odd ones)
+    lockstep: bool = False                 # a repeat's sides decode in lockstep (common.lockstep), not back to back
     profile: str = DEFAULT_PROFILE         # trees_report.PROFILES: the rank ratios measured on a real pair
     tiny: bool = False
     configs: dict = field(default_factory=lambda: dict(PRESETS), compare=False)
@@ -63,7 +74,7 @@ class TreePlan:
     def as_dict(self):
         return {"pair": list(self.pair), "alphas": list(self.alphas), "shapes": [label(s) for s in self.shapes],
                 "n_tokens": self.n_tokens, "prompt_len": self.prompt_len, "repeats": self.repeats,
-                "profile": self.profile, "K_max": K_MAX, "tiny": self.tiny}
+                "profile": self.profile, "K_max": K_MAX, "tiny": self.tiny, "lockstep": self.lockstep}
 
 
 def add_arguments(ap):
@@ -78,6 +89,10 @@ def add_arguments(ap):
     ap.add_argument("--tree-tokens", type=int, default=d.n_tokens, help="section trees: new tokens per run")
     ap.add_argument("--tree-repeats", type=int, default=d.repeats,
                     help="section trees: repeats of every side (medians; the sides' order reversed every other one)")
+    ap.add_argument("--tree-lockstep", action=argparse.BooleanOptionalAction, default=d.lockstep,
+                    help="section trees: a repeat's sides decode together, a round at a time, the side furthest "
+                         "behind first (default: off, back to back, odd repeats reversed: a tree run's target "
+                         "keeps a full-context cache, and a dozen of them at once skew lockstep at 1558M)")
     ap.add_argument("--tree-rates", default=d.profile, choices=sorted(PROFILES),
                     help="section trees: the measured rank ratios the forced rates follow (trees_report.PROFILES)")
 
@@ -130,7 +145,7 @@ def plan_from_args(args):
     tiny = dict(n_tokens=12, prompt_len=4, repeats=min(args.tree_repeats, 2)) if args.tiny else {}
     kw = dict(pair=pair, alphas=numbers(args.tree_alphas, float, "--tree-alphas"),
               shapes=parse_shapes(args.tree_shapes), n_tokens=args.tree_tokens, repeats=args.tree_repeats,
-              profile=args.tree_rates, tiny=args.tiny, configs=configs)
+              profile=args.tree_rates, lockstep=args.tree_lockstep, tiny=args.tiny, configs=configs)
     return check_plan(TreePlan(**{**kw, **tiny}))
 
 
@@ -162,32 +177,57 @@ def measure_costs(target, draft, prompt, sizes, repeats):
     return {"t1": t1, "c": median(draft_times) / t1, "v": {M: median(times[M]) / t1 for M in sizes}}
 
 
-def run_side(side, target, draft, prompt, sequence, rates, plan, seed):
-    """One timed run of one side ("plain", a widths tuple, "auto"): seconds, tokens, target calls."""
+class TreeSide:
+    """One run of a side (plain, a chain or fixed tree, auto) as common.lockstep runs it: its stream a round
+    at a time; record(seconds) its record once it has ended."""
+
+    def __init__(self, stream, plain, forced):
+        self.stream, self.plain, self.forced, self.emitted = stream, plain, forced, 0
+
+    def step(self):  # -> False once the stream has ended
+        event = next(self.stream, None)
+        if event is None:
+            return False
+        self.emitted = event.n_emitted
+        return True
+
+    def record(self, seconds):  # -> {"seconds", "tokens", "target_calls"[, "shapes_used", "by_rank"]}
+        result = self.stream.result
+        if self.plain:
+            return {"seconds": seconds, "tokens": result, "target_calls": len(result)}
+        return {"seconds": seconds, "tokens": result.tokens, "target_calls": result.stats.target_calls,
+                "shapes_used": self.forced().shapes_used, "by_rank": result.stats.by_rank}
+
+
+def open_side(side, target, draft, prompt, sequence, rates, plan, seed):
+    """One run of one side ("plain", a widths tuple, "auto") as a TreeSide, not yet started."""
     N = plan.n_tokens
     if side == "plain":
-        start = time.perf_counter()
-        tokens = gpt2np.generate(target, prompt, N, temperature=0)
-        return {"seconds": time.perf_counter() - start, "tokens": tokens, "target_calls": N}
-    with forced_auto_tree(sequence, rates, seed) if side == "auto" else nullcontext([]) as made:
-        drafter = draft if side == "auto" else ForcedTreeDrafter(draft, sequence, rates, side, seed)
-        start = time.perf_counter()
-        result = gpt2np.speculative_generate(target, drafter, prompt, N, temperature=0, K_max=K_MAX,
-                                             tree="auto" if side == "auto" else None)
-        seconds = time.perf_counter() - start
-    used = (made[0] if made else drafter).shapes_used
-    return {"seconds": seconds, "tokens": result.tokens, "target_calls": result.stats.target_calls,
-            "shapes_used": used, "by_rank": result.stats.by_rank}
+        return TreeSide(plain_stream(target, prompt, N, temperature=0), True, None)
+    if side == "auto":
+        with forced_auto_tree(sequence, rates, seed) as made:  # the drafter is built as the stream opens
+            stream = speculative_stream(target, draft, prompt, N, K_max=K_MAX, temperature=0, tree="auto")
+        return TreeSide(stream, False, lambda: made[0])
+    drafter = ForcedTreeDrafter(draft, sequence, rates, side, seed)
+    return TreeSide(speculative_stream(target, drafter, prompt, N, K_max=K_MAX, temperature=0), False, lambda: drafter)
+
+
+def run_sides(sides, target, draft, prompt, sequence, rates, plan, seed):
+    """[record] of one run of every side on the coins of `seed`: in lockstep (plan.lockstep), else back to back."""
+    opened = [open_side(side, target, draft, prompt, sequence, rates, plan, seed) for side in sides]
+    seconds = lockstep(opened) if plan.lockstep else [lockstep([one])[0] for one in opened]
+    return [one.record(s) for one, s in zip(opened, seconds)]
 
 
 def measure_cell(target, draft, prompt, sequence, plan, alpha, costs):
-    """Every side of one alpha, --tree-repeats times, order reversed on odd repeats."""
+    """Every side of one alpha, --tree-repeats times (back to back: order reversed on odd repeats)."""
     rates = scaled_rates(alpha, PROFILES[plan.profile][1], max(K_MAX, *(len(s) for s in plan.shapes if s != "auto")))
     sides = ["plain", *plan.shapes]
     runs = {label(side): [] for side in sides}
     for r in range(plan.repeats):
-        for side in (sides if r % 2 == 0 else sides[::-1]):
-            runs[label(side)].append(run_side(side, target, draft, prompt, sequence, rates, plan, seed=r))
+        order = sides if r % 2 == 0 else sides[::-1]
+        for side, record in zip(order, run_sides(order, target, draft, prompt, sequence, rates, plan, seed=r)):
+            runs[label(side)].append(record)
     predicted = predictions(plan.shapes, rates, costs["c"], costs["v"], AutoTree(K_MAX).shapes)
     return summarise_cell(runs, sequence[len(prompt):], alpha, rates, predicted)
 

@@ -153,7 +153,9 @@ def print_report(section):
     d, t = section["draft"], section["target"]
     v = section["costs"]["v"]
     print(f"\n# Token trees, {d} (forced tree drafter) -> {t}, {section['n_tokens']} tokens after "
-          f"{section['prompt_len']}, {section['repeats']} repeats; BLAS: {section['blas_kernel']}")
+          f"{section['prompt_len']}, {section['repeats']} repeats"
+          f"{', the sides in lockstep' if section['plan'].get('lockstep') else ', back to back'}; "
+          f"BLAS: {section['blas_kernel']}")
     print(f"rates: profile {section['profile']} ({section['profile_source']}), rank ratios "
           f"{section['ratios']}, rank 0 = alpha at every depth")
     print(f"costs: c = {section['costs']['c']:.3f}; v(M) = " + ", ".join(f"{M}: {x:.2f}" for M, x in v.items()))

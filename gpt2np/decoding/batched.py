@@ -27,7 +27,8 @@ import numpy as np
 
 from ..model.batch import forward_packed, forward_separately
 from ..model.forward import GPT2
-from .autoregressive import check_generation_request, check_model, check_rng, default_temperature, stop_set
+from .autoregressive import (check_generation_request, check_model, check_rng, default_temperature, request_cache,
+                             stop_set)
 from .sampling import check_sampling_options, next_token
 from .stream import RoundEvent
 
@@ -102,11 +103,6 @@ def check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_t
         options.append(o)
         stops.append(s)
     return [np.asarray(p) for p in prompts], n_tokens, options, rngs, stops
-
-
-def request_cache(model, n_fed):
-    """A KVCache for the n_fed positions one sequence will feed (a GPT2's sized one; others' default)."""
-    return model.new_cache(n_fed) if isinstance(model, GPT2) else model.new_cache()
 
 
 def packed_step(model, calls):  # [(ids_i, cache_i)] -> [[1, n_vocab]]: one logits row per sequence

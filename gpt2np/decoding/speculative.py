@@ -67,6 +67,8 @@ from ..model import rows
 
 DEFAULT_K = 4  # speculative_generate's K; a tree (tree=, or a tree drafter) fixes its drafts instead
 CATCH_UP = 2   # a draft model's usual first feed of a round: x_K and the bonus token after a full acceptance
+TREE_ROOM = 64  # target cache positions past prompt + n_tokens for a tree's rows (a tree drafter cuts its trees
+                # to the positions left: near the end of a run only, and exactness never depends on the cut)
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,15 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
                        stops):
     """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult. It ends after
     n_tokens, or after the first token in `stops` (eot_id and the stop tokens), as plain decoding."""
-    timed_target = TimedModel(target)
-    drafter.reset(target)
+    tree = getattr(drafter, "depth", None) is not None
+    timed_target = TimedModel(target, len(prompt) + n_tokens + (TREE_ROOM if tree else 0))  # context[:-1], the
+    drafter.reset(target)                                         # calibration call; a tree's rows past them
+    positions = getattr(timed_target.cache, "n_ctx", target.n_ctx)
+    if positions < target.n_ctx:                                  # a cache sized to the run (request_cache):
+        if tree and getattr(drafter, "n_ctx", None):
+            drafter.n_ctx = min(drafter.n_ctx, positions)         # its trees' rows stay within it,
+        if hasattr(drafter, "fit_cache"):
+            drafter.fit_cache(positions)                          # and a draft model's cache holds no more
     policy.reset()
     past = Measurements(c_prior=drafter.c_prior)
     context, provenance, records, Ks = list(prompt), [], [], []

@@ -7,12 +7,15 @@ import time
 
 import numpy as np
 
+from .autoregressive import request_cache
+
 
 class TimedModel:
     """One model in the loop: its cache, and a stopwatch per call size (tokens fed per call)."""
 
-    def __init__(self, model):
-        self.model, self.cache = model, model.new_cache()
+    def __init__(self, model, n_fed=None):  # n_fed: the positions the run will feed (None: the whole context)
+        self.model = model
+        self.cache = model.new_cache() if n_fed is None else request_cache(model, n_fed)
         self.durations = {}  # n_seq -> [seconds of each call]: medians resist one slow call
 
     def feed(self, ids, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]

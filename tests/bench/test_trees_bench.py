@@ -242,7 +242,7 @@ def profile_ratios(section):
 
 def test_the_tables_and_the_targets(tiny_run):
     section, stdout = tiny_run
-    assert "# Token trees, tiny (forced tree drafter) -> tiny2" in stdout
+    assert "# Token trees, tiny (forced tree drafter) -> tiny2" in stdout and ", back to back;" in stdout
     assert "BLAS: " + section["blas_kernel"] in stdout
     for cell in section["cells"]:
         assert f"## alpha {cell['alpha']}: rates by rank" in stdout
@@ -265,6 +265,25 @@ def test_the_default_plan_is_the_issues_table():
     plan = trees.plan_from_args(parse_args(["--sections", "trees"]))
     assert plan.pair == ("124M", "1558M") and plan.alphas == (0.3, 0.5, 0.8, 1.0)
     assert plan.shapes == tuple((1,) * K for K in range(1, 7)) + ((2, 1), (2, 2, 1), (3, 2, 1), (3, 2, 2, 1), "auto")
+    assert not plan.lockstep and trees.plan_from_args(parse_args(["--sections", "trees", "--tree-lockstep"])).lockstep
+
+
+@pytest.mark.parametrize("in_lockstep", [True, False])
+def test_a_repeat_runs_its_sides_in_lockstep_or_back_to_back(pair, monkeypatch, in_lockstep):
+    """In lockstep the sides take turns a round at a time (the one furthest behind first); back to back each
+    runs to its end before the next starts. Either way every side's tokens are the target's greedy ones."""
+    target, draft, prompt, baseline = pair
+    plan, sides = trees.TreePlan(n_tokens=30, lockstep=in_lockstep), ["plain", (1, 1), (2, 1), "auto"]
+    turns, step = [], trees.TreeSide.step
+    monkeypatch.setattr(trees.TreeSide, "step", lambda self: turns.append(id(self)) or step(self))
+    rates = trees.scaled_rates(0.8, trees.PROFILES["bundled-t0"][1], 8)
+    records = trees.run_sides(sides, target, draft, prompt, prompt + baseline, rates, plan, seed=0)
+    for side, record in zip(sides, records):
+        assert record["tokens"] == baseline[:30], (side, trees_report.mismatch(record["tokens"], baseline[:30]))
+        assert record["seconds"] > 0 and 1 <= record["target_calls"] <= 30
+    assert "shapes_used" in records[-1] and "shapes_used" not in records[0]
+    switches = sum(a != b for a, b in zip(turns, turns[1:]))
+    assert (switches > 3 * len(sides)) if in_lockstep else (switches == len(sides) - 1), (switches, len(turns))
 
 
 @pytest.mark.parametrize("flags, says", [

@@ -3,7 +3,8 @@ its rounds need, unless asked to calibrate c and v, and then says what the extra
 import numpy as np
 import pytest
 
-from gpt2np import speculative_generate, speculative_stream
+from gpt2np import GPT2Config, random_model, speculative_generate, speculative_stream
+from gpt2np.decoding.autoregressive import generate, request_cache
 from gpt2np.decoding.run_stats import CALIBRATION_CALLS
 from gpt2np.report import format_stats
 from gpt2np.teach.classroom import toy_pair  # (n_vocab, order, model_seed)
@@ -43,3 +44,14 @@ def test_without_calibration_unmeasured_c_and_v_are_none_not_guesses():
     assert s.rounds == 4 and s.target_timings.get(1) is None, s.target_timings
     assert s.c is None and s.v is None and s.predicted_speedup_refined is None
     assert "calibrate=True" in format_stats(s)  # the table says why, and how to get them
+
+
+def test_the_proxy_hands_out_caches_sized_as_its_model_does():
+    """bench's TimedProxy says sized_caches where its model takes n_ctx (a GPT2), so a run through it gets the
+    cache the run feeds, as the model alone would; around a toy model (new_cache() only) it asks for none."""
+    target = random_model(GPT2Config(n_vocab=11, n_ctx=40, n_embd=8, n_head=2, n_layer=1), seed=0, tokenizer=None)
+    proxy = TimedProxy(target)
+    assert proxy.sized_caches and request_cache(proxy, 12).n_ctx == 12 and proxy.new_cache().n_ctx == 40
+    assert generate(proxy, [1, 2, 3], 9, temperature=0) == generate(target, [1, 2, 3], 9, temperature=0)
+    toy = TimedProxy(toy_pair(n_vocab=5)[0])
+    assert not toy.sized_caches and len(request_cache(toy, 3)) == 0

@@ -12,7 +12,7 @@ from conftest import FIXTURES, random_params
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
-from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.decoding.speculative import TREE_ROOM, speculative_generate
 from gpt2np.checkpoints.weights import load_params
 from test_speculative_exact import assert_caches_match_recomputation
 
@@ -63,3 +63,50 @@ def test_draft_equal_to_target_accepts_every_draft(fixture_pair):
     assert result.stats.accepted == result.stats.drafted and result.stats.rejections == 0
     assert result.stats.alpha_hat == pytest.approx(1.0)
     assert result.provenance.count("bonus") == result.stats.rounds  # every round ends with a bonus
+
+
+def cache_sizes(model):
+    """Record the positions of every cache model.new_cache hands out (an instance attribute over the method)."""
+    sizes, new_cache = [], model.new_cache
+
+    def recording(n_ctx=None):
+        cache = new_cache(n_ctx)
+        sizes.append(cache.n_ctx)
+        return cache
+    model.new_cache = recording
+    return sizes
+
+
+@pytest.mark.parametrize("K", [1, 4, 30])
+def test_a_run_allocates_the_target_cache_it_feeds_not_the_whole_context(K):
+    """generate's cache holds prompt + n_tokens - 1 positions (the last token is never fed); a chain's target
+    cache one more, for the calibration call after the run. Full-context caches cost a 1558M run 629 MB,
+    zeroed when first touched. A tree drafter sizes its trees by the whole context, so its target keeps it."""
+    target, draft = GPT2(SMALL, random_params(SMALL, 3)), GPT2(SMALL, random_params(SMALL, 4))
+    prompt, n = [1, 2, 3, 4, 5], 20
+    sizes, draft_sizes = cache_sizes(target), cache_sizes(draft)
+    greedy = generate(target, prompt, n, temperature=0)
+    assert sizes == [len(prompt) + n - 1]
+    result = speculative_generate(target, draft, prompt, n, K, temperature=0, calibrate=True)
+    assert result.tokens == greedy and sizes[1:] == [len(prompt) + n], sizes
+    assert draft_sizes[-1] == len(prompt) + n, draft_sizes  # the draft model's: fit_cache, after reset's
+    assert result.stats.calibration_seconds >= 0 and len(result.tokens) == n
+    del sizes[:]
+    assert speculative_generate(target, draft, prompt, n, temperature=0, tree=(2, 1)).tokens == greedy
+    assert sizes == [SMALL.n_ctx]  # prompt + n + TREE_ROOM is past the context: the context
+
+
+@pytest.mark.parametrize("tree", [(4, 4, 4), (2, 1), "auto"])
+def test_a_tree_run_keeps_its_rows_within_a_cache_sized_to_the_run(tree):
+    """A tree run's target cache holds prompt + n_tokens + TREE_ROOM positions; (4, 4, 4) drafts 84 nodes, more
+    than the room left near the end, so the drafter cuts its trees there, and the output stays the target's."""
+    config = GPT2Config(n_vocab=29, n_ctx=256, n_embd=12, n_head=3, n_layer=2)
+    target, draft = GPT2(config, random_params(config, 5)), GPT2(config, random_params(config, 6))
+    prompt, n = [3, 1, 4, 1, 5], 40
+    sizes, draft_sizes = cache_sizes(target), cache_sizes(draft)
+    greedy = generate(target, prompt, n, temperature=0)
+    result = speculative_generate(target, draft, prompt, n, temperature=0, tree=tree)
+    assert result.tokens == greedy and sizes[1:] == [len(prompt) + n + TREE_ROOM], sizes
+    assert draft_sizes[-1] == len(prompt) + n + TREE_ROOM, draft_sizes
+    rng = np.random.default_rng(0)
+    assert len(speculative_generate(target, draft, prompt, n, temperature=1.0, rng=rng, tree=tree).tokens) == n

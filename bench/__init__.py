@@ -37,7 +37,7 @@ One file per section:
                   one packed pass of the real draft per draft step, each sequence's proposals forced)
   trees.py        section "trees", only when named (not in "all"): per --tree-alphas alpha, plain decoding,
                   chains, fixed trees and tree="auto" (--tree-shapes) on random --tree-pair models, greedy,
-                  a repeat's sides back to back, alternated (--tree-lockstep: in lockstep); measured tokens per target call and tokens/s beside tree_shape's
+                  a repeat's sides in lockstep (--no-tree-lockstep: back to back, alternated); measured tokens per target call and tokens/s beside tree_shape's
                   prediction (this run's c and v(M)), each against the best chain (trees_report.py: rates,
                   predictions, tables; forced_tree_draft.py: the drafter, the real draft's call per tree
                   level, children forced so that acceptance by depth and rank follows rates measured on

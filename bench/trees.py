@@ -13,15 +13,14 @@ trees_report.PROFILES; `python -m bench.trees` measures them). The sides of each
   auto       tree="auto": tree_policy.AutoTree picks each round's shape from the run's own counts
              and timings (forced_auto_tree: the forced drafter in the drafter auto_tree builds)
 One repeat runs every side once on the coins of seed = the repeat (the same coins for every side
-and alpha), back to back, odd repeats in reverse order, so that a linear drift of the machine cancels
-over two repeats. --tree-lockstep runs a repeat's sides together instead, a round at a time, the side
-furthest behind in tokens first (common.lockstep, as the policies and batching sections do by default):
-each stretch of the output is then decoded by every side within seconds of the others. Not the default
-here: a tree run's target keeps a cache of the whole context (tree drafters size their trees by it), 629
-MB at 1558M, zeroed when first touched, and a dozen sides open at once touched memory this VM had not
-backed yet (up to 3.8 s a cache): at 1558M the sides that took their first step last in a repeat paid
-1-2 s each (PERFORMANCE.md, "Token trees on panels"). tokens/s = new tokens / the run's wall seconds
-(its rounds', prefill included);
+and alpha). By default (--tree-lockstep) a repeat's sides decode together, a round at a time, the side
+furthest behind in tokens first (common.lockstep, as the policies and batching sections do): each
+stretch of the output is decoded by every side within seconds of the others, so the machine's drift
+(10-40 % within a minute at 1558M) slows them alike. That needs caches sized to the run (the loop's
+since 2026-11-28): a dozen whole-context 1558M caches, 629 MB each and zeroed when first touched, made
+the sides that stepped first late pay 1-2 s each on a VM (PERFORMANCE.md, "Token trees on panels").
+--no-tree-lockstep runs the sides back to back, odd repeats in reverse order, so that a linear drift
+cancels over two repeats. tokens/s = new tokens / the run's wall seconds (its rounds', prefill included);
 tokens per target call = new tokens / target forward calls. Ratios (x plain, / best chain) are per
 repeat, then the median. Every run's tokens must equal the target's greedy baseline; a mismatch is
 printed as an error and makes python -m bench exit non-zero after the JSON is written.
@@ -66,7 +65,7 @@ class TreePlan:
     n_tokens: int = 32                     # new tokens per run
     prompt_len: int = 8
     repeats: int = 2                       # repeats of every side (medians; order reversed on odd ones)
-    lockstep: bool = False                 # a repeat's sides decode in lockstep (common.lockstep), not back to back
+    lockstep: bool = True                  # a repeat's sides decode in lockstep (common.lockstep), not back to back
     profile: str = DEFAULT_PROFILE         # trees_report.PROFILES: the rank ratios measured on a real pair
     tiny: bool = False
     configs: dict = field(default_factory=lambda: dict(PRESETS), compare=False)
@@ -91,8 +90,7 @@ def add_arguments(ap):
                     help="section trees: repeats of every side (medians; the sides' order reversed every other one)")
     ap.add_argument("--tree-lockstep", action=argparse.BooleanOptionalAction, default=d.lockstep,
                     help="section trees: a repeat's sides decode together, a round at a time, the side furthest "
-                         "behind first (default: off, back to back, odd repeats reversed: a tree run's target "
-                         "keeps a full-context cache, and a dozen of them at once skew lockstep at 1558M)")
+                         "behind first (default: on; --no-tree-lockstep: back to back, odd repeats reversed)")
     ap.add_argument("--tree-rates", default=d.profile, choices=sorted(PROFILES),
                     help="section trees: the measured rank ratios the forced rates follow (trees_report.PROFILES)")
 

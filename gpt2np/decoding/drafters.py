@@ -12,7 +12,8 @@ The loop (speculative.py) sees a drafter only through this interface:
     drafter.c_prior                                # c to assume before anything is measured
     drafter.caught_up                              # optional: tokens its last propose fed before drafting
     drafter.fit_cache(n_positions)                 # optional, after reset: the positions the run's target cache
-                                                   # holds; a draft model sizes its own cache to them
+                                                   # holds; a draft model sizes its own cache to them, a tree
+                                                   # drafter its trees
 
 A tree drafter (tree_drafts.py: ModelTreeDrafter, NgramTreeDrafter; speculative_generate's tree=)
 returns a DraftTree from propose (depth <= k: the round still emits at most k + 1 tokens), has a

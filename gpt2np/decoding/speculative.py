@@ -193,11 +193,8 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
     timed_target = TimedModel(target, len(prompt) + n_tokens + (TREE_ROOM if tree else 0))  # context[:-1], the
     drafter.reset(target)                                         # calibration call; a tree's rows past them
     positions = getattr(timed_target.cache, "n_ctx", target.n_ctx)
-    if positions < target.n_ctx:                                  # a cache sized to the run (request_cache):
-        if tree and getattr(drafter, "n_ctx", None):
-            drafter.n_ctx = min(drafter.n_ctx, positions)         # its trees' rows stay within it,
-        if hasattr(drafter, "fit_cache"):
-            drafter.fit_cache(positions)                          # and a draft model's cache holds no more
+    if positions < target.n_ctx and hasattr(drafter, "fit_cache"):  # a cache sized to the run (request_cache):
+        drafter.fit_cache(positions)                              # a draft model's holds no more, a tree fits in it
     policy.reset()
     past = Measurements(c_prior=drafter.c_prior)
     context, provenance, records, Ks = list(prompt), [], [], []

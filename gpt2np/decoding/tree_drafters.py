@@ -88,6 +88,11 @@ class ModelTreeDrafter(ModelDrafter):
         super().reset(target)
         self.levels, self.drafted, self.n_ctx = None, 0, min(target.n_ctx, self.model.n_ctx)
 
+    def fit_cache(self, n_positions):
+        """The target's cache holds n_positions (the loop sized it to the run): so do the draft's and the trees."""
+        super().fit_cache(n_positions)
+        self.n_ctx = min(self.n_ctx, n_positions)
+
     def propose(self, context, k, options, rng):  # -> DraftTree
         if k < 1:
             self.levels = None
@@ -147,6 +152,10 @@ class NgramTreeDrafter(NgramDrafter):
         super().reset(target)
         self.occurrences = {}  # n-gram -> positions after each of its occurrences, oldest first
         self.n_ctx = getattr(target, "n_ctx", None)  # the target's rows must fit its cache
+
+    def fit_cache(self, n_positions):
+        """The target's cache holds n_positions (the loop sized it to the run): the tries' rows stay within it."""
+        self.n_ctx = min(self.n_ctx or n_positions, n_positions)
 
     def update_index(self, context):
         for end in range(self.n_indexed, len(context) - 1):

@@ -242,7 +242,7 @@ def profile_ratios(section):
 
 def test_the_tables_and_the_targets(tiny_run):
     section, stdout = tiny_run
-    assert "# Token trees, tiny (forced tree drafter) -> tiny2" in stdout and ", back to back;" in stdout
+    assert "# Token trees, tiny (forced tree drafter) -> tiny2" in stdout and "the sides in lockstep" in stdout
     assert "BLAS: " + section["blas_kernel"] in stdout
     for cell in section["cells"]:
         assert f"## alpha {cell['alpha']}: rates by rank" in stdout
@@ -265,7 +265,7 @@ def test_the_default_plan_is_the_issues_table():
     plan = trees.plan_from_args(parse_args(["--sections", "trees"]))
     assert plan.pair == ("124M", "1558M") and plan.alphas == (0.3, 0.5, 0.8, 1.0)
     assert plan.shapes == tuple((1,) * K for K in range(1, 7)) + ((2, 1), (2, 2, 1), (3, 2, 1), (3, 2, 2, 1), "auto")
-    assert not plan.lockstep and trees.plan_from_args(parse_args(["--sections", "trees", "--tree-lockstep"])).lockstep
+    assert plan.lockstep and not trees.plan_from_args(parse_args(["--sections", "trees", "--no-tree-lockstep"])).lockstep
 
 
 @pytest.mark.parametrize("in_lockstep", [True, False])

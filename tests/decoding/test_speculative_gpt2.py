@@ -12,6 +12,7 @@ from conftest import FIXTURES, random_params
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
+from gpt2np.decoding.drafters import NgramDrafter
 from gpt2np.decoding.speculative import TREE_ROOM, speculative_generate
 from gpt2np.checkpoints.weights import load_params
 from test_speculative_exact import assert_caches_match_recomputation
@@ -110,3 +111,8 @@ def test_a_tree_run_keeps_its_rows_within_a_cache_sized_to_the_run(tree):
     assert draft_sizes[-1] == len(prompt) + n + TREE_ROOM, draft_sizes
     rng = np.random.default_rng(0)
     assert len(speculative_generate(target, draft, prompt, n, temperature=1.0, rng=rng, tree=tree).tokens) == n
+    if tree != "auto":  # prompt lookup's tries: no draft model, the same room
+        greedy = generate(target, prompt * 8, n, temperature=0)
+        del sizes[:]
+        assert speculative_generate(target, NgramDrafter(), prompt * 8, n, temperature=0, tree=tree).tokens == greedy
+        assert sizes == [len(prompt) * 8 + n + TREE_ROOM], sizes

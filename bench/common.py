@@ -175,6 +175,23 @@ def ratio(a, b):
 
 # ---- runs side by side ---------------------------------------------------------------------------
 
+class StreamSide:
+    """One run advanced a round at a time (lockstep below): its Stream, the K of every round so far and how
+    many tokens it has emitted; record(...) is what its section makes of it once it has ended (a closure
+    over the stream), proxy the model wrapper that timed its calls, if any."""
+
+    def __init__(self, stream, record, proxy=None):
+        self.stream, self.record, self.proxy, self.ks, self.emitted = stream, record, proxy, [], 0
+
+    def step(self):  # -> False once the stream has ended (that last call runs the run's calibration, if any)
+        event = next(self.stream, None)
+        if event is None:
+            return False
+        self.ks.append(event.K)
+        self.emitted = event.n_emitted
+        return True
+
+
 def lockstep(sides, clock=time.perf_counter):
     """Run several Sides to their end together, one round at a time: always the side furthest behind in
     tokens emitted (ties: the list's order), each round timed on `clock`. Returns [seconds per side].

@@ -48,7 +48,7 @@ from gpt2np.decoding.policies import v_curve
 from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.theory import expected_tokens_per_round
 
-from .common import lockstep, log, median, print_table, random_ids, ratio
+from .common import StreamSide, lockstep, log, median, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft, ForcedChoices
 from .spec import TimedProxy
 
@@ -88,25 +88,8 @@ def mean_call(calls, n_seq):
     return sum(secs) / len(secs) if secs else None
 
 
-class Side:
-    """One run of a group, advanced a round at a time (common.lockstep): its Stream, the K of every
-    round so far, and how many tokens it has emitted; record(seconds, when) is its record once it has
-    ended (open_run's and open_baseline's)."""
-
-    def __init__(self, stream, proxy, record):
-        self.stream, self.proxy, self.record, self.ks, self.emitted = stream, proxy, record, [], 0
-
-    def step(self):  # -> False once the stream has ended (that last call runs the run's calibration, if any)
-        event = next(self.stream, None)
-        if event is None:
-            return False
-        self.ks.append(event.K)
-        self.emitted = event.n_emitted
-        return True
-
-
 def open_run(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
-    """One greedy speculative run as a Side, not yet started; `record` turns it into run_one's record."""
+    """One greedy speculative run as a StreamSide, not yet started; `record` turns it into run_one's record."""
     proxy = TimedProxy(target)
     stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True)
 
@@ -116,12 +99,12 @@ def open_run(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
                 "draft_calls": draft_proxy.calls if draft_proxy else [], "cost_per_token": drafter.cost_per_token(),
                 "prompt_len": len(prompt)}
 
-    side = Side(stream, proxy, record)
+    side = StreamSide(stream, record, proxy)
     return side
 
 
 def alone(side):
-    """Run one Side by itself: its record, its midpoint on the clock as `when`."""
+    """Run one StreamSide by itself: its record, its midpoint on the clock as `when`."""
     start = time.perf_counter()
     (seconds,) = lockstep([side])
     return side.record(seconds, start + seconds / 2)
@@ -154,7 +137,7 @@ def measured(run, baseline):
 
 
 def open_baseline(target, prompt, n_tokens):
-    """Plain greedy decoding of the target as a Side; its `record` is the baseline measured() needs:
+    """Plain greedy decoding of the target as a StreamSide; its `record` is the baseline measured() needs:
     the tokens, t1 (the median one-token call) and the steady seconds (the prefill call replaced by t1)."""
     proxy = TimedProxy(target)
     stream = plain_stream(proxy, prompt, n_tokens, temperature=0)
@@ -163,7 +146,7 @@ def open_baseline(target, prompt, n_tokens):
         t1 = median([s for _, s in proxy.calls[1:]])
         return {"tokens": stream.result, "t1": t1, "steady": seconds - proxy.calls[0][1] + t1, "when": when}
 
-    return Side(stream, proxy, record)
+    return StreamSide(stream, record, proxy)
 
 
 def baseline_run(target, prompt, n_tokens):
@@ -180,7 +163,7 @@ def baseline_at(before, after, when):
 
 
 def timed_group(target, prompt, N, runs):
-    """[measured run] for a group of runs (callables, each opening a Side: open_run), run back to back
+    """[measured run] for a group of runs (callables, each opening a StreamSide: open_run), run back to back
     and bracketed by plain baselines; and the group's drift, the later baseline's steady seconds over
     the earlier's."""
     before = baseline_run(target, prompt, N)
@@ -234,7 +217,7 @@ def run(target, plan, draft_model):
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
     runs, drifts = {}, []
 
-    def forced(name, a, K, seed):  # -> a callable opening one run (a Side) of the forced drafter `name` at alpha a
+    def forced(name, a, K, seed):  # -> a callable opening one run (a StreamSide) of the forced drafter `name` at alpha a
         def one():
             proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=seed)) if name == "model" else None
             drafter = (ModelDrafter(proxy, c_prior=c_prior) if proxy

@@ -40,10 +40,9 @@ model misses something (two-token draft catch-up calls, Python work between call
 """
 import time
 
-from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.autoregressive import generate, sizes_caches
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.decoding.theory import expected_tokens_per_round, predicted_speedup
-from gpt2np.model.forward import GPT2
 
 from .common import log, median, ms, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft
@@ -56,7 +55,7 @@ class TimedProxy:
     def __init__(self, model):
         self.model, self.calls = model, []
         self.n_vocab, self.n_ctx, self.eot_id = model.n_vocab, model.n_ctx, model.eot_id
-        self.sized_caches = isinstance(model, GPT2) or getattr(model, "sized_caches", False)
+        self.sized_caches = sizes_caches(model)
 
     def new_cache(self, n_ctx=None):
         return self.model.new_cache() if n_ctx is None else self.model.new_cache(n_ctx)

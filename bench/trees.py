@@ -44,7 +44,7 @@ from gpt2np.decoding.tree_shape import tree_size
 from gpt2np.model.config import PRESETS
 
 from . import trees_report
-from .common import TINY_CONFIGS, add_section, blas_limits, lockstep, log, median, numbers, random_ids
+from .common import TINY_CONFIGS, StreamSide, add_section, blas_limits, lockstep, log, median, numbers, random_ids
 from .forced_tree_draft import ForcedTreeDrafter, forced_auto_tree
 from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, summarise_cell
 
@@ -175,39 +175,27 @@ def measure_costs(target, draft, prompt, sizes, repeats):
     return {"t1": t1, "c": median(draft_times) / t1, "v": {M: median(times[M]) / t1 for M in sizes}}
 
 
-class TreeSide:
-    """One run of a side (plain, a chain or fixed tree, auto) as common.lockstep runs it: its stream a round
-    at a time; record(seconds) its record once it has ended."""
-
-    def __init__(self, stream, plain, forced):
-        self.stream, self.plain, self.forced, self.emitted = stream, plain, forced, 0
-
-    def step(self):  # -> False once the stream has ended
-        event = next(self.stream, None)
-        if event is None:
-            return False
-        self.emitted = event.n_emitted
-        return True
-
-    def record(self, seconds):  # -> {"seconds", "tokens", "target_calls"[, "shapes_used", "by_rank"]}
-        result = self.stream.result
-        if self.plain:
-            return {"seconds": seconds, "tokens": result, "target_calls": len(result)}
-        return {"seconds": seconds, "tokens": result.tokens, "target_calls": result.stats.target_calls,
-                "shapes_used": self.forced().shapes_used, "by_rank": result.stats.by_rank}
-
-
 def open_side(side, target, draft, prompt, sequence, rates, plan, seed):
-    """One run of one side ("plain", a widths tuple, "auto") as a TreeSide, not yet started."""
+    """One run of one side ("plain", a widths tuple, "auto") as a StreamSide, not yet started; its
+    record(seconds): {"seconds", "tokens", "target_calls"[, "shapes_used", "by_rank"]}."""
     N = plan.n_tokens
     if side == "plain":
-        return TreeSide(plain_stream(target, prompt, N, temperature=0), True, None)
+        stream = plain_stream(target, prompt, N, temperature=0)
+        return StreamSide(stream, lambda seconds: {"seconds": seconds, "tokens": stream.result,
+                                                   "target_calls": len(stream.result)})
     if side == "auto":
         with forced_auto_tree(sequence, rates, seed) as made:  # the drafter is built as the stream opens
             stream = speculative_stream(target, draft, prompt, N, K_max=K_MAX, temperature=0, tree="auto")
-        return TreeSide(stream, False, lambda: made[0])
-    drafter = ForcedTreeDrafter(draft, sequence, rates, side, seed)
-    return TreeSide(speculative_stream(target, drafter, prompt, N, K_max=K_MAX, temperature=0), False, lambda: drafter)
+        drafter = made[0]
+    else:
+        drafter = ForcedTreeDrafter(draft, sequence, rates, side, seed)
+        stream = speculative_stream(target, drafter, prompt, N, K_max=K_MAX, temperature=0)
+
+    def record(seconds):
+        result = stream.result
+        return {"seconds": seconds, "tokens": result.tokens, "target_calls": result.stats.target_calls,
+                "shapes_used": drafter.shapes_used, "by_rank": result.stats.by_rank}
+    return StreamSide(stream, record)
 
 
 def run_sides(sides, target, draft, prompt, sequence, rates, plan, seed):

@@ -113,8 +113,11 @@ def request_cache(model, n_fed):
     is 629 MB, zeroed when first touched (50 ms on memory the process has used before; up to 3.8 s on a
     VM's fresh memory, measured on the Zen 4 EPYC), where a 100-token run after a short prompt feeds
     ~70 MB of it."""
-    sized = isinstance(model, GPT2) or getattr(model, "sized_caches", False)
-    return model.new_cache(min(n_fed, model.n_ctx)) if sized else model.new_cache()
+    return model.new_cache(min(n_fed, model.n_ctx)) if sizes_caches(model) else model.new_cache()
+
+
+def sizes_caches(model):  # -> whether model.new_cache takes n_ctx: a GPT2, or a model that says so
+    return isinstance(model, GPT2) or getattr(model, "sized_caches", False)
 
 
 def plain_rounds(model, prompt_ids, n_tokens, options, rng, stops, use_cache=True):

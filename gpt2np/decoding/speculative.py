@@ -208,7 +208,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         provenance += event.provenance
         event = replace(event, n_emitted=len(provenance), seconds=time.perf_counter() - start)
         records.append(event)
-        Ks.append(event.K if getattr(drafter, "depth", None) else K)  # a tree: the nodes it drafted
+        Ks.append(event.K if tree else K)                             # a tree: the nodes it drafted
         policy.update(event)
         observe(past, event, timed_target, first_round=len(records) == 1, caught_up=getattr(drafter, "caught_up", 1))
         yield event

@@ -274,8 +274,8 @@ def test_a_repeat_runs_its_sides_in_lockstep_or_back_to_back(pair, monkeypatch, 
     runs to its end before the next starts. Either way every side's tokens are the target's greedy ones."""
     target, draft, prompt, baseline = pair
     plan, sides = trees.TreePlan(n_tokens=30, lockstep=in_lockstep), ["plain", (1, 1), (2, 1), "auto"]
-    turns, step = [], trees.TreeSide.step
-    monkeypatch.setattr(trees.TreeSide, "step", lambda self: turns.append(id(self)) or step(self))
+    turns, step = [], trees.StreamSide.step
+    monkeypatch.setattr(trees.StreamSide, "step", lambda self: turns.append(id(self)) or step(self))
     rates = trees.scaled_rates(0.8, trees.PROFILES["bundled-t0"][1], 8)
     records = trees.run_sides(sides, target, draft, prompt, prompt + baseline, rates, plan, seed=0)
     for side, record in zip(sides, records):

@@ -191,7 +191,7 @@ def test_panel_slices_divide_k_fit_the_small_kernel_and_are_the_deepest_that_do(
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("m", [1, 3, 8, 17])
+@pytest.mark.parametrize("m", [1, 3, 5, 8, 17])                      # 1 and 5: run as 2 and 6 rows
 def test_panels_in_slices_and_threads_equal_numpy(monkeypatch, threads, m):
     """by_panels with k cut into slices (a small-kernel limit shrunk to force them), the panels shared between
     up to 3 threads and every call small enough to hold the GIL, against x @ w in float64; column ranges of
@@ -213,6 +213,24 @@ def test_panels_in_slices_and_threads_equal_numpy(monkeypatch, threads, m):
         mm.columns(panels, 64, 100)
     with pytest.raises(ValueError, match="a weight of 100 columns does not cut into panels of 32"):
         mm.to_panels(w[:, :100])
+
+
+@pytest.mark.parametrize("m", sorted(mm.PANEL_PADDED_ROWS))
+def test_panel_rows_padded_with_zeros_give_the_unpadded_rows(monkeypatch, m):
+    """The rows by_panels pads (one to two: NumPy's gemv; five to six: the small kernel's dearer five) come out
+    as the same m rows, and as every row of the padded product: zeros added change the cost, not the sums."""
+    rng = np.random.default_rng(m)
+    x, panels = rng.standard_normal((m, 1600), dtype=np.float32), mm.to_panels(column_major(rng, 1600, 256))
+    rows = mm.PANEL_PADDED_ROWS[m]
+    assert rows > m and mm.panel_depth(rows, 1600) is not None       # still one small product per slice
+    padded = mm.by_panels(x, panels)
+    monkeypatch.setattr(mm, "PANEL_PADDED_ROWS", {})
+    unpadded = mm.by_panels(x, panels)
+    with_zeros = mm.by_panels(np.concatenate([x, np.zeros((rows - m, 1600), np.float32)]), panels)
+    assert padded.shape == (m, 256) and not np.any(with_zeros[m:])
+    np.testing.assert_array_equal(padded, with_zeros[:m])
+    err = max_relative_error(padded, unpadded)
+    assert err <= 2e-6, f"{m} rows padded to {rows} against unpadded: {err:.2e} of max |x @ w|"
 
 
 @pytest.mark.skipif(mm._BLAS is None, reason="needs NumPy's OpenBLAS and threadpoolctl")

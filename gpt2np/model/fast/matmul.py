@@ -79,6 +79,11 @@ PANEL = 32             # panels: columns of w per panel (64: one row's product 1
 PANEL_DEPTH = 1024     # panels: rows of w per small product at most: the kernel sums k's terms one after the
                        # other, which over 4096 of them strayed 2.4e-6 of the largest output from x @ w (slices
                        # of 1024, summed, ran as fast on 355M's MLP)
+PANEL_PADDED_ROWS = {1: 2, 5: 6}  # panels: m rows run as this many, the rest zeros. NumPy hands [1, k] @ [k, 32]
+                       # to gemv, which reads a narrow panel slower than the small kernel does 2 rows; and the
+                       # small kernel takes 5 rows dearer than 6 (24 of a layer's products in turn, alternated,
+                       # Zen 4: 1.40 -> 1.18 one-row products at 1558M's shapes, 1.17 -> 1.13 at 355M's, 1.10 ->
+                       # 1.00 at 124M's; 3, 7, 9, 13 and 15 rows padded to even gained nothing, 11 to 12 0-5 %)
 BLOCK_BYTES = 512 << 10  # rows: weights per block, read from memory once and from cache M - 1 times
                          # (256 KB and 512 KB measured alike on 355M's shapes; 128 KB: more calls, slower)
 
@@ -476,21 +481,21 @@ def by_panels(x, panels):  # [m, k] @ panels [n / width, k, width] -> [m, n]
 def panel_products(x, panels):  # [m, k] @ panels -> [m, n], m <= panel_rows(k)
     """by_panels' small-kernel products: the panels shared between threads (OpenBLAS at one thread
     meanwhile); where k is too deep for m rows, k cut into slices (panel_depth) whose products are summed."""
-    if len(x) == 1:  # NumPy hands [1, k] @ [k, width] to gemv, which reads a narrow panel slower than
-        return panel_products(np.concatenate([x, np.zeros_like(x)]), panels)[:1]  # sgemm's small kernel does 2 rows
     m, k = x.shape
+    rows = PANEL_PADDED_ROWS.get(m, m)                        # zero rows added where fewer cost more
     n_panels, _, width = panels.shape
-    n_slices = k // panel_depth(m, k, width)
-    xs = np.ascontiguousarray(x.reshape(m, n_slices, -1).transpose(1, 0, 2))  # [n_slices, m, depth]
+    n_slices = k // panel_depth(rows, k, width)
+    xs = (np.zeros if rows > m else np.empty)((n_slices, rows, k // n_slices), dtype=x.dtype)  # [n_slices, rows, depth]
+    xs[:, :m] = x.reshape(m, n_slices, -1).transpose(1, 0, 2)  # [m, k] -> [n_slices, m, depth], the rest zeros
     sliced = panels.reshape(n_panels, n_slices, -1, width)   # [n_panels, n_slices, depth, width] view
-    out = np.empty((n_panels, n_slices, m, width), dtype=np.result_type(x, panels))  # each panel's, by slice
+    out = np.empty((n_panels, n_slices, rows, width), dtype=np.result_type(x, panels))  # each panel's, by slice
 
     def call(span):                                           # panels [p0, p1): one small product per slice
         p0, p1 = span
         np.matmul(xs, sliced[p0:p1], out=out[p0:p1])          # [n_slices, m, depth] @ [b, n_slices, depth, width]
 
     in_panel_spans(call, n_panels, n_slices * m * width)
-    summed = out[:, 0] if n_slices == 1 else out.sum(axis=1)  # [n_panels, m, width]
+    summed = out[:, 0, :m] if n_slices == 1 else out[:, :, :m].sum(axis=1)  # [n_panels, m, width]
     return summed.transpose(1, 0, 2).reshape(m, n_panels * width)  # [m, n]
 
 

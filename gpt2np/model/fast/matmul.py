@@ -480,7 +480,8 @@ def by_panels(x, panels):  # [m, k] @ panels [n / width, k, width] -> [m, n]
 
 def panel_products(x, panels):  # [m, k] @ panels -> [m, n], m <= panel_rows(k)
     """by_panels' small-kernel products: the panels shared between threads (OpenBLAS at one thread
-    meanwhile); where k is too deep for m rows, k cut into slices (panel_depth) whose products are summed."""
+    meanwhile); where k is too deep for m rows, k cut into slices (panel_depth) whose products are summed; m rows
+    run as PANEL_PADDED_ROWS[m] where that names more, the added rows zeros and their outputs dropped."""
     m, k = x.shape
     rows = PANEL_PADDED_ROWS.get(m, m)                        # zero rows added where fewer cost more
     n_panels, _, width = panels.shape
@@ -492,9 +493,9 @@ def panel_products(x, panels):  # [m, k] @ panels -> [m, n], m <= panel_rows(k)
 
     def call(span):                                           # panels [p0, p1): one small product per slice
         p0, p1 = span
-        np.matmul(xs, sliced[p0:p1], out=out[p0:p1])          # [n_slices, m, depth] @ [b, n_slices, depth, width]
+        np.matmul(xs, sliced[p0:p1], out=out[p0:p1])          # [n_slices, rows, depth] @ [b, n_slices, depth, width]
 
-    in_panel_spans(call, n_panels, n_slices * m * width)
+    in_panel_spans(call, n_panels, n_slices * rows * width)
     summed = out[:, 0, :m] if n_slices == 1 else out[:, :, :m].sum(axis=1)  # [n_panels, m, width]
     return summed.transpose(1, 0, 2).reshape(m, n_panels * width)  # [m, n]
 

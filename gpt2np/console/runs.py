@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpt2np import ModelDrafter, plain_stream, speculative_stream
+from gpt2np.decoding.autoregressive import request_cache
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class TokenHistory:
 
 class Recomputing:
     """A model without a KV cache: forward(ids, history) runs the whole history + ids through a
-    fresh cache, so every call costs a full prefill. Anything else is the wrapped model's."""
+    fresh cache sized to them, so every call costs a full prefill. Anything else is the wrapped model's."""
+    sized_caches = False  # new_cache() is a TokenHistory, whatever the wrapped model's caches take
 
     def __init__(self, model):
         self.model = model
@@ -65,7 +67,8 @@ class Recomputing:
 
     def forward(self, ids, history, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         history.ids += [int(t) for t in np.asarray(ids).reshape(-1)]
-        return self.model.forward(np.asarray(history.ids), self.model.new_cache(), n_logits)  # [n_kv] fed
+        fresh = request_cache(self.model, len(history.ids))  # its positions only: a whole 1558M cache is 629 MB
+        return self.model.forward(np.asarray(history.ids), fresh, n_logits)  # [n_kv] fed
 
 
 def generator_rng(settings):

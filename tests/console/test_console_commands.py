@@ -87,18 +87,21 @@ def test_cache_off_runs_speculative_decoding_again_recomputing_every_round(pair)
 
 
 class Counting:
-    """A model that records, for every forward call, how many tokens its cache held and the ids fed."""
+    """A model that records, for every forward call, how many tokens its cache held and the ids fed, and
+    the positions of every cache it was asked for (it sizes caches as a GPT2 does)."""
+    sized_caches = True
 
     def __init__(self, model):
-        self.model, self.calls = model, []
+        self.model, self.calls, self.cache_sizes = model, [], []
 
     def __getattr__(self, name):
         if name == "model":
             raise AttributeError(name)
         return getattr(self.model, name)
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def new_cache(self, n_ctx=None):
+        self.cache_sizes.append(n_ctx)
+        return self.model.new_cache(n_ctx)
 
     def forward(self, ids, cache, n_logits=1):
         self.calls.append((len(cache), [int(t) for t in ids]))
@@ -121,6 +124,8 @@ def test_without_the_cache_every_call_recomputes_the_whole_context_and_the_token
         assert held == 0 and len(fed) > len(ids) and fed[:agreed] == context[:agreed], (held, len(fed))
     assert len(draft.calls) == recomputed.stats.drafted > 0  # one full pass per drafted token
     assert all(held == 0 and fed[:len(ids)] == ids for held, fed in draft.calls)
+    for model in (target, draft):  # every fresh cache holds the positions its call feeds, not the whole context
+        assert model.cache_sizes == [len(fed) for _, fed in model.calls], (model.cache_sizes, pair[0].n_ctx)
 
 
 def test_target_on_does_not_turn_compare_on_and_compare_runs_both_whatever_the_switches():

@@ -49,7 +49,8 @@ and what a try that finds nothing loses, its whole catch-up paid in one round; t
 every plain round waited (PATIENCE). K at the belief's average. The plain pass of the batch's B rows
 is timed by a plain round when nothing else would time it, read a second time where the plan is
 within ONE_READING of plain decoding, and read again STALE_CALLS rounds later where it is within
-MARGINAL (the machine's speed drifts). Where the batch's size has changed (a sequence finished) and
+MARGINAL (the machine's speed drifts), each only while the run wants enough rounds after it to use the
+reading (worth_timing). Where the batch's size has changed (a sequence finished) and
 the plan clearly pays (by ONE_READING or more), the new size is not timed by a plain round if the
 draft's clock vouches for the curve's guess, as AutoK's does for its one-token call: the draft's
 B-row calls over c_prior give a B-row target round within CLOCK_AGREEMENT of it (simulated, teach/
@@ -83,6 +84,11 @@ FEW_ROWS = 16  # the rows a pass takes nearly free (model/fast/matmul.py's few-r
 ONE_READING = 0.2  # where the plan's best drafting round is within this of plain decoding, the plain pass is timed a
                    # second time before the plan is trusted: one reading on a shared machine is off by this much
                    # (355M plain rounds of one hour: 41-62 ms around a median of 53)
+TIMING_ROUNDS = 3  # a plain round is spent timing a size only while the running sequences want more than this many
+                   # rounds at the belief's longest (worth_timing): a batch that falls to one sequence with 8 tokens
+                   # left timed its new size and then finished in one or two rounds (simulated, 100 seeds, 12 %
+                   # noise, teach/batch_simulation.py's cells and this EPYC's 1558M panels curve: mean 0.9555 ->
+                   # 0.9577 of the best fixed K, cells +0.020 .. -0.003)
 
 
 def goodputs(tokens, B, d, T, catch_up=0.0, horizon=None, behind=0.0):  # tokens[K]: per sequence-round
@@ -126,6 +132,17 @@ def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> s
             return medians[above[0]] * T(M) / T(above[0])
         return c_prior * T(M) * max([1.0] + [medians[m] / (c_prior * T(m)) for m in above[:1]])  # never under it
     return seconds
+
+
+def worth_timing(horizon, B, tokens):
+    """Whether a plain round spent timing can still pay for itself: its reading changes only the rounds after
+    it, so the running sequences must want more than TIMING_ROUNDS rounds of B sequences at the belief's
+    longest (tokens[K]: a sequence-round's tokens; horizon None, unknown: yes).
+
+    >>> worth_timing(None, 1, [1.0, 1.8]), worth_timing(7, 1, [1.0, 1.8, 2.4]), worth_timing(64, 2, [1.0, 1.8, 2.4])
+    (True, False, True)
+    """
+    return horizon is None or horizon > TIMING_ROUNDS * B * max(tokens)
 
 
 def explore_price(gain, trial, waited):
@@ -187,7 +204,7 @@ class BatchAutoK:
         believed = expected_tokens_under_belief(a, b, self.K_max)
         planned = goodputs(believed, B, d, T, catch_up, horizon, behind)
         gain = max(planned[1:]) / planned[0]                           # the belief's best drafting over plain
-        if self.target_durations and self.times_plain(B, gain):
+        if self.target_durations and self.times_plain(B, gain) and worth_timing(horizon, B, believed):
             return 0                                                   # time the plain pass of these B rows
         alpha = optimistic_alpha(a, b, self.t)
         hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T,

@@ -143,6 +143,27 @@ def test_a_new_batch_size_is_not_timed_where_the_draft_s_clock_vouches_for_it():
     assert 1 not in agrees.target_durations
 
 
+def test_a_new_batch_size_is_timed_only_while_the_run_has_rounds_left_to_use_the_reading():
+    """A batch of two, its rounds timed, loses a sequence, and the draft's clock vouches for nothing (it runs
+    1.5 times its share of parameters): the one-row pass was never timed. With 40 tokens left a plain round
+    times it; with 6 left, about one round at K = 4, the round drafts at once: the reading could change
+    no round after it."""
+    def batch_of_two():
+        policy = BatchAutoK(K_max=4, c_prior=C)
+        policy.overlaps = [1.0] * 30
+        for rows in (2, 6, 10):                                     # plain, K = 2 and K = 4 rounds of B = 2
+            policy.update([], rows, target_seconds(rows), [(2, 1.5 * draft_seconds(2)), (1, 1.5 * draft_seconds(1))],
+                          first_round=False)
+        return policy
+
+    tokens = batch_policy.expected_tokens_under_belief(31.5, 1.0, 4)
+    print(f"a round of one sequence at K = 4 emits {tokens[4]:.2f} tokens (belief); timed while more than "
+          f"{batch_policy.TIMING_ROUNDS * tokens[4]:.1f} are left")
+    assert batch_of_two().times_plain(1, 1.5), "an untimed size the clock does not vouch for"
+    assert batch_of_two().choose(1, horizon=40) == 0, "40 tokens left: time the one-row pass"
+    assert batch_of_two().choose(1, horizon=6) >= 1, "6 tokens left: draft, no timing round"
+
+
 @pytest.mark.parametrize("alpha", [0.3, 0.8])
 def test_where_drafting_cannot_pay_the_priced_rule_is_within_two_percent_of_plain(alpha):
     B, prompt_len, n_tokens = 16, 16, 64  # 16 rows fill the flat part: a drafted row costs a tenth of a pass

@@ -26,9 +26,10 @@ measured v on three CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the dr
 with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
 alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins;
 with --told-v, auto against auto told the true v(M) from its first round (ToldCostsAutoK): what
-learning the cost curve costs it on the Xeon's 1558M curve.
+learning the cost curve costs it on the Xeon's 1558M curve. --cpu "Zen4 panels" puts either on
+another CPU's 1558M curves, --seeds 5 on the bench's five coin sequences (seeds 0-4), each shown.
 """
-import sys
+import argparse
 from functools import lru_cache
 
 import numpy as np
@@ -172,7 +173,7 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds):
         ratio = mine / reference
         rows.append({"best_K": best, "best_median": float(np.median(reference)), "median": float(np.median(ratio)),
                      "p5": float(np.quantile(ratio, 0.05)), "worst": float(ratio.min()),
-                     "worst_of_plain": float(mine.min())})
+                     "worst_of_plain": float(mine.min()), "ratios": [float(x) for x in ratio]})
     return rows
 
 
@@ -238,25 +239,49 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
 def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200), alphas=(0.3, 0.8, 1.0),
                         tokens=(40, 100)):
     """auto against ToldCostsAutoK on one measured 1558M curve: each over the best fixed K (plain
-    decoding where none beats it), median and worst seed."""
+    decoding where none beats it), median and worst seed; with 10 seeds or fewer, each seed's too (the
+    bench's policies section draws its coins from seeds 0, 1, ...: forced_coins)."""
     v = measured_v(kernel, "1558M", cpu)
     print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto: median / worst | told v: median / worst |")
     print("| --- | --- | --- | --- |")
     for n_tokens in tokens:
         for alpha in alphas:
             auto, told = table_rows((AutoK(8), ToldCostsAutoK(v)), alpha, c, v, n_tokens, seeds)
+            each = "".join(f" ({', '.join(f'{x:.3f}' for x in r['ratios'])})" if len(seeds) <= 10 else ""
+                           for r in (auto, told))
             print(f"| {n_tokens} | {alpha} | {auto['median']:.3f} / {auto['worst']:.3f} "
-                  f"| {told['median']:.3f} / {told['worst']:.3f} |")
+                  f"| {told['median']:.3f} / {told['worst']:.3f} |{each}")
 
 
-if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v]: 200 seeds (~45 s)
-    if sys.argv[1:] not in ([], ["--bound"], ["--told-v"]):
-        sys.exit(f"usage: python -m gpt2np.teach.policy_simulation [--bound | --told-v]; got {' '.join(sys.argv[1:])}")
-    if sys.argv[1:] == ["--told-v"]:
-        print_learning_cost()
-    elif sys.argv[1:]:
-        for cpu, kernel, n in (("EPYC", "SkylakeX", 40), ("EPYC", "Haswell", 40), ("EPYC", "Haswell", 100),
-                               ("Xeon", "SkylakeX", 40), ("Xeon", "Haswell", 40)):
-            print_bound(kernel, n, cpu=cpu)
+def main(argv=None):
+    """python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU] [--seeds N]"""
+    curves = sorted(dict.fromkeys(cpu for cpu, _, _ in MEASURED_V))
+    p = argparse.ArgumentParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--bound", action="store_true", help="the Bayes-optimal policy against the best fixed K")
+    mode.add_argument("--told-v", action="store_true", help="auto against auto told the true v(M) (ToldCostsAutoK)")
+    p.add_argument("--cpu", choices=curves, help="--bound / --told-v: one CPU's 1558M curves (MEASURED_V) "
+                   "instead of the default ones (the Xeon's for --told-v)")
+    p.add_argument("--seeds", type=int, default=200, help="coin seeds 0..N-1 (default 200; N <= 10: each seed shown)")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be at least 1, got {args.seeds}")
+    seeds = range(args.seeds)
+    if args.told_v:
+        print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds)
+    elif args.bound:
+        runs = (("EPYC", "SkylakeX", 40), ("EPYC", "Haswell", 40), ("EPYC", "Haswell", 100),
+                ("Xeon", "SkylakeX", 40), ("Xeon", "Haswell", 40))
+        if args.cpu:
+            runs = [(args.cpu, kernel, n) for kernel in ("SkylakeX", "Haswell")
+                    if (args.cpu, kernel, "1558M") in MEASURED_V for n in (40, 100)]
+        for cpu, kernel, n in runs:
+            print_bound(kernel, n, seeds=seeds, cpu=cpu)
     else:
-        print_table(AutoK(8), range(200))
+        if args.cpu:
+            p.error("--cpu goes with --bound or --told-v")
+        print_table(AutoK(8), seeds)
+
+
+if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU]: 200 seeds (~45 s)
+    main()

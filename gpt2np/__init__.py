@@ -62,7 +62,8 @@ from .decoding.batched import batch_stream, generate_batch
 from .decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from .decoding.continuous import ContinuousBatch
 from .decoding.continuous_speculative import ContinuousSpeculativeBatch
-from .decoding.autoregressive import check_generation_request, generate, generate_without_cache, plain_stream
+from .decoding.autoregressive import (check_generation_request, generate, generate_without_cache, plain_stream,
+                                     request_cache)
 from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
 from .decoding.policies import POLICIES, make_policy
 from .decoding.sampling import check_sampling_options, is_greedy, sample, sampling_distribution
@@ -80,7 +81,7 @@ __all__ = [
     "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
     "generate_batch", "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
-    "order_for_batches", "random_model", "sample", "sampling_distribution", "set_weights_order",
+    "order_for_batches", "random_model", "request_cache", "sample", "sampling_distribution", "set_weights_order",
     "speculative_batch_stream", "speculative_generate", "speculative_generate_batch", "speculative_stream",
     "weights_order",
 ]

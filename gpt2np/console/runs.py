@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpt2np import ModelDrafter, plain_stream, speculative_stream
-from gpt2np.decoding.autoregressive import request_cache
+from gpt2np import ModelDrafter, plain_stream, request_cache, speculative_stream
 
 
 @dataclass(frozen=True)

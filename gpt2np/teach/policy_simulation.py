@@ -255,7 +255,7 @@ def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200),
 
 def main(argv=None):
     """python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU] [--seeds N]"""
-    curves = sorted(dict.fromkeys(cpu for cpu, _, _ in MEASURED_V))
+    curves = sorted({cpu for cpu, _, _ in MEASURED_V})
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--bound", action="store_true", help="the Bayes-optimal policy against the best fixed K")

@@ -56,6 +56,8 @@ class TimedProxy:
         self.model, self.calls = model, []
         self.n_vocab, self.n_ctx, self.eot_id = model.n_vocab, model.n_ctx, model.eot_id
         self.sized_caches = sizes_caches(model)
+        if hasattr(model, "row_cost_shape"):  # auto's probe of the cost curve (a GPT2's): not a forward call
+            self.row_cost_shape = model.row_cost_shape
 
     def new_cache(self, n_ctx=None):
         return self.model.new_cache() if n_ctx is None else self.model.new_cache(n_ctx)

@@ -238,6 +238,8 @@ def format_stats(stats, measured_speedup=None):
         f"  tokens per target call                   {_fmt(s.tokens_per_target_call, '.2f')}",
         f"  draft calls, time                        {s.draft_calls}, {s.draft_seconds:.3f} s",
         f"  target calls, time                       {s.target_calls}, {s.target_seconds:.3f} s",
+        *([f"  cost curve's shape read before the run   {s.probe_seconds:.3f} s   (auto plans v(M) with it)"]
+          if s.probe_seconds else []),
         f"  c = drafter / target time per token      {_fmt(s.c, '.3f')}{_unmeasured(s.c, s)}",
         f"  v = target (K+1)-token / 1-token call    {_fmt(s.v, '.3f')}{_unmeasured(s.v, s)}",
         f"  predicted speedup, Thm 3.8 (v = 1)       {_fmt(s.predicted_speedup, '.2f', 'x')}",

@@ -50,7 +50,12 @@ MARGINAL = 0.4             # this many target calls ago is timed again (one plai
                            # a stale v cannot change the answer, and no round is spent on it
 FIRST_ROUND_RISK = 0.75    # auto: the first round drafts at most the K whose round, if its first draft fails,
                            # costs this many one-token calls more than a plain step (K c + v(K + 1) - 1)
-V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured
+V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured (a run
+                                         # whose target reads its cost curve's shape before it starts uses that)
+PROBE_SHARE = 0.02         # auto: the cost shape is read in at most this share of a plain run's time (n_tokens
+                           # one-token passes): at 1558M 3 readings of each size, at 124M none under 100 tokens
+SHAPE_WEIGHT = 0.05        # auto: how firmly the probed shape's scale stays 1 (shape_scale): the weight of about
+                           # two timed sizes 0.15 above one-row cost, so that one noisy reading cannot tilt it
 WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
                            # plan follows a machine that speeds up or slows down, and choosing costs the
                            # same microseconds at token 10 or 1,000 (on the bundled pair a round is ~1 ms)
@@ -69,6 +74,8 @@ class Measurements:
     owed: int = 0                                  # tokens plain rounds emitted since the last drafting round:
                                                    # what a draft model feeds, in one call, before it drafts again
     tokens_left: int | None = None                 # tokens the run still wants (None: unknown)
+    v_shape: dict | None = None                    # M -> v(M) of one block, read before the run (the target's
+                                                   # row_cost_shape, model/cost_probe.py), or None
 
     def add_target_call(self, n_seq, seconds):
         """One timed target call of n_seq tokens (only the latest WINDOW of each size are kept)."""
@@ -134,33 +141,60 @@ def prior_v_curve(M_max):
     return {M: 1.0 if M == 1 else 1 + V_PRIOR_JUMP + V_PRIOR_SLOPE * (M - 2) for M in range(1, M_max + 1)}
 
 
-def v_curve(target_durations, M_max):
+def v_curve(target_durations, M_max, shape=None):
     """v(M) = seconds of an M-token target call / a one-token call, for M = 1..M_max.
 
     A size that was timed gets its own median over t1; t1 is the median one-token call, or, before
-    one is timed, the smallest timed size through the prior. A size never timed gets a line
-    through the timed sizes of 2 or more tokens (least squares over their medians if there are two
-    or more, else the prior slope through the one), or the prior (prior_v_curve) if none was
-    timed. The line leaves out M = 1 on purpose: the jump from 1 to 2 tokens is not on it.
+    one is timed, the smallest timed size through the guess. Without a shape, a size never timed
+    gets a line through the timed sizes of 2 or more tokens (least squares over their medians if
+    there are two or more, else the prior slope through the one), or the prior (prior_v_curve) if
+    none was timed. The line leaves out M = 1 on purpose: the jump from 1 to 2 tokens is not on it.
+    With a shape (v_shape(M), M = 1..M_max: one block's cost curve, read before the run), a size
+    never timed gets 1 + s (v_shape(M) - 1), s fitted to the timed sizes (shape_scale): the curve's
+    steps and flats where they are, at the height the pass's own calls read.
     Returns {M: v(M)}; v(1) = 1, and v >= 1 throughout.
+
+    >>> shape = {1: 1.0, 2: 1.1, 3: 1.1, 4: 1.2, 5: 1.6}        # flat from 2 to 3 rows, a step at 5
+    >>> round(v_curve({1: [1.0], 2: [1.2], 3: [1.2]}, 5, shape)[5], 2)  # a line through 2 and 3: 1.2
+    1.77
     """
-    prior = prior_v_curve(M_max)
+    guess = prior_v_curve(M_max) if shape is None else {M: shape[M] for M in range(1, M_max + 1)}
     medians = {m: median(d) for m, d in target_durations.items() if d and m <= M_max}
     if not medians:
-        return prior
-    t1 = medians[1] if 1 in medians else medians[min(medians)] / prior[min(medians)]
+        return {M: max(1.0, float(x)) for M, x in guess.items()}
+    t1 = medians[1] if 1 in medians else medians[min(medians)] / guess[min(medians)]
     measured = {m: t / t1 for m, t in medians.items()}
     multi = sorted(m for m in measured if m >= 2)
-    if len(multi) >= 2:
+    if shape is not None:
+        scale = shape_scale(measured, shape)
+        line = lambda M: 1 + scale * (shape[M] - 1)  # noqa: E731
+    elif len(multi) >= 2:
         vs = [measured[m] for m in multi]
         slope = max(least_squares_slope(multi, vs), 0.0)  # a call never gets cheaper with more tokens
         line = lambda M: sum(vs) / len(vs) + slope * (M - sum(multi) / len(multi))  # noqa: E731
     elif multi:
         line = lambda M: measured[multi[0]] + V_PRIOR_SLOPE * (M - multi[0])  # noqa: E731
     else:
-        line = lambda M: prior[M]  # noqa: E731
+        line = lambda M: guess[M]  # noqa: E731
     return {M: 1.0 if M == 1 else max(1.0, float(measured[M] if M in measured else line(M)))
             for M in range(1, M_max + 1)}
+
+
+def shape_scale(measured, shape):
+    """s such that v(M) - 1 = s (v_shape(M) - 1) at the timed sizes of 2 or more tokens: least squares
+    through the origin, pulled toward 1 by SHAPE_WEIGHT (the probe's own word), within [0.5, 2].
+
+    One block is not the whole pass (the head, the embedding, Python), so the pass's curve may rise
+    more or less steeply than the block's; its shape, where it is flat and where it steps, is the
+    same (PERFORMANCE.md, "The cost curve's shape, read before the run").
+
+    >>> shape = {1: 1.0, 2: 1.2, 3: 1.4}
+    >>> shape_scale({}, shape), round(shape_scale({2: 1.4, 3: 1.8}, shape), 3)
+    (1.0, 1.8)
+    """
+    pairs = [(measured[m] - 1, shape[m] - 1) for m in measured if m >= 2 and m in shape]
+    fit = (sum(x * y for x, y in pairs) + SHAPE_WEIGHT) / (sum(y * y for _, y in pairs) + SHAPE_WEIGHT)
+    return min(2.0, max(0.5, fit))
 
 
 def least_squares_slope(xs, ys):
@@ -211,6 +245,12 @@ class AutoK:
        guess holds (a kernel without a few-row path, v twice the prior, disagrees by 2x). Later,
        where the best drafting round is planned within MARGINAL of plain decoding, a one-token
        call last timed STALE_CALLS calls ago is timed again: the machine's speed drifts.
+    4. The curve's shape: a size never timed is priced from a line through the timed ones, unless
+       the target read the shape of its curve before the run (past.v_shape, asked for by
+       cost_sizes: the loop calls the target's row_cost_shape(cost_sizes, passes) where it has one,
+       granting PROBE_SHARE of the run's plain passes: 0.7 of a pass at 1558M). Then it follows that shape, scaled to the sizes timed (v_curve): a
+       curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so before K = 5 is ever
+       played, where a line through the 3 and 4 rows a run reads prices 6 rows 11 % high.
 
     Deterministic: K is a function of the past alone (the round count and the plain rounds waited
     included), as exactness needs.
@@ -218,6 +258,7 @@ class AutoK:
 
     def __init__(self, K_max=8):
         self.K_max, self.name = K_max, "auto"
+        self.cost_sizes = K_max + 1  # 4. the call sizes whose cost shape it plans with (1..K_max + 1 tokens)
         self.reset()
 
     def reset(self):
@@ -227,7 +268,7 @@ class AutoK:
         """((a, b), c, v): the Beta belief about alpha, and the costs the policy plans with now."""
         seen = sum(past.overlaps)
         belief = (ALPHA_PRIOR[0] + seen, ALPHA_PRIOR[1] + len(past.overlaps) - seen)
-        v = v_curve(past.target_durations, self.K_max + 1)
+        v = v_curve(past.target_durations, self.K_max + 1, past.v_shape)
         t1 = t1_estimate(past.target_durations, v)
         c = past.c_prior if past.draft_cost is None or not t1 else past.draft_cost / t1
         return belief, c, v
@@ -291,10 +332,12 @@ def with_catch_up(v, debt, tokens, tokens_left):  # -> {M: v(M)} with each draft
 
 def needs_timing(past, c, best_planned):
     """Whether a plain round must time a one-token call before the plan can be trusted (AutoK, 3.):
-    calls were timed but none of one token, the plan's best is under TIMING_MARGIN, and the
-    drafter's clock does not vouch for the guessed one-token call (c / c_prior off by more than
+    calls were timed but none of one token, the plan's best is under TIMING_MARGIN, and neither the
+    target's probed shape (past.v_shape: the guess is then a measured ratio, not the prior's) nor the
+    drafter's clock vouches for the guessed one-token call (c / c_prior off by more than
     CLOCK_AGREEMENT; c here is the drafter's seconds per token over the guessed call)."""
-    if not past.target_durations or 1 in past.target_durations or best_planned >= TIMING_MARGIN:
+    if not past.target_durations or 1 in past.target_durations or best_planned >= TIMING_MARGIN \
+            or past.v_shape is not None:
         return False
     vouched = past.c_prior > 0 and past.draft_cost is not None and \
         1 / CLOCK_AGREEMENT <= c / past.c_prior <= CLOCK_AGREEMENT

@@ -80,6 +80,8 @@ class SpeculativeStats:
     K_counts: dict = None                    # K asked for -> rounds
     by_position: tuple = ()                  # per draft position i = 1, 2, ...: (proposed, examined, accepted)
     by_rank: tuple = ()                      # per depth, per sibling rank j = 1, 2, ...: (tried, accepted)
+    probe_seconds: float = 0.0               # reading the target's cost shape before the run (auto only;
+                                             # policies.AutoK, 4.), inside the run's wall time
 
 
 def time_one_token_calls(target, context, n_calls):
@@ -154,7 +156,7 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
+def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration, probe_seconds=0.0):
     """SpeculativeStats from the round records, the K asked for in each round and the stopwatches."""
     decisions = [d for r in records for d in r.decisions]
     overlaps = [b for r in records for b in r.overlaps]
@@ -178,4 +180,4 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration):
         predicted_speedup=predicted_speedup_mixed(alpha_hat, counts, c, lambda k: 1.0) if known else None,
         predicted_speedup_refined=predicted_speedup_mixed(alpha_hat, counts, c, v_of_K) if known else None,
         drafter=drafter.name, policy=policy_name, K_counts=counts, by_position=acceptance_by_position(records),
-        by_rank=acceptance_by_rank(records))
+        by_rank=acceptance_by_rank(records), probe_seconds=probe_seconds)

@@ -52,7 +52,7 @@ import numpy as np  # noqa: F401  (the module doctest draws its toy models with 
 
 from .autoregressive import check_generation_request, check_model, check_rng, default_temperature, stop_set
 from .drafters import as_drafter
-from .policies import Measurements, make_policy
+from .policies import PROBE_SHARE, Measurements, make_policy
 from .sampling import check_sampling_options, distribution, is_greedy, sample
 from .stopwatch import TimedModel
 from .speculative_kernel import verify_round
@@ -185,6 +185,19 @@ def observe(past, event, target, first_round, caught_up=1):
         past.add_draft_cost(event.propose_seconds / len(event.drafts))
 
 
+def read_cost_shape(target, policy, n_tokens):  # -> ({M: v_shape(M)} or None, seconds it took)
+    """The shape of the target's cost curve for a policy that plans with one (its cost_sizes: policies.AutoK,
+    4.), read where the target can read it (row_cost_shape: a GPT2, model/cost_probe.py; a toy model
+    cannot) in at most PROBE_SHARE of the run's plain passes: (None, 0.0) otherwise, and for a fixed
+    K, which asked for no measuring. Before the first round, from the past only: exactness is untouched."""
+    sizes, probe = getattr(policy, "cost_sizes", None), getattr(target, "row_cost_shape", None)
+    if not sizes or probe is None:
+        return None, 0.0
+    start = time.perf_counter()
+    shape = probe(sizes, PROBE_SHARE * n_tokens)
+    return shape, time.perf_counter() - start
+
+
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace, calibrate,
                        stops):
     """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult. It ends after
@@ -197,6 +210,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         drafter.fit_cache(positions)                              # a draft model's holds no more, a tree fits in it
     policy.reset()
     past = Measurements(c_prior=drafter.c_prior)
+    past.v_shape, probe_seconds = read_cost_shape(target, policy, n_tokens)
     context, provenance, records, Ks = list(prompt), [], [], []
     while len(provenance) < n_tokens and not (provenance and context[-1] in stops):
         start = time.perf_counter()
@@ -214,7 +228,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         yield event
     enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
     calibration = time_one_token_calls(timed_target, context, CALIBRATION_CALLS) if calibrate and not enough else []
-    stats = summarise(records, Ks, timed_target, drafter, policy.name, len(provenance), calibration)
+    stats = summarise(records, Ks, timed_target, drafter, policy.name, len(provenance), calibration, probe_seconds)
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)
 
 

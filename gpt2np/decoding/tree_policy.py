@@ -51,6 +51,7 @@ class AutoTree:
         self.K_max, self.name = K_max, "auto tree"
         self.shapes = candidate_shapes(K_max, max_width, max_nodes)
         self.max_width, self.M_max = max_width, max_nodes + 1
+        self.cost_sizes = self.M_max  # the target's cost shape up to a whole tree's rows (policies.AutoK, 4.)
         self.chain = AutoK(K_max)
         self.reset()
 
@@ -89,7 +90,7 @@ class AutoTree:
         return [[optimistic_alpha(a, b, self.t) for a, b in row] for row in self.beliefs()]
 
     def costs(self, past):  # -> c per draft call, v, o per drafting round, a plain round's cost
-        v = v_curve(past.target_durations, self.M_max)
+        v = v_curve(past.target_durations, self.M_max, past.v_shape)
         t1 = t1_estimate(past.target_durations, v)
         c = median(self.level_seconds) / t1 if self.level_seconds and t1 else past.c_prior
         if not t1:

@@ -5,6 +5,7 @@
     kv_cache.py    the preallocated key/value cache that a forward pass appends to and rolls back
     reference.py   the slow oracle: no cache, one head at a time, its own GELU, layer norm and softmax
     rows.py        rows at explicit positions with an attention scope: token trees, packed sequences
+    cost_probe.py  the shape of this machine's cost curve v(M), from one block's pass over M rows
     fast/          speed code, fenced off: few-row products per BLAS kernel, blocked attention for
                    long inputs, the helper threads, OpenBLAS's thread timeout
 

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from .cost_probe import probe_repeats, row_cost_shape
 from .fast.blocked_attention import attention_in_blocks
 from .kv_cache import KVCache, check_cache, check_room
 from .rows import check_rows, scope_mask
@@ -259,7 +260,8 @@ class GPT2:
 
     n_vocab, n_ctx, eot_id; new_cache(); forward(ids, cache, n_logits) -> [n_logits, n_vocab].
     The toy models in toy_models.py implement the same interface. forward_rows: rows with explicit
-    positions and scope (a token tree's nodes, rows.py).
+    positions and scope (a token tree's nodes, rows.py). row_cost_shape: the shape of this
+    machine's v(M), read from one block (cost_probe.py), for a K policy that plans with it.
     """
 
     def __init__(self, config, params, tokenizer=None, name=None):
@@ -296,6 +298,13 @@ class GPT2:
         ids = self.checked_call(ids, cache, n_logits, "rows")
         positions, scope, n_shared = check_rows(positions, scope, len(ids), self.n_ctx, len(cache), n_shared)
         return gpt2_rows_forward(ids, positions, scope, self.params, self.config.n_head, cache, n_logits, n_shared)
+
+    def row_cost_shape(self, M_max, passes=math.inf):  # -> {M: v_shape(M)}, M = 1..M_max, or None
+        """One block's cost over M rows against one row, M = 1..M_max: the shape of this machine's v(M)
+        (cost_probe.py), read in at most `passes` one-row passes' time (None where one reading of each
+        size would take longer). Reads the weights, changes nothing."""
+        repeats = probe_repeats(self.config.n_layer, M_max, passes)
+        return row_cost_shape(transformer_block, self.params, self.config, M_max, repeats) if repeats else None
 
     def checked_call(self, ids, cache, n_logits, what):
         """forward's and forward_rows' checks: the ids, 1 <= n_logits <= len(ids), the cache's shape

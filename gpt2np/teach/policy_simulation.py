@@ -25,8 +25,10 @@ after plain ones also pays the draft's catch-up: its first call feeds the plain 
 measured v on three CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
 with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
 alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins;
-with --told-v, auto against auto told the true v(M) from its first round (ToldCostsAutoK): what
-learning the cost curve costs it on the Xeon's 1558M curve. --cpu "Zen4 panels" puts either on
+with --told-v, auto with no shape of the curve, with the shape a probe reads before the run
+(probed_shape), and told the true v(M) from its first round (ToldCostsAutoK): what learning the
+cost curve costs it on the Xeon's 1558M curve. The default table gives auto a probed shape, as a
+GPT2 target of these sizes reads one; --no-probe gives it none (a toy target, a short run at 124M). --cpu "Zen4 panels" puts either on
 another CPU's 1558M curves, --seeds 5 on the bench's five coin sequences (seeds 0-4), each shown.
 """
 import argparse
@@ -43,7 +45,18 @@ def forced_coins(n_tokens, alpha, seed):
     return np.random.default_rng(seed).random(n_tokens) < alpha  # [n_tokens]
 
 
-def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None):
+PROBE_NOISE = 0.06  # one probe's v_shape(M) against the pass's v(M): lognormal, per size (model/cost_probe.py; at
+                    # 1558M three readings a size read within 3-8 % of the median of five probes, and the block's
+                    # median curve within 0-8 % of the whole pass's: PERFORMANCE.md, "The cost curve's shape")
+
+
+def probed_shape(v, seed, noise=PROBE_NOISE):  # -> {M: v_shape(M)}: v as one probe before a run reads it
+    """v(M) with independent lognormal noise per size M >= 2 (v_shape(1) = 1), drawn from the seed's own stream."""
+    rng = np.random.default_rng(20_000 + seed)
+    return {M: 1.0 if M == 1 else x * float(rng.lognormal(0.0, noise)) for M, x in v.items()}
+
+
+def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False):
     """Run `policy` for n_tokens: {"speedup" over plain decoding, "K_counts", "rounds"}.
 
     v: {M: cost of an M-token target call in one-token calls}, M = 1..K_max + 1. As in the real
@@ -51,8 +64,11 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None):
     to the policy; every later call is, with the drafter's cost once it has drafted. drift: None,
     or round -> the factor by which the machine's speed distorts the timings the policy sees in
     that round (a shared machine's minute-to-minute drift; the costs counted stay c and v).
+    probe: the target read its cost curve's shape before the run, as a GPT2 does for auto
+    (past.v_shape = probed_shape(v, seed); its time is not counted, under 2 % of a run).
     """
     accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
+    past.v_shape = probed_shape(v, seed) if probe else None
     policy.reset()
     emitted, cost, K_counts = 0, 0.0, {}
     while emitted < n_tokens:
@@ -79,8 +95,9 @@ def first_failure(coins):
     return int(failed[0]) if failed.size else len(coins)
 
 
-def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "heuristic")):
-    """For each seed: every fixed K 1..K_max and the named policies, as speedups over plain decoding.
+def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "heuristic"), probe=False):
+    """For each seed: every fixed K 1..K_max and the named policies, as speedups over plain decoding
+    (probe: the named policies' runs read the curve's shape first, simulate_policy).
 
     Returns {"fixed": {K: [speedup per seed]}, name: [speedup per seed], "best_fixed": [...]}:
     best_fixed is, per seed, the best fixed K's speedup (an oracle that knew the seed's coins).
@@ -88,7 +105,8 @@ def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "h
     out = {"fixed": {K: [simulate_policy(make_policy(K), alpha, c, v, n_tokens, s)["speedup"] for s in seeds]
                      for K in range(1, K_max + 1)}}
     for name in policies:
-        out[name] = [simulate_policy(make_policy(name, K_max), alpha, c, v, n_tokens, s)["speedup"] for s in seeds]
+        out[name] = [simulate_policy(make_policy(name, K_max), alpha, c, v, n_tokens, s, probe=probe)["speedup"]
+                     for s in seeds]
     out["best_fixed"] = [max(out["fixed"][K][i] for K in out["fixed"]) for i in range(len(seeds))]
     return out
 
@@ -154,22 +172,24 @@ def measured_v(kernel, target, cpu="EPYC"):
     return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[cpu, kernel, target], start=2)}}
 
 
-def table_row(policy, alpha, c, v, n_tokens, seeds):
+def table_row(policy, alpha, c, v, n_tokens, seeds, probe=False):
     """One row: the best fixed K by median (0 = plain decoding, where no K beats it) and `policy`'s
     speedups over it seed by seed, and over plain decoding."""
-    return table_rows((policy,), alpha, c, v, n_tokens, seeds)[0]
+    return table_rows((policy,), alpha, c, v, n_tokens, seeds, probes=(probe,))[0]
 
 
-def table_rows(policies, alpha, c, v, n_tokens, seeds):
-    """table_row for each of several policies against one best fixed K (the fixed Ks simulated once)."""
+def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None):
+    """table_row for each of several policies against one best fixed K (the fixed Ks simulated once);
+    probes: for each policy, whether its runs read the curve's shape first (default: none do)."""
     runs = compare_policies(alpha, c, v, n_tokens, seeds, policies=())
     medians = {K: np.median(s) for K, s in runs["fixed"].items()}
     best = max(medians, key=medians.get)
     best = best if medians[best] > 1.0 else 0
     reference = np.array(runs["fixed"][best]) if best else np.ones(len(seeds))  # [seeds]
     rows = []
-    for policy in policies:
-        mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s)["speedup"] for s in seeds])  # [seeds]
+    for policy, probe in zip(policies, probes or [False] * len(policies)):
+        mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s, probe=probe)["speedup"]
+                         for s in seeds])  # [seeds]
         ratio = mine / reference
         rows.append({"best_K": best, "best_median": float(np.median(reference)), "median": float(np.median(ratio)),
                      "p5": float(np.quantile(ratio, 0.05)), "worst": float(ratio.min()),
@@ -177,8 +197,9 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds):
     return rows
 
 
-def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100)):
-    """The markdown table of `policy` against the best fixed K, every measured curve x drafter x tokens x alpha."""
+def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), probe=True):
+    """The markdown table of `policy` against the best fixed K, every measured curve x drafter x tokens x alpha
+    (probe: each run reads the curve's shape first, as a real one of these sizes does)."""
     print("| cpu | kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
           " | 5 % of seeds | worst seed | auto / plain: worst seed |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -188,7 +209,7 @@ def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100)):
                 continue
             for n_tokens in tokens:
                 for alpha in alphas:
-                    r = table_row(policy, alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds)
+                    r = table_row(policy, alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds, probe)
                     best = f"K={r['best_K']} {r['best_median']:.2f}" if r["best_K"] else "plain"
                     print(f"| {cpu} | {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} "
                           f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
@@ -238,34 +259,42 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
 
 def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200), alphas=(0.3, 0.8, 1.0),
                         tokens=(40, 100)):
-    """auto against ToldCostsAutoK on one measured 1558M curve: each over the best fixed K (plain
-    decoding where none beats it), median and worst seed; with 10 seeds or fewer, each seed's too (the
-    bench's policies section draws its coins from seeds 0, 1, ...: forced_coins)."""
+    """auto without the curve's shape (a line through the sizes it times), auto with a probed shape (as a
+    GPT2 target reads it: probed_shape) and ToldCostsAutoK, on one measured 1558M curve: each over the
+    best fixed K (plain decoding where none beats it), median and worst seed; with 10 seeds or fewer,
+    each seed's too (the bench's policies section draws its coins from seeds 0, 1, ...: forced_coins)."""
     v = measured_v(kernel, "1558M", cpu)
-    print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto: median / worst | told v: median / worst |")
-    print("| --- | --- | --- | --- |")
+    print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto, no shape: median / worst "
+          f"| auto, shape probed: median / worst | told v: median / worst |")
+    print("| --- | --- | --- | --- | --- |")
     for n_tokens in tokens:
         for alpha in alphas:
-            auto, told = table_rows((AutoK(8), ToldCostsAutoK(v)), alpha, c, v, n_tokens, seeds)
+            rows = table_rows((AutoK(8), AutoK(8), ToldCostsAutoK(v)), alpha, c, v, n_tokens, seeds,
+                              probes=(False, True, False))
             each = "".join(f" ({', '.join(f'{x:.3f}' for x in r['ratios'])})" if len(seeds) <= 10 else ""
-                           for r in (auto, told))
-            print(f"| {n_tokens} | {alpha} | {auto['median']:.3f} / {auto['worst']:.3f} "
-                  f"| {told['median']:.3f} / {told['worst']:.3f} |{each}")
+                           for r in rows)
+            print(f"| {n_tokens} | {alpha} | " + " | ".join(f"{r['median']:.3f} / {r['worst']:.3f}" for r in rows)
+                  + f" |{each}")
 
 
 def main(argv=None):
-    """python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU] [--seeds N]"""
+    """python -m gpt2np.teach.policy_simulation [--bound | --told-v | --no-probe] [--cpu CPU] [--seeds N]"""
     curves = sorted({cpu for cpu, _, _ in MEASURED_V})
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--bound", action="store_true", help="the Bayes-optimal policy against the best fixed K")
-    mode.add_argument("--told-v", action="store_true", help="auto against auto told the true v(M) (ToldCostsAutoK)")
+    mode.add_argument("--told-v", action="store_true", help="auto without the curve's shape, with a probed one, and "
+                      "told the true v(M) (ToldCostsAutoK)")
+    p.add_argument("--no-probe", action="store_true", help="the default table with auto given no shape (a target "
+                   "that cannot read one: a toy model, or a run too short for it)")
     p.add_argument("--cpu", choices=curves, help="--bound / --told-v: one CPU's 1558M curves (MEASURED_V) "
                    "instead of the default ones (the Xeon's for --told-v)")
     p.add_argument("--seeds", type=int, default=200, help="coin seeds 0..N-1 (default 200; N <= 10: each seed shown)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be at least 1, got {args.seeds}")
+    if args.no_probe and (args.bound or args.told_v):
+        p.error("--no-probe goes with the default table (--told-v shows both; --bound has no auto)")
     seeds = range(args.seeds)
     if args.told_v:
         print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds)
@@ -280,7 +309,7 @@ def main(argv=None):
     else:
         if args.cpu:
             p.error("--cpu goes with --bound or --told-v")
-        print_table(AutoK(8), seeds)
+        print_table(AutoK(8), seeds, probe=not args.no_probe)
 
 
 if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU]: 200 seeds (~45 s)

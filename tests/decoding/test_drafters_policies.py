@@ -141,6 +141,57 @@ def test_auto_really_varies_K_under_the_scripted_clock(scripted_clock):
     assert len(used) >= 2, used
 
 
+class ShapedTarget:
+    """A toy target that reads a cost shape as a GPT2 does (row_cost_shape), here a fixed one: flat to 3 rows, then
+    steep, so that auto's K differs from its plan without one. Counts the calls and what they asked for."""
+
+    def __init__(self, model, shape=None):
+        self.model, self.asked = model, []
+        self.shape = shape or {1: 1.0, 2: 1.05, 3: 1.05, 4: 2.5}
+
+    def __getattr__(self, name):
+        if name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+    def row_cost_shape(self, M_max, passes):
+        self.asked.append((M_max, passes))
+        return {M: self.shape.get(M, 3.0) for M in range(1, M_max + 1)}
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_auto_planning_with_the_target_s_cost_shape_stays_exact(pair, drafter, scripted_clock):
+    """The shape is read once, before the first round, from the past only; every path replays it."""
+    target, draft = toy_pair(**PAIRS[pair])
+    prompt = [0, 1, 0]
+    make_draft = (lambda: NgramDrafter(n_max=2)) if drafter == "ngram" else (lambda: ModelDrafter(draft, c_prior=0.1))
+    expected = target_distribution(target, prompt, 4)
+    got = speculative_distribution(ShapedTarget(target), make_draft, prompt, 4, "auto", before_each=scripted_clock)
+    assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+
+
+def test_only_auto_reads_the_cost_shape_and_it_changes_auto_s_choices(scripted_clock):
+    """A fixed K asked for no measuring: the shape is never read. auto reads it once a run, for K_max + 1 rows within
+    PROBE_SHARE of the run's plain passes, and plans with it: over 20 seeds, a shape that steps past 3 rows keeps
+    K <= 2 where the prior's line tried 3, and a flat one (rows for free) drafts K_max."""
+    target, draft = toy_pair(**PAIRS["3 tokens, eot=2"])
+    steep, flat = ShapedTarget(target), ShapedTarget(target, {M: 1.0 for M in range(1, 7)})
+    speculative_generate(steep, ModelDrafter(draft, c_prior=0.1), [0, 1, 0], 12, 3, rng=np.random.default_rng(0))
+    assert steep.asked == []
+    used = {}
+    for name, model in [("steep", steep), ("flat", flat), ("no shape", target)]:
+        used[name] = set()
+        for seed in range(20):
+            scripted_clock()
+            stats = speculative_generate(model, ModelDrafter(draft, c_prior=0.1), [0, 1, 0], 12, "auto",
+                                         rng=np.random.default_rng(seed), K_max=5).stats
+            used[name] |= set(stats.K_counts)
+            assert (stats.probe_seconds > 0) == (model is not target), (name, stats.probe_seconds)
+    assert steep.asked == [(6, speculative.PROBE_SHARE * 12)] * 20, steep.asked
+    assert max(used["steep"]) <= 2 < max(used["no shape"]) < max(used["flat"]) == 5, used
+
+
 def test_peeking_at_the_round_to_choose_K_is_caught():
     """Negative control: same comparison, K cut where the round's own p says a draft would fail."""
     target, draft = toy_pair(**PAIRS["3 tokens, eot=2"])

@@ -1,0 +1,73 @@
+"""The cost curve's shape read from one block (model/cost_probe.py): what it runs, what it leaves alone, its budget."""
+import math
+
+import numpy as np
+import pytest
+
+from conftest import random_params
+from gpt2np.model.config import GPT2Config
+from gpt2np.model.cost_probe import PROBE_CONTEXT, block_readings, probe_repeats, row_cost_shape
+from gpt2np.model.forward import GPT2, transformer_block
+
+SMALL = GPT2Config(n_vocab=37, n_ctx=24, n_embd=12, n_head=3, n_layer=4)
+
+
+def test_the_probe_reads_every_size_in_turn_on_the_layers_in_turn_through_the_pass_s_own_block():
+    """Each reading: the next layer's block (so no block's weights are read twice in a row), after PROBE_CONTEXT
+    cached positions, over the first M rows of one fixed input; the sizes interleaved, `repeats` times over."""
+    params = random_params(SMALL, seed=0)
+    seen = []
+
+    def block(x, block_params, cache, layer, n_head):
+        seen.append((len(x), next(i for i, b in enumerate(params["blocks"]) if b is block_params), len(cache)))
+        return transformer_block(x, block_params, cache, layer, n_head)
+
+    readings = block_readings(block, params, SMALL, 3, repeats=2)
+    assert seen == [(M, i % SMALL.n_layer, PROBE_CONTEXT) for i, M in enumerate([1, 2, 3] * 2)], seen
+    assert sorted(readings) == [1, 2, 3] and all(len(r) == 2 and min(r) > 0 for r in readings.values()), readings
+
+
+def test_the_probe_changes_nothing_and_draws_from_no_generator_of_the_run():
+    model = GPT2(SMALL, random_params(SMALL, seed=1))
+    before = {"wte": np.copy(model.params["wte"]), "c_fc": np.copy(model.params["blocks"][0]["mlp"]["c_fc"]["w"])}
+    state = np.random.get_state()[1].copy()
+    cache = model.new_cache()
+    logits = model.forward([1, 2, 3], cache, n_logits=3)
+    shape = model.row_cost_shape(5)
+    assert sorted(shape) == [1, 2, 3, 4, 5] and shape[1] == 1.0 and all(x > 0 for x in shape.values()), shape
+    assert np.array_equal(before["wte"], model.params["wte"])
+    assert np.array_equal(before["c_fc"], model.params["blocks"][0]["mlp"]["c_fc"]["w"])
+    assert np.array_equal(state, np.random.get_state()[1]), "the probe drew from NumPy's global generator"
+    untouched = model.new_cache()                           # the same calls without a probe between them
+    np.testing.assert_array_equal(model.forward([1, 2, 3], untouched, n_logits=3), logits)
+    assert len(cache) == 3 and np.array_equal(model.forward([4], cache), model.forward([4], untouched))
+
+
+def test_the_probe_takes_no_more_than_the_time_granted():
+    """probe_repeats: readings of M_max sizes at ROW_GROWTH one-row blocks each, n_layer blocks a pass. None where not
+    even one reading of each size fits; never more than PROBE_REPEATS."""
+    assert probe_repeats(48, 9, 0.8) == 3 and probe_repeats(48, 9, math.inf) == 3
+    assert probe_repeats(4, 9, 2.0) == 0 and probe_repeats(4, 9, 3.0) == 1
+    model = GPT2(SMALL, random_params(SMALL, seed=2))
+    assert model.row_cost_shape(9, passes=2.0) is None
+    calls = []
+    readings = block_readings(lambda *a: calls.append(1), model.params, SMALL, 9, repeats=probe_repeats(4, 9, 6.0))
+    assert len(calls) == 9 * 2 and all(len(r) == 2 for r in readings.values()), len(calls)
+
+
+def test_v_shape_is_the_ratio_of_medians_to_one_row():
+    """A scripted clock: M rows take M + 1 ticks, except one slow reading of 2 rows (the median ignores it)."""
+    ticks, slow = iter(range(10_000)), iter([0, 50, 0])
+
+    def block(x, params, cache, layer, n_head):
+        for _ in range(len(x) + (next(slow) if len(x) == 2 else 0)):
+            next(ticks)
+
+    shape = row_cost_shape(block, {"blocks": [{}]}, SMALL, 3, repeats=3, clock=lambda: next(ticks))
+    assert shape == {1: 1.0, 2: 1.5, 3: 2.0}, shape
+
+
+@pytest.mark.parametrize("M_max", [0, -1])
+def test_a_probe_of_no_sizes_is_refused_in_one_line(M_max):
+    with pytest.raises(ValueError, match="M_max"):
+        row_cost_shape(transformer_block, random_params(SMALL, seed=0), SMALL, M_max)

@@ -49,6 +49,7 @@ class Plan:
     policy_repeats: int = 1         # coin seeds of the sweep (repeat r: seed r); 20 runs per alpha (~10 min at 355M)
     policy_runs: int = 1            # runs per coin seed (each its own bracketed group): a seed's speedup is their median
     policy_lockstep: bool = False   # a group's runs and its plain baseline decode in lockstep (common.lockstep)
+    policy_fresh_probe: bool = False  # every auto run reads the target's cost shape (as a fresh process), not once
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)

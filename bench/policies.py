@@ -133,7 +133,8 @@ def measured(run, baseline):
         predicted = sum(expected_tokens_per_round(a, k) for k in ks) / sum(k * c + v[k + 1] for k in ks)
     return {"K": run["K"], "speedup": baseline["steady"] / steady, "predicted_refined": predicted, "alpha_hat": a,
             "c": c, "rounds": len(ks), "K_counts": result.stats.K_counts,
-            "exact": result.tokens == baseline["tokens"]}
+            "exact": result.tokens == baseline["tokens"], "probe_seconds": result.stats.probe_seconds,
+            "probe_share": result.stats.probe_seconds / run["wall"]}
 
 
 def open_baseline(target, prompt, n_tokens):
@@ -193,6 +194,8 @@ def pooled(runs):
                        for K in sorted({K for r in runs for K in r["K_counts"]})}
     out["predicted_refined"] = median([r["predicted_refined"] for r in runs])
     out["exact"] = all(r["exact"] for r in runs)
+    out["probes"] = ([x for r in runs for x in r["probes"]] if all("probes" in r for r in runs) else  # pooled rows
+                     [r["probe_share"] for r in runs])  # runs: the cost shape's reading, its share of each run's time
     return out
 
 
@@ -219,6 +222,8 @@ def run(target, plan, draft_model):
 
     def forced(name, a, K, seed):  # -> a callable opening one run (a StreamSide) of the forced drafter `name` at alpha a
         def one():
+            if K == "auto" and plan.policy_fresh_probe:
+                getattr(target, "cost_shapes", {}).clear()  # read the cost shape again, as a fresh process would
             proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=seed)) if name == "model" else None
             drafter = (ModelDrafter(proxy, c_prior=c_prior) if proxy
                        else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=seed))
@@ -227,6 +232,8 @@ def run(target, plan, draft_model):
 
     def itself(K):  # the target drafting for itself: the same weights, its own cache (c ~ 1)
         def one():
+            if K == "auto" and plan.policy_fresh_probe:
+                getattr(target, "cost_shapes", {}).clear()
             proxy = TimedProxy(target)
             return open_run(target, ModelDrafter(proxy, c_prior=1.0), proxy, prompt, N, K, K_max)
         return ("self", 1.0, str(K)), one
@@ -253,7 +260,8 @@ def run(target, plan, draft_model):
     rows = [{"drafter": name, "alpha_nominal": a, **combine([per_seed(rs) for _, rs in sorted(by_seed.items())])}
             for (name, a, _), by_seed in runs.items()]
     return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows,
-            "drifts": drifts, "runs_per_seed": n_runs, "lockstep": plan.policy_lockstep}
+            "drifts": drifts, "runs_per_seed": n_runs, "lockstep": plan.policy_lockstep,
+            "fresh_probe": plan.policy_fresh_probe}
 
 
 def per_seed(runs):
@@ -335,6 +343,11 @@ def print_report(result):
              f"\nplain baselines bracketing each group: the later over the earlier {spread}; each run is measured "
              "against the line between them")
     each = f", each seed the median of {n_runs} runs" if n_runs > 1 else ""
+    probes = [x for r in result["rows"] if str(r["K"]) == "auto" for x in r.get("probes", [])]
+    drift += (f"\nauto's reading of the target's cost shape before a run: median {100 * median(probes):.2f} %, at most "
+              f"{100 * max(probes):.2f} % of its runs' time over {len(probes)} runs ("
+              + ("--policy-fresh-probe: read before every run)" if result.get("fresh_probe") else
+                 "the model remembers it: later runs of the process read nothing)") if probes else "")
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s){each}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",

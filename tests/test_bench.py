@@ -400,6 +400,44 @@ def test_policy_sweep_in_lockstep_measures_every_run_against_plain_decoding_besi
     assert "in lockstep with plain decoding" in capsys.readouterr().out
 
 
+def test_policy_sweep_reports_auto_s_reading_of_the_cost_shape_and_can_read_it_before_every_run(capsys, monkeypatch):
+    """auto's runs read the target's cost shape (model.row_cost_shape) within their own wall time; the model remembers
+    it, so a process's later runs read nothing, unless --policy-fresh-probe clears the record before each auto run.
+    The report gives the reading's share of auto's runs' time either way."""
+    from bench import policies
+    from gpt2np.decoding.policies import PROBE_SHARE
+    from gpt2np.model.cost_probe import probe_repeats
+    target = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=96, n_embd=16, n_head=2, n_layer=24),
+                                 tokenizer=None)  # deep enough for one reading of each size at 60 tokens
+    reads, real = [], target.row_cost_shape
+    monkeypatch.setattr(target, "row_cost_shape", lambda M_max, passes: reads.append(M_max) or real(M_max, passes))
+    for fresh in (False, True):
+        target.cost_shapes.clear()
+        reads.clear()
+        plan = tiny_plan(policy_repeats=2, policy_lockstep=True, policy_alphas=(0.8,), policy_Ks=(2,),
+                         policy_drafters=("lookup",), policy_tokens=60, policy_fresh_probe=fresh)
+        sweep = policies.run(target, plan, gpt2np.random_model(plan.config("tiny"), tokenizer=None))
+        auto = next(r for r in sweep["rows"] if r["K"] == "auto")
+        assert auto["exact"] and len(auto["probes"]) == 2 and all(0 < x < 1 for x in auto["probes"]), auto["probes"]
+        sizes = plan.policy_K_max + 1
+        assert reads == [sizes, sizes] and len(target.cost_shapes) == 1, (fresh, reads, target.cost_shapes.keys())
+        want = probe_repeats(24, sizes, PROBE_SHARE * 60)
+        assert want >= 1 and [n for n, _ in target.cost_shapes.values()] == [want], (want, target.cost_shapes)
+        policies.print_report(sweep)
+        out = capsys.readouterr().out
+        assert "auto's reading of the target's cost shape" in out and ("fresh-probe" in out) == fresh, out
+    monkeypatch.setattr(target, "row_cost_shape", real)
+    calls, real_probe = [], gpt2np.model.forward.row_cost_shape
+    monkeypatch.setattr(gpt2np.model.forward, "row_cost_shape", lambda *a: calls.append(1) or real_probe(*a))
+    for fresh, probes in ((False, 1), (True, 2)):
+        target.cost_shapes.clear()
+        calls.clear()
+        plan = tiny_plan(policy_repeats=2, policy_lockstep=True, policy_alphas=(0.8,), policy_Ks=(2,),
+                         policy_drafters=("lookup",), policy_tokens=60, policy_fresh_probe=fresh)
+        policies.run(target, plan, gpt2np.random_model(plan.config("tiny"), tokenizer=None))
+        assert len(calls) == probes, (fresh, len(calls))
+
+
 def test_lockstep_advances_the_run_furthest_behind_and_times_each_run_by_its_own_rounds():
     """Three scripted runs on a scripted clock: the order of their rounds, and each run's seconds the
     sum of its own rounds only (a run that finishes early stops being timed)."""

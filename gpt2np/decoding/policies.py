@@ -52,8 +52,10 @@ FIRST_ROUND_RISK = 0.75    # auto: the first round drafts at most the K whose ro
                            # costs this many one-token calls more than a plain step (K c + v(K + 1) - 1)
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured (a run
                                          # whose target reads its cost curve's shape before it starts uses that)
-PROBE_SHARE = 0.02         # auto: the cost shape is read in at most this share of a plain run's time (n_tokens
-                           # one-token passes): at 1558M 3 readings of each size, at 124M none under 100 tokens
+PROBE_SHARE = 0.01         # auto: the cost shape is read in at most this share of a plain run's time (n_tokens
+                           # one-token passes; a run at alpha 1 takes a fifth of that): at 1558M one reading of each
+                           # size at 40 tokens, three at 100; at 355M none under 50, at 124M none under 100 (a model
+                           # remembers what it read: the next run of the process pays nothing)
 SHAPE_WEIGHT = 0.05        # auto: how firmly the probed shape's scale stays 1 (shape_scale): the weight of about
                            # two timed sizes 0.15 above one-row cost, so that one noisy reading cannot tilt it
 WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
@@ -248,7 +250,8 @@ class AutoK:
     4. The curve's shape: a size never timed is priced from a line through the timed ones, unless
        the target read the shape of its curve before the run (past.v_shape, asked for by
        cost_sizes: the loop calls the target's row_cost_shape(cost_sizes, passes) where it has one,
-       granting PROBE_SHARE of the run's plain passes: 0.7 of a pass at 1558M). Then it follows that shape, scaled to the sizes timed (v_curve): a
+       granting PROBE_SHARE of the run's plain passes: a quarter of a pass at 1558M and 40 tokens, 0.7
+       at 100; a model remembers the shape it read). Then it follows that shape, scaled to the sizes timed (v_curve): a
        curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so before K = 5 is ever
        played, where a line through the 3 and 4 rows a run reads prices 6 rows 11 % high.
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .cost_probe import probe_repeats, row_cost_shape
 from .fast.blocked_attention import attention_in_blocks
+from .fast.layout import weights_order
 from .kv_cache import KVCache, check_cache, check_room
 from .rows import check_rows, scope_mask
 from .fast.matmul import columns, matmul
@@ -269,6 +270,7 @@ class GPT2:
         self.name = name or f"GPT-2 ({config.n_params() / 1e6:.1f}M parameters)"
         self.n_vocab, self.n_ctx = config.n_vocab, config.n_ctx
         self.eot_id = tokenizer.eot_id if tokenizer is not None else None
+        self.cost_shapes = {}  # (M_max, BLAS threads, weights' order) -> (readings, shape): row_cost_shape's record
 
     def __repr__(self):
         return f"GPT2({self.name!r}, {self.config})"
@@ -302,9 +304,16 @@ class GPT2:
     def row_cost_shape(self, M_max, passes=math.inf):  # -> {M: v_shape(M)}, M = 1..M_max, or None
         """One block's cost over M rows against one row, M = 1..M_max: the shape of this machine's v(M)
         (cost_probe.py), read in at most `passes` one-row passes' time (None where one reading of each
-        size would take longer). Reads the weights, changes nothing."""
+        size would take longer). Reads the weights, changes nothing but its own record: the model
+        remembers what it read, per sizes, BLAS threads and weights' order, and reads again only where
+        it may now take more readings of each size (a server or a console reads it once)."""
         repeats = probe_repeats(self.config.n_layer, M_max, passes)
-        return row_cost_shape(transformer_block, self.params, self.config, M_max, repeats) if repeats else None
+        key = (M_max, threads_allowed(), weights_order(self))
+        read = self.cost_shapes.get(key)  # (readings of each size, shape)
+        if read is not None and read[0] >= repeats or not repeats:
+            return read[1] if read is not None else None
+        self.cost_shapes[key] = (repeats, row_cost_shape(transformer_block, self.params, self.config, M_max, repeats))
+        return self.cost_shapes[key][1]
 
     def checked_call(self, ids, cache, n_logits, what):
         """forward's and forward_rows' checks: the ids, 1 <= n_logits <= len(ids), the cache's shape

@@ -65,7 +65,7 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     or round -> the factor by which the machine's speed distorts the timings the policy sees in
     that round (a shared machine's minute-to-minute drift; the costs counted stay c and v).
     probe: the target read its cost curve's shape before the run, as a GPT2 does for auto
-    (past.v_shape = probed_shape(v, seed); its time is not counted, under 2 % of a run).
+    (past.v_shape = probed_shape(v, seed); its time is not counted, at most 1 % of a plain run).
     """
     accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
     past.v_shape = probed_shape(v, seed) if probe else None

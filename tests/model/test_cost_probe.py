@@ -71,3 +71,19 @@ def test_v_shape_is_the_ratio_of_medians_to_one_row():
 def test_a_probe_of_no_sizes_is_refused_in_one_line(M_max):
     with pytest.raises(ValueError, match="M_max"):
         row_cost_shape(transformer_block, random_params(SMALL, seed=0), SMALL, M_max)
+
+
+def test_a_model_reads_its_shape_once_and_again_only_for_more_readings(monkeypatch):
+    """A server or console decodes many runs with one model: the first run's probe serves the rest, unless a later
+    run may take more readings of each size (a longer run), or asks for other sizes."""
+    import gpt2np.model.forward as forward
+    model, calls = GPT2(SMALL, random_params(SMALL, seed=3)), []
+    real = forward.row_cost_shape
+    monkeypatch.setattr(forward, "row_cost_shape", lambda *a: calls.append(a[4]) or real(*a))
+    first = model.row_cost_shape(5, passes=2.0)                    # 4 layers: one reading of each size fits
+    assert model.row_cost_shape(5, passes=2.0) is first and model.row_cost_shape(5, passes=1.0) is first
+    assert calls == [1]
+    model.row_cost_shape(5, passes=100.0)                          # three readings now fit: read again
+    model.row_cost_shape(7, passes=100.0)                          # other sizes: read
+    assert calls == [1, 3, 3], calls
+    assert GPT2(SMALL, model.params).row_cost_shape(5, passes=1.0) is None  # another model object: its own record

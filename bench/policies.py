@@ -195,7 +195,7 @@ def pooled(runs):
     out["predicted_refined"] = median([r["predicted_refined"] for r in runs])
     out["exact"] = all(r["exact"] for r in runs)
     out["probes"] = ([x for r in runs for x in r["probes"]] if all("probes" in r for r in runs) else  # pooled rows
-                     [r["probe_share"] for r in runs])  # runs: the cost shape's reading, its share of each run's time
+                     [r["probe_share"] for r in runs if "probe_share" in r])  # runs: the shape's reading's share
     return out
 
 

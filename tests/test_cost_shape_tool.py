@@ -16,8 +16,11 @@ def test_each_round_times_every_size_from_the_same_context_then_one_probe(monkey
     lengths, real_forward = [], model.forward
     monkeypatch.setattr(model, "forward", lambda ids, cache, n_logits=1: lengths.append((len(cache), len(ids))) or
                         real_forward(ids, cache, n_logits))
+    readings, real_probe = [], gpt2np.model.forward.row_cost_shape
+    monkeypatch.setattr(gpt2np.model.forward, "row_cost_shape", lambda *a: readings.append(1) or real_probe(*a))
     passes, probes = SHAPE.measure(model, 4, context=7, rounds=3, rng=np.random.default_rng(0))
     assert lengths[1:] == [(7, M) for M in (1, 2, 3, 4)] * 3, lengths
+    assert len(readings) == 3, "a round's probe came from the model's record, not a reading"
     assert sorted(passes) == [1, 2, 3, 4] and all(len(s) == 3 and min(s) > 0 for s in passes.values())
     assert len(probes) == 3 and all(sorted(p) == [1, 2, 3, 4] and p[1] == 1.0 for p in probes), probes
     rows = SHAPE.table_rows(passes, probes)

@@ -36,6 +36,7 @@ def measure(model, M_max, context, rounds, rng):  # -> ({M: [pass seconds]}, [pr
             model.forward(ids, cache, n_logits=M)                    # every row's logits, as a verification
             passes[M].append(time.perf_counter() - start)
             cache.truncate(context)
+        model.cost_shapes.clear()                                    # a fresh reading, as a new process takes it
         probes.append(model.row_cost_shape(M_max))
     return passes, probes
 

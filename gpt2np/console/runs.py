@@ -52,6 +52,7 @@ class Recomputing:
     """A model without a KV cache: forward(ids, history) runs the whole history + ids through a
     fresh cache sized to them, so every call costs a full prefill. Anything else is the wrapped model's."""
     sized_caches = False  # new_cache() is a TokenHistory, whatever the wrapped model's caches take
+    row_cost_shape = None  # every call costs a prefill of the history, whatever M: one block's curve is not its own
 
     def __init__(self, model):
         self.model = model

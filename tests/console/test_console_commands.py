@@ -232,3 +232,18 @@ def test_tree_command_and_flag_draft_token_trees_and_keep_the_greedy_text(pair):
     assert "tree auto" in auto.stdout
     bad = run_console("", "--tree", "3,0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "tree must be children per depth" in bad.stderr
+
+
+def test_without_the_cache_auto_reads_no_cost_shape_a_block_s_curve_is_not_a_recomputing_call_s(pair, monkeypatch):
+    """Every `:cache off` call costs a prefill of the history whatever its M, so the model's block-by-rows shape
+    would misprice it: Recomputing offers none, and auto plans on a line; with the cache, auto reads the shape."""
+    import gpt2np.model.forward as forward
+    reads, real = [], forward.row_cost_shape
+    monkeypatch.setattr(forward, "row_cost_shape", lambda *a: reads.append(a[3]) or real(*a))
+    target = gpt2np.load_model("shakespeare-2.6M")  # its own record of shapes read
+    settings = Settings(temperature=0.0, n_tokens=200, K="auto", drafter="d")
+    ids = target.tokenizer.encode(PROMPT)
+    off = open_stream("speculative", target, gpt2np.ModelDrafter(pair[1]), ids, settings, use_cache=False).run()
+    assert reads == [] and off.stats.probe_seconds == 0.0, reads
+    on = open_stream("speculative", target, gpt2np.ModelDrafter(pair[1]), ids, settings).run()
+    assert reads == [9] and on.stats.probe_seconds > 0 and on.tokens == off.tokens, reads

@@ -220,22 +220,23 @@ def run(target, plan, draft_model):
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
     runs, drifts = {}, []
 
+    def opened(drafter, proxy, K):  # open_run, the target's record of its cost shape first forgotten where asked
+        if K == "auto" and plan.policy_fresh_probe:
+            getattr(target, "cost_shapes", {}).clear()  # auto reads the cost shape again, as a fresh process would
+        return open_run(target, drafter, proxy, prompt, N, K, K_max)
+
     def forced(name, a, K, seed):  # -> a callable opening one run (a StreamSide) of the forced drafter `name` at alpha a
         def one():
-            if K == "auto" and plan.policy_fresh_probe:
-                getattr(target, "cost_shapes", {}).clear()  # read the cost shape again, as a fresh process would
             proxy = TimedProxy(ForcedAcceptanceDraft(draft_model, sequence, a, seed=seed)) if name == "model" else None
             drafter = (ModelDrafter(proxy, c_prior=c_prior) if proxy
                        else ForcedLookupDrafter(sequence, a, target.n_vocab, seed=seed))
-            return open_run(target, drafter, proxy, prompt, N, K, K_max)
+            return opened(drafter, proxy, K)
         return (name, a, str(K)), one
 
     def itself(K):  # the target drafting for itself: the same weights, its own cache (c ~ 1)
         def one():
-            if K == "auto" and plan.policy_fresh_probe:
-                getattr(target, "cost_shapes", {}).clear()
             proxy = TimedProxy(target)
-            return open_run(target, ModelDrafter(proxy, c_prior=1.0), proxy, prompt, N, K, K_max)
+            return opened(ModelDrafter(proxy, c_prior=1.0), proxy, K)
         return ("self", 1.0, str(K)), one
 
     n_runs = plan.policy_runs

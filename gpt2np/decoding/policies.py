@@ -250,10 +250,11 @@ class AutoK:
     4. The curve's shape: a size never timed is priced from a line through the timed ones, unless
        the target read the shape of its curve before the run (past.v_shape, asked for by
        cost_sizes: the loop calls the target's row_cost_shape(cost_sizes, passes) where it has one,
-       granting PROBE_SHARE of the run's plain passes: a quarter of a pass at 1558M and 40 tokens, 0.7
-       at 100; a model remembers the shape it read). Then it follows that shape, scaled to the sizes timed (v_curve): a
-       curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so before K = 5 is ever
-       played, where a line through the 3 and 4 rows a run reads prices 6 rows 11 % high.
+       granting PROBE_SHARE of the run's plain passes: a quarter of a pass at 1558M and 40 tokens,
+       0.7 at 100; a model remembers the shape it read). Then it follows that shape, scaled to the
+       sizes timed (v_curve): a curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so
+       before K = 5 is ever played, where a line through the 3 and 4 rows a run reads prices 6 rows
+       11 % high.
 
     Deterministic: K is a function of the past alone (the round count and the plain rounds waited
     included), as exactness needs.

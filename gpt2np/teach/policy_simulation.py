@@ -28,8 +28,9 @@ alpha gets (bayes_optimal_costs): the most any policy can hope for from the firs
 with --told-v, auto with no shape of the curve, with the shape a probe reads before the run
 (probed_shape), and told the true v(M) from its first round (ToldCostsAutoK): what learning the
 cost curve costs it on the Xeon's 1558M curve. The default table gives auto a probed shape, as a
-GPT2 target of these sizes reads one; --no-probe gives it none (a toy target, a short run at 124M). --cpu "Zen4 panels" puts either on
-another CPU's 1558M curves, --seeds 5 on the bench's five coin sequences (seeds 0-4), each shown.
+GPT2 target of these sizes reads one; --no-probe gives it none (a toy target, a short run at 124M).
+--cpu "Zen4 panels" puts --bound or --told-v on another CPU's 1558M curves, --seeds 5 on the bench's
+five coin sequences (seeds 0-4), each shown.
 """
 import argparse
 from functools import lru_cache

@@ -22,6 +22,12 @@ without bias in expectation: per round, E[accepted] / E[examined] = (a + ... + a
 (1 + ... + a^(K-1)) = alpha. A finite run realises a slightly different rate; the benchmark
 reports the measured one and predicts from it.
 
+The prompt. auto reads the overlaps at the prompt's last positions before its first round (policies.AutoK,
+5.: both models' prefill, their rows kept). There the token the target wants is its greedy token after each
+prefix of the prompt, not the prompt's next token (what a user wrote): wanted_sequence() builds the
+sequence so, and the draft agrees with it w.p. alpha as everywhere else (coins of their own: no
+generated position's coin changes, so fixed Ks run on the same coins as before).
+
 If the target's output ever differs from its own baseline (a float near-tie resolved differently
 by a K+1-row product than by a 1-row one), the drafter's knowledge is wrong from there on; the
 benchmark reports `tokens_match_baseline` so such a run is visible.
@@ -29,11 +35,19 @@ benchmark reports `tokens_match_baseline` so such a run is visible.
 import numpy as np
 
 
+def wanted_sequence(target, prompt, continuation):  # -> [len(prompt) + len(continuation)] token ids
+    """What the target wants at every position: at a prompt position i >= 1 its greedy token after prompt[:i]
+    (one prefill with every row's logits), then its greedy `continuation` (the baseline's tokens). Position 0
+    predicts nothing: the prompt's first token stands there."""
+    logits = target.forward(np.asarray(prompt), target.new_cache(), len(prompt))  # [len(prompt), n_vocab]
+    return [int(prompt[0])] + [int(t) for t in np.argmax(logits[:-1], axis=-1)] + [int(t) for t in continuation]
+
+
 class ForcedChoices:
     """Steps 1-2: the token to propose at each position, agreeing with the target w.p. alpha."""
 
     def __init__(self, sequence, alpha, n_vocab, seed=0):
-        self.sequence, self.n_vocab = [int(t) for t in sequence], n_vocab  # prompt + target's greedy tokens
+        self.sequence, self.n_vocab = [int(t) for t in sequence], n_vocab  # what the target wants: wanted_sequence
         self.agree = np.random.default_rng(seed).random(len(self.sequence) + 1) < alpha  # [len + 1] bool
 
     def wanted(self, position):

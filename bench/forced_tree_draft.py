@@ -85,10 +85,12 @@ class ForcedTreeChoices:
 class ForcedTreeModel:
     """Step 3: the model interface (forward, forward_rows, new_cache, ...) around a real GPT2, every
     row's logits forced. round_start: len(context) of the current round (ForcedTreeDrafter sets it),
-    so that a row predicting position i is at depth i - round_start + 1."""
+    so that a row predicting position i is at depth i - round_start + 1; None before the first round,
+    where auto reads the prompt (policies.AutoK, 5.): a prompt position's row is at depth 1, as a
+    round's first draft (one token past what the target has seen)."""
 
     def __init__(self, model, choices):
-        self.model, self.choices, self.round_start = model, choices, 0
+        self.model, self.choices, self.round_start = model, choices, None
         self.n_vocab, self.n_ctx, self.eot_id, self.config = model.n_vocab, model.n_ctx, model.eot_id, model.config
         self.name = f"forced tree around {getattr(model, 'name', None) or 'a model'}"
 
@@ -98,7 +100,7 @@ class ForcedTreeModel:
     def forced_logits(self, predicted):  # [n] positions -> [n, n_vocab]
         logits = np.zeros((len(predicted), self.n_vocab), dtype=np.float32)
         for row, position in enumerate(predicted):
-            kids = self.choices.children(position, position - self.round_start)
+            kids = self.choices.children(position, 0 if self.round_start is None else position - self.round_start)
             logits[row, kids] = FORCED_LOGIT - np.arange(len(kids))
         return logits
 

@@ -49,7 +49,7 @@ from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.theory import expected_tokens_per_round
 
 from .common import StreamSide, lockstep, log, median, print_table, random_ids, ratio
-from .forced_draft import ForcedAcceptanceDraft, ForcedChoices
+from .forced_draft import ForcedAcceptanceDraft, ForcedChoices, wanted_sequence
 from .spec import TimedProxy
 
 
@@ -116,16 +116,24 @@ def run_one(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
 
 
 def measured(run, baseline):
-    """A run's speedup and refined prediction against its baseline (t1, steady seconds, tokens)."""
+    """A run's speedup and refined prediction against its baseline (t1, steady seconds, tokens).
+
+    A run that read the prompt first (auto: stats.prompt_positions) fed prompt[:-1] in a call of its own in
+    each model, and its first round is a steady round. There the target's prefill counts as the baseline's
+    (its prompt's prefill less one one-token call), so that the read's extra rows of logits stay in the run's
+    time, and the draft's read is taken out whole (its extra rows: a 124M head over 7 rows, ~1 % of one
+    1558M pass)."""
     ks, K_max, result, t1 = run["ks"], run["K_max"], run["result"], baseline["t1"]
-    steady_calls = run["calls"][1:len(ks)]  # the rounds' target calls after the first (not calibration)
+    read = result.stats.prompt_positions > 0
+    steady_calls = run["calls"][1:len(ks) + read]  # the rounds' target calls after the prompt's (not calibration)
     v_fit = v_curve({m: [s for n, s in steady_calls if n == m] for m in range(1, K_max + 2)}, K_max + 1)
     v = {m: ratio(mean_call(steady_calls, m), t1) or v_fit[m] for m in range(1, K_max + 2)}
-    first_target = run["calls"][0][1] - v[ks[0] + 1] * t1
+    first_target = baseline["prefill"] - t1 if read else run["calls"][0][1] - v[ks[0] + 1] * t1
     draft_calls = run["draft_calls"]
     one_token = [s for n, s in draft_calls if n == 1] or [s for n, s in draft_calls[1:] if n == 2]
     t_draft = median(one_token) if one_token else (run["cost_per_token"] or 0.0)
-    first_draft = draft_calls[0][1] - t_draft if draft_calls and draft_calls[0][0] == run["prompt_len"] else 0.0
+    first_draft = (draft_calls[0][1] if read else draft_calls[0][1] - t_draft) \
+        if draft_calls and draft_calls[0][0] == run["prompt_len"] - read else 0.0
     steady = run["wall"] - first_target - first_draft
     a, c = result.stats.alpha_hat, t_draft / t1
     predicted = None
@@ -134,18 +142,22 @@ def measured(run, baseline):
     return {"K": run["K"], "speedup": baseline["steady"] / steady, "predicted_refined": predicted, "alpha_hat": a,
             "c": c, "rounds": len(ks), "K_counts": result.stats.K_counts,
             "exact": result.tokens == baseline["tokens"], "probe_seconds": result.stats.probe_seconds,
-            "probe_share": result.stats.probe_seconds / run["wall"]}
+            "probe_share": result.stats.probe_seconds / run["wall"], "prompt_overlap": result.stats.prompt_overlap,
+            "prompt_positions": result.stats.prompt_positions,
+            "prompt_share": result.stats.prompt_seconds / run["wall"]}
 
 
 def open_baseline(target, prompt, n_tokens):
     """Plain greedy decoding of the target as a StreamSide; its `record` is the baseline measured() needs:
-    the tokens, t1 (the median one-token call) and the steady seconds (the prefill call replaced by t1)."""
+    the tokens, t1 (the median one-token call), the steady seconds (the prefill call replaced by t1) and the
+    prefill call's seconds."""
     proxy = TimedProxy(target)
     stream = plain_stream(proxy, prompt, n_tokens, temperature=0)
 
     def record(seconds, when):
         t1 = median([s for _, s in proxy.calls[1:]])
-        return {"tokens": stream.result, "t1": t1, "steady": seconds - proxy.calls[0][1] + t1, "when": when}
+        return {"tokens": stream.result, "t1": t1, "steady": seconds - proxy.calls[0][1] + t1, "when": when,
+                "prefill": proxy.calls[0][1]}
 
     return StreamSide(stream, record, proxy)
 
@@ -160,7 +172,8 @@ def baseline_at(before, after, when):
     minutes, and a group of runs lasts minutes (its last run would otherwise be measured against a
     baseline taken minutes before it)."""
     share = min(1.0, max(0.0, (when - before["when"]) / (after["when"] - before["when"])))
-    return {"tokens": before["tokens"], **{key: before[key] + share * (after[key] - before[key]) for key in ("t1", "steady")}}
+    return {"tokens": before["tokens"],
+            **{key: before[key] + share * (after[key] - before[key]) for key in ("t1", "steady", "prefill")}}
 
 
 def timed_group(target, prompt, N, runs):
@@ -196,6 +209,9 @@ def pooled(runs):
     out["exact"] = all(r["exact"] for r in runs)
     out["probes"] = ([x for r in runs for x in r["probes"]] if all("probes" in r for r in runs) else  # pooled rows
                      [r["probe_share"] for r in runs if "probe_share" in r])  # runs: the shape's reading's share
+    out["prompt_reads"] = ([x for r in runs for x in r["prompt_reads"]] if all("prompt_reads" in r for r in runs) else
+                           [[r["prompt_positions"], r["prompt_overlap"], r["prompt_share"]] for r in runs
+                            if r.get("prompt_positions")])  # runs that read the prompt: positions, mean beta, share
     return out
 
 
@@ -215,7 +231,7 @@ def run(target, plan, draft_model):
     group (one repeat, one alpha) the runs' order rotates with the repeat, so that no policy is always
     the one furthest from a baseline."""
     prompt, N, K_max = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
-    sequence = prompt + baseline_run(target, prompt, N)["tokens"]  # warm-up, and what greedy decoding gives
+    sequence = wanted_sequence(target, prompt, baseline_run(target, prompt, N)["tokens"])  # warm-up, what greedy gives
     Ks = list(plan.policy_Ks or range(1, K_max + 1)) + ["heuristic", "auto"]
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
     runs, drifts = {}, []
@@ -349,6 +365,11 @@ def print_report(result):
               f"{100 * max(probes):.2f} % of its runs' time over {len(probes)} runs ("
               + ("--policy-fresh-probe: read before every run)" if result.get("fresh_probe") else
                  "the model remembers it: later runs of the process read nothing)") if probes else "")
+    reads = [x for r in result["rows"] if str(r["K"]) == "auto" for x in r.get("prompt_reads", [])]
+    drift += (f"\nauto's reading of the prompt before a run: {median([n for n, _, _ in reads]):.0f} positions, mean beta "
+              f"{min(b for _, b, _ in reads):.2f}-{max(b for _, b, _ in reads):.2f} over {len(reads)} runs, median "
+              f"{100 * median([s for _, _, s in reads]):.2f} % of a run's time (its target prefill counted as the "
+              "baseline's)" if reads else "")
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s){each}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",

@@ -45,6 +45,7 @@ from gpt2np.model.config import PRESETS
 
 from . import trees_report
 from .common import TINY_CONFIGS, StreamSide, add_section, blas_limits, lockstep, log, median, numbers, random_ids
+from .forced_draft import wanted_sequence  # the target's greedy token at each position: prompt, then baseline
 from .forced_tree_draft import ForcedTreeDrafter, forced_auto_tree
 from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, summarise_cell
 
@@ -228,7 +229,7 @@ def run(plan, threads=None):
         target = gpt2np.random_model(plan.configs[target_size], seed=0, tokenizer=None)
         draft = gpt2np.random_model(plan.configs[draft_size], seed=0, tokenizer=None)
         prompt = random_ids(plan.prompt_len, target.n_vocab, seed=3)
-        sequence = prompt + gpt2np.generate(target, prompt, plan.n_tokens, temperature=0)  # baseline, warm-up
+        sequence = wanted_sequence(target, prompt, gpt2np.generate(target, prompt, plan.n_tokens, temperature=0))
         sizes = sorted({*range(1, MAX_NODES + 2), *(1 + tree_size(s) for s in plan.shapes if s != "auto")})
         log(f"trees: timing target calls of M = {sizes[0]}..{sizes[-1]} tokens and the draft's one-token call")
         costs = measure_costs(target, draft, prompt, sizes, COST_REPEATS)

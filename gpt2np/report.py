@@ -240,6 +240,9 @@ def format_stats(stats, measured_speedup=None):
         f"  target calls, time                       {s.target_calls}, {s.target_seconds:.3f} s",
         *([f"  cost curve's shape read before the run   {s.probe_seconds:.3f} s   (auto plans v(M) with it)"]
           if s.probe_seconds else []),
+        *([f"  prompt read before the run               {s.prompt_positions} positions, mean beta "
+           f"{s.prompt_overlap:.3f}, {s.prompt_seconds:.3f} s   (auto's first belief about alpha)"]
+          if s.prompt_positions else []),
         f"  c = drafter / target time per token      {_fmt(s.c, '.3f')}{_unmeasured(s.c, s)}",
         f"  v = target (K+1)-token / 1-token call    {_fmt(s.v, '.3f')}{_unmeasured(s.v, s)}",
         f"  predicted speedup, Thm 3.8 (v = 1)       {_fmt(s.predicted_speedup, '.2f', 'x')}",

@@ -149,9 +149,9 @@ def test_a_run_is_measured_against_the_baseline_at_its_own_time():
     """baseline_at: the line between the plain runs before and after a group, at the run's midpoint
     (clamped to the two ends), so that a drifting machine does not favour the runs nearest the first."""
     from bench.policies import baseline_at
-    before = {"tokens": [1, 2], "t1": 1.0, "steady": 10.0, "when": 100.0}
-    after = {"tokens": [1, 2], "t1": 1.2, "steady": 12.0, "when": 200.0}
-    assert baseline_at(before, after, 150.0) == {"tokens": [1, 2], "t1": 1.1, "steady": 11.0}
+    before = {"tokens": [1, 2], "t1": 1.0, "steady": 10.0, "prefill": 2.0, "when": 100.0}
+    after = {"tokens": [1, 2], "t1": 1.2, "steady": 12.0, "prefill": 3.0, "when": 200.0}
+    assert baseline_at(before, after, 150.0) == {"tokens": [1, 2], "t1": 1.1, "steady": 11.0, "prefill": 2.5}
     assert baseline_at(before, after, 175.0)["steady"] == pytest.approx(11.5)
     assert baseline_at(before, after, 50.0)["steady"] == 10.0 and baseline_at(before, after, 250.0)["steady"] == 12.0
 

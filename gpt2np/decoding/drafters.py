@@ -141,6 +141,12 @@ class ModelDrafter:
             new_ids = drafts[-1:]  # x_k is never fed: the round ends before anyone needs q_{k+1}
         return drafts, np.array(q, dtype=np.float64).reshape(k, self.model.n_vocab)
 
+    def prompt_distributions(self, ids, n, options):  # [n_seq] -> q [n, n_vocab]
+        """The draft's prefill of ids (the prompt but its last token), keeping its distributions at the
+        last n positions: what q would have been there (speculative.read_prompt). Off the stopwatch, as
+        the target's side of it: a prefill, not a draft call."""
+        return distribution(self.timed.model.forward(np.asarray(ids), self.timed.cache, n), **options)
+
     def roll_back(self, n):
         self.timed.roll_back(n)
 

@@ -56,6 +56,11 @@ PROBE_SHARE = 0.01         # auto: the cost shape is read in at most this share 
                            # one-token passes; a run at alpha 1 takes a fifth of that): at 1558M one reading of each
                            # size at 40 tokens, three at 100; at 355M none under 50, at 124M none under 100 (a model
                            # remembers what it read: the next run of the process pays nothing)
+PROMPT_POSITIONS = 16      # auto: the overlaps beta read at the prompt's last positions before the first round (both
+PROMPT_WEIGHT = 0.5        # models' prefill, their logits kept for these rows), each worth this many examined
+                           # positions: on the bundled pair, teacher-forced on Shakespeare prompts, a prompt's 16
+                           # positions predicted the run's alpha with 1.4x the error of the run's own first 16
+                           # (about half a position's worth each; a quarter out of domain, on TinyStories prompts)
 SHAPE_WEIGHT = 0.05        # auto: how firmly the probed shape's scale stays 1 (shape_scale): the weight of about
                            # two timed sizes 0.15 above one-row cost, so that one noisy reading cannot tilt it
 WINDOW = 32                # timings kept per call size (and per drafting round): the latest ones, so the
@@ -78,6 +83,8 @@ class Measurements:
     tokens_left: int | None = None                 # tokens the run still wants (None: unknown)
     v_shape: dict | None = None                    # M -> v(M) of one block, read before the run (the target's
                                                    # row_cost_shape, model/cost_probe.py), or None
+    prompt_overlaps: list = field(default_factory=list)  # beta at the prompt's last positions, read before the
+                                                   # run (speculative.read_prompt), each worth PROMPT_WEIGHT
 
     def add_target_call(self, n_seq, seconds):
         """One timed target call of n_seq tokens (only the latest WINDOW of each size are kept)."""
@@ -89,6 +96,19 @@ class Measurements:
         """One drafting round's wall seconds per drafted token; draft_cost becomes their median."""
         keep(self.draft_costs, seconds_per_token)
         self.draft_cost = median(self.draft_costs)
+
+
+def alpha_belief(past):
+    """The Beta(a, b) belief about alpha: ALPHA_PRIOR, plus every examined position's beta (a + beta, b + 1 - beta),
+    plus the prompt's positions read before the run at PROMPT_WEIGHT each.
+
+    >>> past = Measurements(overlaps=[1.0, 0.0, 1.0], prompt_overlaps=[1.0, 1.0, 0.5, 0.5])
+    >>> alpha_belief(past)  # 1.5 + 2 + 0.5 * 3, 1.0 + 1 + 0.5 * 1
+    (5.0, 2.5)
+    """
+    seen, prompt = sum(past.overlaps), sum(past.prompt_overlaps)
+    return (ALPHA_PRIOR[0] + seen + PROMPT_WEIGHT * prompt,
+            ALPHA_PRIOR[1] + len(past.overlaps) - seen + PROMPT_WEIGHT * (len(past.prompt_overlaps) - prompt))
 
 
 def keep(window, value):
@@ -217,8 +237,9 @@ class AutoK:
 
     Belief: alpha ~ Beta(a, b), with a = a0 + sum(beta) and b = b0 + sum(1 - beta) over every
     position examined so far (beta = sum_x min(p, q), the position's chance of acceptance;
-    ALPHA_PRIOR = (a0, b0)). Costs: c = the drafter's wall seconds per drafted token (median of the
-    latest WINDOW drafting rounds; its c_prior until it has drafted) / a one-token target call;
+    ALPHA_PRIOR = (a0, b0)), and the prompt's last positions read before the run (5.: alpha_belief).
+    Costs: c = the drafter's wall seconds per drafted token (median of the latest WINDOW drafting
+    rounds; its c_prior until it has drafted) / a one-token target call;
     v = each timed call size's median over a one-token call (v_curve; the prior for sizes never timed).
 
     1. Draft or not: draft if some K >= 1 beats plain decoding at an optimistic alpha, the belief's
@@ -255,6 +276,12 @@ class AutoK:
        sizes timed (v_curve): a curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so
        before K = 5 is ever played, where a line through the 3 and 4 rows a run reads prices 6 rows
        11 % high.
+    5. The prompt: before the first round, where the drafter offers its distributions over the prompt
+       (prompt_distributions: a draft model's, from its own prefill), the loop keeps both models' logits
+       at the prompt's last PROMPT_POSITIONS positions and gives beta there (past.prompt_overlaps, asked for
+       by prompt_positions: speculative.read_prompt). Each counts PROMPT_WEIGHT of a position examined in
+       the run (a prompt is not the text the target writes), so the first round is no longer blind: with
+       any such positions read it is not capped (2.), and at alpha 0.3 auto need not draft to find out.
 
     Deterministic: K is a function of the past alone (the round count and the plain rounds waited
     included), as exactness needs.
@@ -263,6 +290,7 @@ class AutoK:
     def __init__(self, K_max=8):
         self.K_max, self.name = K_max, "auto"
         self.cost_sizes = K_max + 1  # 4. the call sizes whose cost shape it plans with (1..K_max + 1 tokens)
+        self.prompt_positions = PROMPT_POSITIONS  # 5. the prompt positions whose overlaps it asks for
         self.reset()
 
     def reset(self):
@@ -270,8 +298,7 @@ class AutoK:
 
     def estimates(self, past):
         """((a, b), c, v): the Beta belief about alpha, and the costs the policy plans with now."""
-        seen = sum(past.overlaps)
-        belief = (ALPHA_PRIOR[0] + seen, ALPHA_PRIOR[1] + len(past.overlaps) - seen)
+        belief = alpha_belief(past)
         v = v_curve(past.target_durations, self.K_max + 1, past.v_shape)
         t1 = t1_estimate(past.target_durations, v)
         c = past.c_prior if past.draft_cost is None or not t1 else past.draft_cost / t1
@@ -295,7 +322,7 @@ class AutoK:
             self.waited += 1
             return 0                                                     # 1. plain wins, or a try costs too much
         self.waited = 0
-        longest = self.K_max if past.overlaps else first_round_cap(c, v, self.K_max)
+        longest = self.K_max if past.overlaps or past.prompt_overlaps else first_round_cap(c, v, self.K_max)
         return max(range(1, longest + 1), key=planned.__getitem__)      # 2. the first maximum: fewest drafts
 
     def update(self, event):

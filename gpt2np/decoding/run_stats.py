@@ -82,6 +82,11 @@ class SpeculativeStats:
     by_rank: tuple = ()                      # per depth, per sibling rank j = 1, 2, ...: (tried, accepted)
     probe_seconds: float = 0.0               # reading the target's cost shape before the run (auto only;
                                              # policies.AutoK, 4.), inside the run's wall time
+    prompt_overlap: float | None = None      # mean beta at the prompt's last positions, read before the run
+                                             # (auto with a draft model: policies.AutoK, 5.), else None
+    prompt_positions: int = 0                # how many positions that read
+    prompt_seconds: float = 0.0              # both models' prefill with those positions' rows kept, inside the
+                                             # run's wall time, outside target_seconds and draft_seconds
 
 
 def time_one_token_calls(target, context, n_calls):
@@ -156,7 +161,8 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration, probe_seconds=0.0):
+def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration, probe_seconds=0.0, prompt_overlaps=(),
+              prompt_seconds=0.0):
     """SpeculativeStats from the round records, the K asked for in each round and the stopwatches."""
     decisions = [d for r in records for d in r.decisions]
     overlaps = [b for r in records for b in r.overlaps]
@@ -180,4 +186,6 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration, 
         predicted_speedup=predicted_speedup_mixed(alpha_hat, counts, c, lambda k: 1.0) if known else None,
         predicted_speedup_refined=predicted_speedup_mixed(alpha_hat, counts, c, v_of_K) if known else None,
         drafter=drafter.name, policy=policy_name, K_counts=counts, by_position=acceptance_by_position(records),
-        by_rank=acceptance_by_rank(records), probe_seconds=probe_seconds)
+        by_rank=acceptance_by_rank(records), probe_seconds=probe_seconds,
+        prompt_overlap=float(np.mean(prompt_overlaps)) if len(prompt_overlaps) else None,
+        prompt_positions=len(prompt_overlaps), prompt_seconds=prompt_seconds)

@@ -11,7 +11,8 @@ Cache invariant. Let `context` be the prompt plus every token emitted so far. Be
   * the target cache holds context[:-1] exactly: the newest token has not been fed yet;
   * a draft model's cache holds a prefix of context[:-1], and catches up at the start of its next
     call (after a round in which all K drafts were accepted it lacks x_K and the bonus token).
-    Both caches start empty: the first round feeds each model the whole prompt.
+    Both caches start empty: the first round feeds each model the whole prompt, unless the K policy
+    asked to read the prompt first (read_prompt: both hold prompt[:-1] after it).
 One round (the step numbers of Algorithm 1):
   Step 0    the K policy picks K from what earlier rounds measured (never from this round)
   Step 1    the drafter proposes up to k tokens x_1..x_k with their distributions q_1..q_k
@@ -198,6 +199,37 @@ def read_cost_shape(target, policy, n_tokens):  # -> ({M: v_shape(M)} or None, s
     return shape, time.perf_counter() - start
 
 
+def read_prompt(target, drafter, prompt, options, policy):  # -> (beta at the prompt's last positions, seconds)
+    """For a policy that asks (its prompt_positions: policies.AutoK, 5.) and a drafter that can say what it
+    would have drafted (prompt_distributions: a draft model), both models' prefill of prompt[:-1] in one
+    call each, keeping their distributions at its last n positions: beta = sum_x min(p, q) at each,
+    what the kernel would have seen had those positions been drafted. ([], 0.0) otherwise, and for a
+    prompt of one token. The prefill is work the first round would do anyway; what it adds is the head
+    and the softmax over n rows. Off the stopwatches (a prefill, not a round's call), before the first
+    round, from the past only: exactness is untouched. Afterwards both caches hold prompt[:-1].
+
+    >>> from gpt2np.teach.toy_models import random_toy_model
+    >>> from gpt2np.decoding.drafters import ModelDrafter
+    >>> from gpt2np.decoding.policies import AutoK
+    >>> rng = np.random.default_rng(0)
+    >>> target, draft = TimedModel(random_toy_model(rng)), ModelDrafter(random_toy_model(rng))
+    >>> draft.reset(target.model)
+    >>> overlaps, seconds = read_prompt(target, draft, [0, 1, 1, 0], dict(temperature=0), AutoK())
+    >>> len(overlaps), set(overlaps) <= {0.0, 1.0}, len(target.cache), len(draft.timed.cache), target.calls
+    (3, True, 3, 3, 0)
+    """
+    n_asked, read = getattr(policy, "prompt_positions", 0), getattr(drafter, "prompt_distributions", None)
+    n = min(n_asked, len(prompt) - 1)
+    if n < 1 or read is None:
+        return [], 0.0
+    start = time.perf_counter()
+    ids = prompt[:-1]
+    p = distribution(target.model.forward(np.asarray(ids), target.cache, n), **options)  # [n, n_vocab]
+    q = read(ids, n, options)                                                             # [n, n_vocab]
+    overlaps = [float(b) for b in np.minimum(p, q).sum(axis=-1)]                          # [n]
+    return overlaps, time.perf_counter() - start
+
+
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace, calibrate,
                        stops):
     """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult. It ends after
@@ -211,6 +243,8 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
     policy.reset()
     past = Measurements(c_prior=drafter.c_prior)
     past.v_shape, probe_seconds = read_cost_shape(target, policy, n_tokens)
+    past.prompt_overlaps, prompt_seconds = read_prompt(timed_target, drafter, prompt, options, policy)
+    prefilled = bool(past.prompt_overlaps)  # then the first round's calls are a round's, not the prompt's
     context, provenance, records, Ks = list(prompt), [], [], []
     while len(provenance) < n_tokens and not (provenance and context[-1] in stops):
         start = time.perf_counter()
@@ -224,11 +258,13 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         records.append(event)
         Ks.append(event.K if tree else K)                             # a tree: the nodes it drafted
         policy.update(event)
-        observe(past, event, timed_target, first_round=len(records) == 1, caught_up=getattr(drafter, "caught_up", 1))
+        observe(past, event, timed_target, first_round=len(records) == 1 and not prefilled,
+                caught_up=getattr(drafter, "caught_up", 1))
         yield event
     enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
     calibration = time_one_token_calls(timed_target, context, CALIBRATION_CALLS) if calibrate and not enough else []
-    stats = summarise(records, Ks, timed_target, drafter, policy.name, len(provenance), calibration, probe_seconds)
+    stats = summarise(records, Ks, timed_target, drafter, policy.name, len(provenance), calibration, probe_seconds,
+                      past.prompt_overlaps, prompt_seconds)
     return SpeculativeResult(context[len(prompt):], provenance, stats, records if trace else None)
 
 

@@ -33,7 +33,7 @@ Deterministic given the past, so the loop stays exact (policies.py says why).
 from statistics import median
 
 from .drafters import ModelDrafter
-from .policies import ALPHA_PRIOR, AutoK, keep, optimistic_alpha, t1_estimate, v_curve
+from .policies import ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, keep, optimistic_alpha, t1_estimate, v_curve
 from .run_stats import depths_and_ranks
 from .tree_drafters import ModelTreeDrafter
 from .tree_shape import best_shape, candidate_shapes, tree_speedup
@@ -53,10 +53,12 @@ class AutoTree:
         self.max_width, self.M_max = max_width, max_nodes + 1
         self.cost_sizes = self.M_max  # the target's cost shape up to a whole tree's rows (policies.AutoK, 4.)
         self.chain = AutoK(K_max)
+        self.prompt_positions = self.chain.prompt_positions  # the prompt's overlaps, as AutoK reads them (5.)
         self.reset()
 
     def reset(self):
         self.t, self.counts, self.level_seconds, self.rounds, self.widths = 0, {}, [], [], (1,)
+        self.prompt = (0.0, 0.0)  # (tried, accepted): what the prompt's read positions count for a first child
         self.plain_seconds = []
         self.chain.reset()
 
@@ -64,8 +66,9 @@ class AutoTree:
         return self.widths
 
     def beliefs(self):  # -> [d][r] Beta (a, b) for d < K_max, r < max_width: a_{d+1,r}'s belief
-        """Each (depth, rank)'s counts over a prior of PRIOR_WEIGHT positions at its rank's pooled mean."""
-        pooled = {}
+        """Each (depth, rank)'s counts over a prior of PRIOR_WEIGHT positions at its rank's pooled mean (a first
+        child's pooled over the prompt's read positions too, at PROMPT_WEIGHT each: what a chain's draft met)."""
+        pooled = {0: list(self.prompt)}
         for (d, r), (tried, accepted) in self.counts.items():
             total = pooled.setdefault(r, [0, 0])
             total[0], total[1] = total[0] + tried, total[1] + accepted
@@ -101,6 +104,8 @@ class AutoTree:
 
     def choose(self, past):
         self.t += 1
+        seen = sum(past.prompt_overlaps)
+        self.prompt = (PROMPT_WEIGHT * len(past.prompt_overlaps), PROMPT_WEIGHT * seen)
         K = self.chain.choose(past)                                    # 1. AutoK: draft at all, how deep
         self.widths = (1,) * max(K, 1)
         if K == 0 or self.t == 1:

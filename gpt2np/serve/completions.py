@@ -18,8 +18,8 @@ from gpt2np import SpeculativeResult
 
 STATS_FIELDS = ("drafter", "policy", "K", "K_counts", "rounds", "drafted", "accepted", "rejections",
                 "alpha_hat", "alpha_empirical", "tokens_per_target_call", "target_calls", "draft_calls",
-                "target_seconds", "draft_seconds", "calibration_seconds", "probe_seconds", "c", "v", "predicted_speedup",
-                "predicted_speedup_refined")
+                "target_seconds", "draft_seconds", "calibration_seconds", "probe_seconds", "prompt_overlap",
+                "prompt_positions", "prompt_seconds", "c", "v", "predicted_speedup", "predicted_speedup_refined")
 
 
 def finite(x):

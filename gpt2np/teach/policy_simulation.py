@@ -57,7 +57,13 @@ def probed_shape(v, seed, noise=PROBE_NOISE):  # -> {M: v_shape(M)}: v as one pr
     return {M: 1.0 if M == 1 else x * float(rng.lognormal(0.0, noise)) for M, x in v.items()}
 
 
-def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False):
+def prompt_coins(n, alpha, seed):  # -> [n] beta at the prompt's positions a policy reads before the run (0.0 or 1.0)
+    """What auto reads at n prompt positions when the drafter agrees there at rate alpha too, as bench's forced
+    drafters do (forced_draft.py: the target's greedy token at a prompt position w.p. alpha), from its own stream."""
+    return [float(x) for x in np.random.default_rng(30_000 + seed).random(n) < alpha]
+
+
+def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False, prompt=0):
     """Run `policy` for n_tokens: {"speedup" over plain decoding, "K_counts", "rounds"}.
 
     v: {M: cost of an M-token target call in one-token calls}, M = 1..K_max + 1. As in the real
@@ -67,9 +73,13 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     that round (a shared machine's minute-to-minute drift; the costs counted stay c and v).
     probe: the target read its cost curve's shape before the run, as a GPT2 does for auto
     (past.v_shape = probed_shape(v, seed); its time is not counted, at most 1 % of a plain run).
+    prompt: the positions of the prompt (its length - 1) whose overlaps a policy that asks for them
+    (prompt_positions) reads before the run, at most that many (prompt_coins; its time is not
+    counted: a prefill); the first round's calls are then timed as any round's, as in the loop.
     """
     accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
     past.v_shape = probed_shape(v, seed) if probe else None
+    past.prompt_overlaps = prompt_coins(min(prompt, getattr(policy, "prompt_positions", 0)), alpha, seed)
     policy.reset()
     emitted, cost, K_counts = 0, 0.0, {}
     while emitted < n_tokens:
@@ -78,7 +88,7 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
         n_ok = first_failure(accepted[emitted:emitted + K])
         past.overlaps += [1.0] * n_ok + [0.0] * (n_ok < K)    # the positions the round examined
         debt = catch_up_cost(c, v, past.owed) if K else 0.0   # the plain rounds' tokens, fed by its first call
-        if K_counts:                                          # not the first round (the prompt's)
+        if K_counts or past.prompt_overlaps:                  # not the first round (the prompt's), unless prefilled
             seen = drift(sum(K_counts.values())) if drift else 1.0
             past.add_target_call(K + 1, v[K + 1] * seen)
             if K and past.owed <= 1:                          # as speculative.observe: no c from a catch-up
@@ -96,9 +106,9 @@ def first_failure(coins):
     return int(failed[0]) if failed.size else len(coins)
 
 
-def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "heuristic"), probe=False):
+def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "heuristic"), probe=False, prompt=0):
     """For each seed: every fixed K 1..K_max and the named policies, as speedups over plain decoding
-    (probe: the named policies' runs read the curve's shape first, simulate_policy).
+    (probe, prompt: what the named policies' runs read first, simulate_policy).
 
     Returns {"fixed": {K: [speedup per seed]}, name: [speedup per seed], "best_fixed": [...]}:
     best_fixed is, per seed, the best fixed K's speedup (an oracle that knew the seed's coins).
@@ -106,7 +116,8 @@ def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "h
     out = {"fixed": {K: [simulate_policy(make_policy(K), alpha, c, v, n_tokens, s)["speedup"] for s in seeds]
                      for K in range(1, K_max + 1)}}
     for name in policies:
-        out[name] = [simulate_policy(make_policy(name, K_max), alpha, c, v, n_tokens, s, probe=probe)["speedup"]
+        out[name] = [simulate_policy(make_policy(name, K_max), alpha, c, v, n_tokens, s, probe=probe, prompt=prompt)
+                     ["speedup"]
                      for s in seeds]
     out["best_fixed"] = [max(out["fixed"][K][i] for K in out["fixed"]) for i in range(len(seeds))]
     return out
@@ -173,15 +184,16 @@ def measured_v(kernel, target, cpu="EPYC"):
     return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[cpu, kernel, target], start=2)}}
 
 
-def table_row(policy, alpha, c, v, n_tokens, seeds, probe=False):
+def table_row(policy, alpha, c, v, n_tokens, seeds, probe=False, prompt=0):
     """One row: the best fixed K by median (0 = plain decoding, where no K beats it) and `policy`'s
     speedups over it seed by seed, and over plain decoding."""
-    return table_rows((policy,), alpha, c, v, n_tokens, seeds, probes=(probe,))[0]
+    return table_rows((policy,), alpha, c, v, n_tokens, seeds, probes=(probe,), prompt=prompt)[0]
 
 
-def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None):
+def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0):
     """table_row for each of several policies against one best fixed K (the fixed Ks simulated once);
-    probes: for each policy, whether its runs read the curve's shape first (default: none do)."""
+    probes: for each policy, whether its runs read the curve's shape first (default: none do); prompt: the
+    prompt positions there are to read (simulate_policy)."""
     runs = compare_policies(alpha, c, v, n_tokens, seeds, policies=())
     medians = {K: np.median(s) for K, s in runs["fixed"].items()}
     best = max(medians, key=medians.get)
@@ -189,7 +201,7 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None):
     reference = np.array(runs["fixed"][best]) if best else np.ones(len(seeds))  # [seeds]
     rows = []
     for policy, probe in zip(policies, probes or [False] * len(policies)):
-        mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s, probe=probe)["speedup"]
+        mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s, probe=probe, prompt=prompt)["speedup"]
                          for s in seeds])  # [seeds]
         ratio = mine / reference
         rows.append({"best_K": best, "best_median": float(np.median(reference)), "median": float(np.median(ratio)),
@@ -198,9 +210,10 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None):
     return rows
 
 
-def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), probe=True):
+def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), probe=True, prompt=0):
     """The markdown table of `policy` against the best fixed K, every measured curve x drafter x tokens x alpha
-    (probe: each run reads the curve's shape first, as a real one of these sizes does)."""
+    (probe: each run reads the curve's shape first, as a real one of these sizes does; prompt: a model drafter's
+    runs read that many prompt positions first, as a draft model's do; prompt lookup reads none)."""
     print("| cpu | kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
           " | 5 % of seeds | worst seed | auto / plain: worst seed |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -210,7 +223,8 @@ def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), pr
                 continue
             for n_tokens in tokens:
                 for alpha in alphas:
-                    r = table_row(policy, alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds, probe)
+                    r = table_row(policy, alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds, probe,
+                                  prompt if drafter != "lookup" else 0)
                     best = f"K={r['best_K']} {r['best_median']:.2f}" if r["best_K"] else "plain"
                     print(f"| {cpu} | {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} "
                           f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
@@ -259,19 +273,23 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
 
 
 def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200), alphas=(0.3, 0.8, 1.0),
-                        tokens=(40, 100)):
+                        tokens=(40, 100), prompt=0):
     """auto without the curve's shape (a line through the sizes it times), auto with a probed shape (as a
     GPT2 target reads it: probed_shape) and ToldCostsAutoK, on one measured 1558M curve: each over the
     best fixed K (plain decoding where none beats it), median and worst seed; with 10 seeds or fewer,
-    each seed's too (the bench's policies section draws its coins from seeds 0, 1, ...: forced_coins)."""
+    each seed's too (the bench's policies section draws its coins from seeds 0, 1, ...: forced_coins).
+    prompt > 0: a fourth column, auto with a probed shape that also reads that many prompt positions first."""
     v = measured_v(kernel, "1558M", cpu)
+    read = f" | shape probed, {prompt} prompt positions read: median / worst" if prompt else ""
     print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto, no shape: median / worst "
-          f"| auto, shape probed: median / worst | told v: median / worst |")
-    print("| --- | --- | --- | --- | --- |")
+          f"| auto, shape probed: median / worst{read} | told v: median / worst |")
+    print("| --- | --- | --- | --- | --- |" + (" --- |" if prompt else ""))
     for n_tokens in tokens:
         for alpha in alphas:
-            rows = table_rows((AutoK(8), AutoK(8), ToldCostsAutoK(v)), alpha, c, v, n_tokens, seeds,
-                              probes=(False, True, False))
+            policies, probes = (AutoK(8), AutoK(8), ToldCostsAutoK(v)), (False, True, False)
+            rows = table_rows(policies, alpha, c, v, n_tokens, seeds, probes=probes)
+            if prompt:
+                rows.insert(2, table_rows((AutoK(8),), alpha, c, v, n_tokens, seeds, (True,), prompt)[0])
             each = "".join(f" ({', '.join(f'{x:.3f}' for x in r['ratios'])})" if len(seeds) <= 10 else ""
                            for r in rows)
             print(f"| {n_tokens} | {alpha} | " + " | ".join(f"{r['median']:.3f} / {r['worst']:.3f}" for r in rows)
@@ -279,7 +297,8 @@ def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200),
 
 
 def main(argv=None):
-    """python -m gpt2np.teach.policy_simulation [--bound | --told-v | --no-probe] [--cpu CPU] [--seeds N]"""
+    """python -m gpt2np.teach.policy_simulation [--bound | --told-v | --no-probe] [--cpu CPU] [--seeds N]
+    [--prompt N]"""
     curves = sorted({cpu for cpu, _, _ in MEASURED_V})
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
     mode = p.add_mutually_exclusive_group()
@@ -291,14 +310,19 @@ def main(argv=None):
     p.add_argument("--cpu", choices=curves, help="--bound / --told-v: one CPU's 1558M curves (MEASURED_V) "
                    "instead of the default ones (the Xeon's for --told-v)")
     p.add_argument("--seeds", type=int, default=200, help="coin seeds 0..N-1 (default 200; N <= 10: each seed shown)")
+    p.add_argument("--prompt", type=int, default=0, help="prompt positions a draft model's auto reads before the run "
+                   "(its prompt's length - 1, at most policies.PROMPT_POSITIONS; the bench's prompt: 7); default 0, "
+                   "none (with --told-v: a fourth column)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be at least 1, got {args.seeds}")
     if args.no_probe and (args.bound or args.told_v):
         p.error("--no-probe goes with the default table (--told-v shows both; --bound has no auto)")
+    if args.prompt < 0 or (args.prompt and args.bound):
+        p.error(f"--prompt must be 0 or more, and goes with the default table or --told-v, got {args.prompt}")
     seeds = range(args.seeds)
     if args.told_v:
-        print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds)
+        print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds, prompt=args.prompt)
     elif args.bound:
         runs = (("EPYC", "SkylakeX", 40), ("EPYC", "Haswell", 40), ("EPYC", "Haswell", 100),
                 ("Xeon", "SkylakeX", 40), ("Xeon", "Haswell", 40))
@@ -310,7 +334,7 @@ def main(argv=None):
     else:
         if args.cpu:
             p.error("--cpu goes with --bound or --told-v")
-        print_table(AutoK(8), seeds, probe=not args.no_probe)
+        print_table(AutoK(8), seeds, probe=not args.no_probe, prompt=args.prompt)
 
 
 if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU]: 200 seeds (~45 s)

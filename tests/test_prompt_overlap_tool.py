@@ -1,0 +1,36 @@
+"""tools/prompt_overlap.py: a prompt's overlaps against the run's acceptance on the bundled pair (PROMPT_WEIGHT's basis)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpt2np
+from conftest import REPO, load_tool
+
+TOOL = REPO / "tools" / "prompt_overlap.py"
+OVERLAP = load_tool("prompt_overlap")
+
+
+def test_a_prompt_position_s_worth_is_the_squared_ratio_of_the_two_errors():
+    rows = np.array([[0.5, 0.7, 0.6], [0.9, 0.7, 0.8]])  # prompt's, run's, run's first 16: errors 0.2 and 0.1
+    s = OVERLAP.summary(rows)
+    assert s["prompt"] == pytest.approx(0.7) and s["err_prompt"] == pytest.approx(0.2)
+    assert s["err_first"] == pytest.approx(0.1) and s["worth"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_one_prompt_s_overlaps_and_its_run_s_on_the_bundled_pair(temperature):
+    target, draft = gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
+    ids = target.tokenizer.encode("ROMEO:\nBut soft, what light through yonder window breaks?")
+    prompt, run, first = OVERLAP.prompt_and_run(target, draft, ids, 24, temperature, seed=0)
+    assert all(0.0 <= x <= 1.0 for x in (prompt, run, first)), (prompt, run, first)
+    if temperature == 0.0:  # greedy: beta is 1 or 0, so the means are multiples of 1/16 and 1/n
+        assert (prompt * 16) == pytest.approx(round(prompt * 16)), prompt
+
+
+def test_bad_flags_are_one_line_errors(tmp_path):
+    for argv in (["--prompts", "1"], ["--tokens", "3"], ["--corpus", str(tmp_path / "none.txt")],
+                 ["--temperatures", "warm"]):
+        out = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "error:" in out.stderr.strip().splitlines()[-1], (argv, out.stderr)

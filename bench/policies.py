@@ -9,7 +9,10 @@ alpha in plan.policy_alphas, two drafters:
            (alpha 1 by nature, reported as alpha 1.0), but a draft costs a whole target call (c ~ 1),
            so no fixed K can pay and auto must stay plain; run once per repeat, not per alpha
 and for each, the fixed Ks plan.policy_Ks (default 1..plan.policy_K_max), then heuristic and auto
-(K_max = plan.policy_K_max); plan.policy_drafters picks the drafters. One repeat = for each alpha,
+(K_max = plan.policy_K_max), and with plan.policy_unread (--policy-unread) "auto unread": auto whose
+drafter offers nothing over the prompt, so that it reads nothing before its first round (auto reads the
+prompt's overlaps: policies.AutoK, 5.; the forced drafters agree at the prompt's positions with the
+target's greedy token at alpha: forced_draft.wanted_sequence); plan.policy_drafters picks the drafters. One repeat = for each alpha,
 a group: a plain-decoding baseline, every run of that alpha back to back (in an order rotated with
 the repeat), and a second baseline; each run's speedup is over the baseline drawn on the line between
 the two at the run's midpoint (baseline_at: a shared machine's speed drifts by several per cent

@@ -171,7 +171,9 @@ def speculative_round(target, drafter, context, k, options, rng, kernels, keep_r
 def observe(past, event, target, first_round, caught_up=1):
     """What the K policy may use next: this round's overlaps, the plain rounds' tokens since the last
     drafting round (past.owed), its target call and the drafter's wall time per drafted token (both
-    without the first round, whose calls carry the prompt). No
+    without the first round, whose calls carry the prompt, or follow its prefill where read_prompt made
+    one: a one-token call right after it read ~1.2x its later cost at 1558M under Haswell, so that v(3)
+    looked 1.15 against 1.4, and auto drafted at alpha 0.3). No
     draft cost from a round whose draft model first caught up on more than CATCH_UP tokens (the
     drafter's caught_up): those were the plain rounds' debt, and charged to this round's one or two
     drafts they read c as 0.6-0.8 for a 124M draft of a 355M target (0.35 by parameters), which
@@ -244,7 +246,6 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
     past = Measurements(c_prior=drafter.c_prior)
     past.v_shape, probe_seconds = read_cost_shape(target, policy, n_tokens)
     past.prompt_overlaps, prompt_seconds = read_prompt(timed_target, drafter, prompt, options, policy)
-    prefilled = bool(past.prompt_overlaps)  # then the first round's calls are a round's, not the prompt's
     context, provenance, records, Ks = list(prompt), [], [], []
     while len(provenance) < n_tokens and not (provenance and context[-1] in stops):
         start = time.perf_counter()
@@ -258,8 +259,7 @@ def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, 
         records.append(event)
         Ks.append(event.K if tree else K)                             # a tree: the nodes it drafted
         policy.update(event)
-        observe(past, event, timed_target, first_round=len(records) == 1 and not prefilled,
-                caught_up=getattr(drafter, "caught_up", 1))
+        observe(past, event, timed_target, first_round=len(records) == 1, caught_up=getattr(drafter, "caught_up", 1))
         yield event
     enough = len(timed_target.durations.get(1, [])) >= CALIBRATION_CALLS
     calibration = time_one_token_calls(timed_target, context, CALIBRATION_CALLS) if calibrate and not enough else []

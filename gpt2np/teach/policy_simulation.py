@@ -75,7 +75,7 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     (past.v_shape = probed_shape(v, seed); its time is not counted, at most 1 % of a plain run).
     prompt: the positions of the prompt (its length - 1) whose overlaps a policy that asks for them
     (prompt_positions) reads before the run, at most that many (prompt_coins; its time is not
-    counted: a prefill); the first round's calls are then timed as any round's, as in the loop.
+    counted: a prefill).
     """
     accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
     past.v_shape = probed_shape(v, seed) if probe else None
@@ -88,7 +88,7 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
         n_ok = first_failure(accepted[emitted:emitted + K])
         past.overlaps += [1.0] * n_ok + [0.0] * (n_ok < K)    # the positions the round examined
         debt = catch_up_cost(c, v, past.owed) if K else 0.0   # the plain rounds' tokens, fed by its first call
-        if K_counts or past.prompt_overlaps:                  # not the first round (the prompt's), unless prefilled
+        if K_counts:                                          # not the first round (the prompt's, or after its prefill)
             seen = drift(sum(K_counts.values())) if drift else 1.0
             past.add_target_call(K + 1, v[K + 1] * seen)
             if K and past.owed <= 1:                          # as speculative.observe: no c from a catch-up

@@ -74,7 +74,7 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               forced runs after spec_long_prompt = 896 tokens; or forced_long.skipped): {prompt_len,
               alpha_nominal, alpha_hat, c, v, speedup, speedup_end_to_end, predicted_thm38,
               predicted_refined, refined_error, ...},
-              policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto|auto unread),
+              policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto|auto read),
               speedup, predicted_refined, refined_error, alpha_hat, c, rounds and K_counts (summed over repeats),
               exact, speedups (one per coin seed), probes (the cost shape's reading's share of each run),
               prompt_reads ([positions, mean beta, share of the run's time] of each run that read the prompt)},

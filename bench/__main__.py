@@ -57,9 +57,9 @@ def parse_args(argv):
     ap.add_argument("--policy-fresh-probe", action="store_true",
                     help="every auto run of the K-policy sweep reads the target's cost shape before it starts, as "
                          "in a fresh process (default: the first does, and the model remembers it)")
-    ap.add_argument("--policy-unread", action="store_true",
-                    help="one more side in every group of the K-policy sweep: auto without reading the prompt before "
-                         "its first round (its drafter offers no distributions there), beside auto that reads it")
+    ap.add_argument("--policy-read", action="store_true",
+                    help="one more side in every group of the K-policy sweep: auto reading the prompt's overlaps "
+                         "before its first round (policies.READ_PROMPT set for it), beside auto as it is")
     ap.add_argument("--policy-alphas", default="0.3,0.6,0.8,1.0", help="forced acceptance rates of the K-policy sweep")
     ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
     ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")
@@ -115,7 +115,7 @@ def make_plan(args):
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
                      policy_repeats=args.policy_repeats, policy_runs=args.policy_runs,
                      policy_lockstep=args.policy_lockstep, policy_fresh_probe=args.policy_fresh_probe,
-                     policy_unread=args.policy_unread,
+                     policy_read=args.policy_read,
                      spec_long_prompt=args.spec_long_prompt,
                      reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
                      kernel_rounds=args.kernel_rounds, **policy,

@@ -50,8 +50,8 @@ class Plan:
     policy_runs: int = 1            # runs per coin seed (each its own bracketed group): a seed's speedup is their median
     policy_lockstep: bool = False   # a group's runs and its plain baseline decode in lockstep (common.lockstep)
     policy_fresh_probe: bool = False  # every auto run reads the target's cost shape (as a fresh process), not once
-    policy_unread: bool = False     # one more side: auto whose drafter offers nothing over the prompt (its first
-                                    # round blind, as before 2026-11-29)
+    policy_read: bool = False       # one more side: auto reading the prompt before its first round
+                                    # (policies.READ_PROMPT set for it)
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)

@@ -9,10 +9,10 @@ alpha in plan.policy_alphas, two drafters:
            (alpha 1 by nature, reported as alpha 1.0), but a draft costs a whole target call (c ~ 1),
            so no fixed K can pay and auto must stay plain; run once per repeat, not per alpha
 and for each, the fixed Ks plan.policy_Ks (default 1..plan.policy_K_max), then heuristic and auto
-(K_max = plan.policy_K_max), and with plan.policy_unread (--policy-unread) "auto unread": auto whose
-drafter offers nothing over the prompt, so that it reads nothing before its first round (auto reads the
-prompt's overlaps: policies.AutoK, 5.; the forced drafters agree at the prompt's positions with the
-target's greedy token at alpha: forced_draft.wanted_sequence); plan.policy_drafters picks the drafters. One repeat = for each alpha,
+(K_max = plan.policy_K_max), and with plan.policy_read (--policy-read) "auto read": auto with
+policies.READ_PROMPT set, reading the prompt's overlaps before its first round (policies.AutoK, 5.;
+the forced drafters agree at the prompt's positions with the target's greedy token at alpha:
+forced_draft.wanted_sequence); plan.policy_drafters picks the drafters. One repeat = for each alpha,
 a group: a plain-decoding baseline, every run of that alpha back to back (in an order rotated with
 the repeat), and a second baseline; each run's speedup is over the baseline drawn on the line between
 the two at the run's midpoint (baseline_at: a shared machine's speed drifts by several per cent
@@ -47,6 +47,7 @@ import time
 import gpt2np
 from gpt2np.decoding.autoregressive import generate, plain_stream
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter, one_hot_rows
+from gpt2np.decoding import policies
 from gpt2np.decoding.policies import v_curve
 from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.theory import expected_tokens_per_round
@@ -235,16 +236,20 @@ def run(target, plan, draft_model):
     the one furthest from a baseline."""
     prompt, N, K_max = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
     sequence = wanted_sequence(target, prompt, baseline_run(target, prompt, N)["tokens"])  # warm-up, what greedy gives
-    Ks = list(plan.policy_Ks or range(1, K_max + 1)) + ["heuristic", "auto"] + [UNREAD] * plan.policy_unread
+    Ks = list(plan.policy_Ks or range(1, K_max + 1)) + ["heuristic", "auto"] + [READ] * plan.policy_read
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes
     runs, drifts = {}, []
 
     def opened(drafter, proxy, K):  # open_run, the target's record of its cost shape first forgotten where asked
-        if K in ("auto", UNREAD) and plan.policy_fresh_probe:
+        if K in ("auto", READ) and plan.policy_fresh_probe:
             getattr(target, "cost_shapes", {}).clear()  # auto reads the cost shape again, as a fresh process would
-        if K == UNREAD:  # auto, its drafter offering no distributions over the prompt: nothing read before round 1
-            drafter.prompt_distributions = None
-        return open_run(target, drafter, proxy, prompt, N, "auto" if K == UNREAD else K, K_max)
+        if K != READ:
+            return open_run(target, drafter, proxy, prompt, N, K, K_max)
+        before, policies.READ_PROMPT = policies.READ_PROMPT, True  # auto, reading the prompt (set as it is built)
+        try:
+            return open_run(target, drafter, proxy, prompt, N, "auto", K_max)
+        finally:
+            policies.READ_PROMPT = before
 
     def forced(name, a, K, seed):  # -> a callable opening one run (a StreamSide) of the forced drafter `name` at alpha a
         def one():
@@ -280,14 +285,14 @@ def run(target, plan, draft_model):
                 for (key, _), row in zip(group, rows):
                     runs.setdefault(key, {}).setdefault(r, []).append(row)
     rows = [{"drafter": name, "alpha_nominal": a, **combine([per_seed(rs) for _, rs in sorted(by_seed.items())]),
-             **({"K": UNREAD} if K == UNREAD else {})}  # its runs were opened as "auto"
+             **({"K": READ} if K == READ else {})}  # its runs were opened as "auto"
             for (name, a, K), by_seed in runs.items()]
     return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows,
             "drifts": drifts, "runs_per_seed": n_runs, "lockstep": plan.policy_lockstep,
             "fresh_probe": plan.policy_fresh_probe}
 
 
-UNREAD = "auto unread"  # --policy-unread: auto as before 2026-11-29, its first round blind (no prompt read)
+READ = "auto read"  # --policy-read: auto with policies.READ_PROMPT set, reading the prompt before its first round
 
 
 def per_seed(runs):
@@ -356,12 +361,12 @@ def print_report(result):
         worst_err = max(abs(r["refined_error"]) for r in g.values() if r["refined_error"] is not None)
         auto_med, auto_worst = against_best_fixed(g, Ks, "auto")
         heuristic_med, heuristic_worst = against_best_fixed(g, Ks, "heuristic")
-        unread = [*against_best_fixed(g, Ks, UNREAD), min(g[UNREAD]["speedups"])] if UNREAD in g else []
+        read = [*against_best_fixed(g, Ks, READ), min(g[READ]["speedups"])] if READ in g else []
         rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], max(max(fixed), 1.0),
-                     heuristic_med, heuristic_worst, auto_med, auto_worst, min(g["auto"]["speedups"]), *unread,
+                     heuristic_med, heuristic_worst, auto_med, auto_worst, min(g["auto"]["speedups"]), *read,
                      " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
                      worst_err, all(r["exact"] for r in g.values())])
-    unread = any(str(r["K"]) == UNREAD for r in result["rows"])
+    read = any(str(r["K"]) == READ for r in result["rows"])
     seeds = len(next(iter(result["rows"]))["speedups"]) if result["rows"] else 0
     n_runs = result.get("runs_per_seed", 1)
     drifts = result.get("drifts") or [1.0]
@@ -376,8 +381,8 @@ def print_report(result):
               f"{100 * max(probes):.2f} % of its runs' time over {len(probes)} runs ("
               + ("--policy-fresh-probe: read before every run)" if result.get("fresh_probe") else
                  "the model remembers it: later runs of the process read nothing)") if probes else "")
-    reads = [x for r in result["rows"] if str(r["K"]) == "auto" for x in r.get("prompt_reads", [])]
-    drift += (f"\nauto's reading of the prompt before a run: {median([n for n, _, _ in reads]):.0f} positions, mean beta "
+    reads = [x for r in result["rows"] if str(r["K"]) == READ for x in r.get("prompt_reads", [])]
+    drift += (f"\nauto read's reading of the prompt before a run: {median([n for n, _, _ in reads]):.0f} positions, mean beta "
               f"{min(b for _, b, _ in reads):.2f}-{max(b for _, b, _ in reads):.2f} over {len(reads)} runs, median "
               f"{100 * median([s for _, _, s in reads]):.2f} % of a run's time (both models' prefill; the target's "
               "counted as the baseline's)" if reads else "")
@@ -385,7 +390,7 @@ def print_report(result):
                 f"{seeds} coin seed(s){each}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
                  "auto/best", "worst seed", "auto's worst",
-                 *(["unread/best", "worst seed", "unread's worst"] if unread else []),
+                 *(["read/best", "worst seed", "read's worst"] if read else []),
                  "auto's K:rounds (all seeds)", "max |err|", "exact"], rows,
                 note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
                      "(c ~ 0); self: the target\ndrafting for itself (alpha 1, c ~ 1); best: the best fixed K's "

@@ -492,25 +492,27 @@ def test_the_policy_targets_are_issue_26s_goals():
         assert table["124M->1558M a=0.3: auto / best of plain and fixed K, median over seeds"] == (0.981, ">= 0.95")
 
 
-def test_policy_sweep_reports_auto_s_reading_of_the_prompt_and_can_run_auto_unread_beside_it(capsys):
-    """auto with the model drafter reads the prompt's positions before its first round (its target prefill counted
-    as the baseline's); --policy-unread adds auto whose drafter offers nothing there: a side of its own, exact,
-    reading nothing, reported beside auto. The forced draft agrees at the prompt's positions with the target's
-    greedy token at alpha (tests/bench/test_forced_prompt.py), so at alpha 1 every read position agreed."""
+def test_policy_sweep_can_run_auto_reading_the_prompt_beside_auto_and_reports_its_reading(capsys):
+    """--policy-read adds auto with policies.READ_PROMPT set: it reads the prompt's positions before its first round
+    (its target's read counted as the baseline's prefill), a side of its own, exact, reported beside auto, which
+    reads nothing (the switch is set only while that side is built). The forced draft agrees at the prompt's
+    positions with the target's greedy token at alpha (tests/bench/test_forced_prompt.py): at alpha 1, every one."""
     from bench import policies
     target = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=96, n_embd=16, n_head=2, n_layer=2),
                                  tokenizer=None)
     plan = tiny_plan(policy_repeats=2, policy_lockstep=True, policy_alphas=(1.0,), policy_Ks=(2,),
-                     policy_drafters=("model",), policy_tokens=20, policy_unread=True)
+                     policy_drafters=("model",), policy_tokens=20, policy_read=True)
     sweep = policies.run(target, plan, gpt2np.random_model(plan.config("tiny"), tokenizer=None))
     auto = next(r for r in sweep["rows"] if r["K"] == "auto")
-    unread = next(r for r in sweep["rows"] if r["K"] == policies.UNREAD)
-    assert auto["exact"] and unread["exact"] and len(unread["speedups"]) == 2
+    read = next(r for r in sweep["rows"] if r["K"] == policies.READ)
+    assert auto["exact"] and read["exact"] and len(read["speedups"]) == 2
     positions = plan.spec_prompt_len - 1
-    assert [(n, b) for n, b, _ in auto["prompt_reads"]] == [(positions, 1.0)] * 2, auto["prompt_reads"]
-    assert all(0 < share < 1 for _, _, share in auto["prompt_reads"]) and unread["prompt_reads"] == []
+    assert [(n, b) for n, b, _ in read["prompt_reads"]] == [(positions, 1.0)] * 2, read["prompt_reads"]
+    assert all(0 < share < 1 for _, _, share in read["prompt_reads"]) and auto["prompt_reads"] == []
+    from gpt2np.decoding.policies import READ_PROMPT
+    assert READ_PROMPT is False  # set back
     fixed = next(r for r in sweep["rows"] if r["K"] == 2)
     assert fixed["prompt_reads"] == []  # a fixed K reads nothing
     policies.print_report(sweep)
     out = capsys.readouterr().out
-    assert "unread/best" in out and f"auto's reading of the prompt before a run: {positions} positions" in out, out
+    assert "read/best" in out and f"auto read's reading of the prompt before a run: {positions} positions" in out, out

@@ -17,6 +17,7 @@ third-party and never committed here.
 """
 import argparse
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np from this checkout
@@ -24,7 +25,7 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 
 from gpt2np.decoding.drafters import ModelDrafter  # noqa: E402
-from gpt2np.decoding.policies import PROMPT_POSITIONS, AutoK  # noqa: E402
+from gpt2np.decoding.policies import PROMPT_POSITIONS  # noqa: E402
 from gpt2np.decoding.speculative import read_prompt, speculative_generate  # noqa: E402
 from gpt2np.decoding.stopwatch import TimedModel  # noqa: E402
 
@@ -36,7 +37,7 @@ def prompt_and_run(target, draft, ids, n_tokens, temperature, seed):  # -> (prom
     options = dict(temperature=temperature, top_k=None, top_p=None)
     drafter = ModelDrafter(draft)
     drafter.reset(target)
-    overlaps, _ = read_prompt(TimedModel(target), drafter, ids, options, AutoK())
+    overlaps, _ = read_prompt(TimedModel(target), drafter, ids, options, SimpleNamespace(prompt_positions=PROMPT_POSITIONS))
     rng = np.random.default_rng(seed) if temperature else None
     run = speculative_generate(target, draft, ids, n_tokens, 4, temperature=temperature or None, rng=rng,
                                trace=True)

@@ -56,6 +56,9 @@ PROBE_SHARE = 0.01         # auto: the cost shape is read in at most this share 
                            # one-token passes; a run at alpha 1 takes a fifth of that): at 1558M one reading of each
                            # size at 40 tokens, three at 100; at 355M none under 50, at 124M none under 100 (a model
                            # remembers what it read: the next run of the process pays nothing)
+READ_PROMPT = False        # auto: read the prompt's overlaps before the first round (5.)? Off: in lockstep A/B runs
+                           # at 1558M it gained 4-7 points of median at 40 tokens and lost 1-6 elsewhere (PERFORMANCE.md,
+                           # "The prompt, read before the first round"); the bench's --policy-read measures it
 PROMPT_POSITIONS = 16      # auto: the overlaps beta read at the prompt's last positions before the first round (both
 PROMPT_WEIGHT = 0.5        # models' prefill, their logits kept for these rows), each worth this many examined
                            # positions: on the bundled pair a Shakespeare prompt's 16 positions predicted a 100-token
@@ -277,7 +280,8 @@ class AutoK:
        sizes timed (v_curve): a curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so
        before K = 5 is ever played, where a line through the 3 and 4 rows a run reads prices 6 rows
        11 % high.
-    5. The prompt: before the first round, where the drafter offers its distributions over the prompt
+    5. The prompt (where READ_PROMPT is set; off by default): before the first round, where the drafter
+       offers its distributions over the prompt
        (prompt_distributions: a draft model's, from its own prefill), the loop keeps both models' logits
        at the prompt's last PROMPT_POSITIONS positions and gives beta there (past.prompt_overlaps, asked for
        by prompt_positions: speculative.read_prompt). Each counts PROMPT_WEIGHT of a position examined in
@@ -291,7 +295,7 @@ class AutoK:
     def __init__(self, K_max=8):
         self.K_max, self.name = K_max, "auto"
         self.cost_sizes = K_max + 1  # 4. the call sizes whose cost shape it plans with (1..K_max + 1 tokens)
-        self.prompt_positions = PROMPT_POSITIONS  # 5. the prompt positions whose overlaps it asks for
+        self.prompt_positions = PROMPT_POSITIONS if READ_PROMPT else 0  # 5. the prompt positions it asks for
         self.reset()
 
     def reset(self):

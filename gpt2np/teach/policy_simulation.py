@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..decoding.policies import AutoK, Measurements, catch_up_cost, make_policy
+from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_cost, make_policy
 from ..decoding.theory import expected_speedups_under_belief
 
 
@@ -73,13 +73,14 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     that round (a shared machine's minute-to-minute drift; the costs counted stay c and v).
     probe: the target read its cost curve's shape before the run, as a GPT2 does for auto
     (past.v_shape = probed_shape(v, seed); its time is not counted, at most 1 % of a plain run).
-    prompt: the positions of the prompt (its length - 1) whose overlaps a policy that asks for them
-    (prompt_positions) reads before the run, at most that many (prompt_coins; its time is not
-    counted: a prefill).
+    prompt: the positions of the prompt (its length - 1) whose overlaps auto (a policy with
+    prompt_positions) reads before the run, at most PROMPT_POSITIONS (prompt_coins; its time is not
+    counted: a prefill), as it does with policies.READ_PROMPT set.
     """
     accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
     past.v_shape = probed_shape(v, seed) if probe else None
-    past.prompt_overlaps = prompt_coins(min(prompt, getattr(policy, "prompt_positions", 0)), alpha, seed)
+    reads = prompt and hasattr(policy, "prompt_positions")  # auto, whether or not READ_PROMPT is set for real runs
+    past.prompt_overlaps = prompt_coins(min(prompt, PROMPT_POSITIONS), alpha, seed) if reads else []
     policy.reset()
     emitted, cost, K_counts = 0, 0.0, {}
     while emitted < n_tokens:

@@ -12,7 +12,9 @@ import pytest
 
 import gpt2np
 from gpt2np.decoding.drafters import ModelDrafter
-from gpt2np.decoding.policies import PROMPT_POSITIONS, AutoK
+from types import SimpleNamespace
+
+from gpt2np.decoding.policies import PROMPT_POSITIONS
 from gpt2np.decoding.speculative import read_prompt
 from gpt2np.decoding.stopwatch import TimedModel
 
@@ -48,7 +50,7 @@ def test_the_wanted_sequence_is_the_target_s_greedy_token_after_each_prefix(pair
 
 def read(target, drafter, prompt):
     drafter.reset(target)
-    overlaps, _ = read_prompt(TimedModel(target), drafter, prompt, GREEDY, AutoK())
+    overlaps, _ = read_prompt(TimedModel(target), drafter, prompt, GREEDY, SimpleNamespace(prompt_positions=PROMPT_POSITIONS))
     return overlaps
 
 

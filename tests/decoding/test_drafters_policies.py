@@ -174,7 +174,7 @@ def test_auto_planning_with_the_target_s_cost_shape_stays_exact(pair, drafter, s
 def test_only_auto_reads_the_cost_shape_and_it_changes_auto_s_choices(scripted_clock):
     """A fixed K asked for no measuring: the shape is never read. auto reads it once a run, for K_max + 1 rows within
     PROBE_SHARE of the run's plain passes, and plans with it: over 20 seeds, a shape that steps past 3 rows keeps
-    K <= 2 where the prior's line tried 3, and a flat one (rows for free) drafts longer."""
+    K <= 2 where the prior's line tried 3, and a flat one (rows for free) drafts K_max."""
     target, draft = toy_pair(**PAIRS["3 tokens, eot=2"])
     steep, flat = ShapedTarget(target), ShapedTarget(target, {M: 1.0 for M in range(1, 7)})
     speculative_generate(steep, ModelDrafter(draft, c_prior=0.1), [0, 1, 0], 12, 3, rng=np.random.default_rng(0))
@@ -189,7 +189,7 @@ def test_only_auto_reads_the_cost_shape_and_it_changes_auto_s_choices(scripted_c
             used[name] |= set(stats.K_counts)
             assert (stats.probe_seconds > 0) == (model is not target), (name, stats.probe_seconds)
     assert steep.asked == [(6, speculative.PROBE_SHARE * 12)] * 20, steep.asked
-    assert max(used["steep"]) <= 2 < max(used["no shape"]) < max(used["flat"]), used
+    assert max(used["steep"]) <= 2 < max(used["no shape"]) < max(used["flat"]) == 5, used
 
 
 def test_peeking_at_the_round_to_choose_K_is_caught():

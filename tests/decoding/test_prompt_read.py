@@ -1,8 +1,9 @@
-"""auto reads the prompt before its first round (policies.AutoK, 5.; speculative.read_prompt).
+"""auto reads the prompt before its first round where policies.READ_PROMPT is set (off by default; policies.AutoK,
+5.; speculative.read_prompt).
 
   * what it reads: beta = sum_x min(p, q) at the prompt's last positions, equal to one prefix at a time
     through each model (tolerance stated), both caches left holding prompt[:-1], no call on the stopwatches;
-  * who reads: only a policy that asks (auto, tree="auto") with a drafter that can say what it would have
+  * who reads: nobody by default; with READ_PROMPT set, only a policy that asks (auto, tree="auto") with a drafter that can say what it would have
     drafted (a draft model); a fixed K, prompt lookup and a one-token prompt read nothing;
   * exactness: exact enumeration of auto and tree="auto" over prompts long enough to be read (the choice of
     K still uses the past only; the negative control that such an enumeration can fail is
@@ -16,6 +17,9 @@ import pytest
 
 import gpt2np
 from gpt2np.decoding.autoregressive import generate
+from types import SimpleNamespace
+
+from gpt2np.decoding import policies
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter
 from gpt2np.decoding.policies import (PROMPT_POSITIONS, PROMPT_WEIGHT, AutoK, Measurements, alpha_belief,
                                       first_round_cap)
@@ -28,7 +32,14 @@ from gpt2np.teach.policy_simulation import measured_v, table_rows
 from test_drafters_policies import scripted_clock  # noqa: F401  (a pytest fixture)
 from test_speculative_exact import EXACT, PAIRS, target_distribution, toy_pair
 
+READER = SimpleNamespace(prompt_positions=PROMPT_POSITIONS)  # what a reading auto asks read_prompt for
 BETA_TOLERANCE = 1e-5  # float32 logits of a prefill of many rows against one prefix at a time: measured 1.5e-6
+
+
+@pytest.fixture
+def reading(monkeypatch):
+    """auto built inside the test reads the prompt (policies.READ_PROMPT set)."""
+    monkeypatch.setattr(policies, "READ_PROMPT", True)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +61,7 @@ def test_the_prompt_s_overlaps_are_beta_one_prefix_at_a_time(pair, options):
     prompt = target.tokenizer.encode("ROMEO:\nBut soft, what light through yonder window breaks?")
     timed, drafter = TimedModel(target), ModelDrafter(draft)
     drafter.reset(target)
-    overlaps, seconds = read_prompt(timed, drafter, prompt, options, AutoK())
+    overlaps, seconds = read_prompt(timed, drafter, prompt, options, READER)
     n = PROMPT_POSITIONS
     p, q = one_prefix_at_a_time(target, prompt, n, options), one_prefix_at_a_time(draft, prompt, n, options)
     expected = np.minimum(p, q).sum(axis=-1)  # [n]
@@ -60,12 +71,15 @@ def test_the_prompt_s_overlaps_are_beta_one_prefix_at_a_time(pair, options):
     assert timed.calls == 0 and drafter.calls == 0 and seconds > 0  # a prefill, not a round's call
 
 
-def test_only_auto_with_a_draft_model_reads_the_prompt_and_at_most_its_last_positions():
+def test_only_auto_with_a_draft_model_reads_the_prompt_and_at_most_its_last_positions(monkeypatch):
     target, draft = toy_pair(**PAIRS["3 tokens, eot=2"])
     long_prompt = [0, 1] * 15                                         # 30 tokens: 29 positions, 16 read
 
     def read(drafter, K, prompt, **options):
         return speculative_generate(target, drafter, prompt, 6, K, temperature=0, **options).stats.prompt_positions
+    assert read(ModelDrafter(draft), "auto", long_prompt) == 0        # off by default
+    assert speculative_generate(target, ModelDrafter(draft), long_prompt, 6, tree="auto").stats.prompt_positions == 0
+    monkeypatch.setattr(policies, "READ_PROMPT", True)
     assert read(ModelDrafter(draft), "auto", long_prompt) == PROMPT_POSITIONS
     assert read(ModelDrafter(draft), "auto", [0, 1, 0]) == 2
     assert read(ModelDrafter(draft), "auto", [0]) == 0                # nothing before its last token
@@ -78,7 +92,7 @@ def test_only_auto_with_a_draft_model_reads_the_prompt_and_at_most_its_last_posi
 
 @pytest.mark.parametrize("options", [{}, dict(temperature=0.6, top_k=2)], ids=str)
 @pytest.mark.parametrize("pair_name", PAIRS)
-def test_auto_reading_the_prompt_samples_exactly_the_target(pair_name, options, scripted_clock):
+def test_auto_reading_the_prompt_samples_exactly_the_target(pair_name, options, scripted_clock, reading):
     target, draft = toy_pair(**PAIRS[pair_name])
     prompt = [1, 0, 1, 1, 0]
     want = target_distribution(target, prompt, 4, **options)
@@ -95,7 +109,7 @@ def test_auto_reading_the_prompt_samples_exactly_the_target(pair_name, options, 
     assert max_abs_difference(got, want) <= EXACT, max_abs_difference(got, want)
 
 
-def test_auto_tree_reading_the_prompt_samples_exactly_the_target(scripted_clock):
+def test_auto_tree_reading_the_prompt_samples_exactly_the_target(scripted_clock, reading):
     target, draft = toy_pair(seed=1, n_vocab=3)
     prompt = [0, 1, 0]
     want = target_distribution(target, prompt, 4)
@@ -111,7 +125,7 @@ def test_auto_tree_reading_the_prompt_samples_exactly_the_target(scripted_clock)
 
 
 @pytest.mark.parametrize("tree", [None, "auto"])
-def test_auto_reading_the_prompt_gives_the_target_s_greedy_tokens_on_the_bundled_pair(pair, tree):
+def test_auto_reading_the_prompt_gives_the_target_s_greedy_tokens_on_the_bundled_pair(pair, tree, reading):
     target, draft = pair
     prompt = target.tokenizer.encode("ROMEO:\nBut soft, what light through yonder window breaks?")
     result = speculative_generate(target, draft, prompt, 80, "auto" if tree is None else 4, tree=tree)

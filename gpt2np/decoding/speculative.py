@@ -212,11 +212,12 @@ def read_prompt(target, drafter, prompt, options, policy):  # -> (beta at the pr
 
     >>> from gpt2np.teach.toy_models import random_toy_model
     >>> from gpt2np.decoding.drafters import ModelDrafter
-    >>> from gpt2np.decoding.policies import AutoK
+    >>> from types import SimpleNamespace
     >>> rng = np.random.default_rng(0)
     >>> target, draft = TimedModel(random_toy_model(rng)), ModelDrafter(random_toy_model(rng))
     >>> draft.reset(target.model)
-    >>> overlaps, seconds = read_prompt(target, draft, [0, 1, 1, 0], dict(temperature=0), AutoK())
+    >>> reading = SimpleNamespace(prompt_positions=16)  # auto with policies.READ_PROMPT set asks for 16
+    >>> overlaps, seconds = read_prompt(target, draft, [0, 1, 1, 0], dict(temperature=0), reading)
     >>> len(overlaps), set(overlaps) <= {0.0, 1.0}, len(target.cache), len(draft.timed.cache), target.calls
     (3, True, 3, 3, 0)
     """

@@ -136,8 +136,8 @@ def measured(run, baseline):
     draft_calls = run["draft_calls"]
     one_token = [s for n, s in draft_calls if n == 1] or [s for n, s in draft_calls[1:] if n == 2]
     t_draft = median(one_token) if one_token else (run["cost_per_token"] or 0.0)
-    first_draft = (draft_calls[0][1] if read else draft_calls[0][1] - t_draft) \
-        if draft_calls and draft_calls[0][0] == run["prompt_len"] - read else 0.0
+    prefill = draft_calls[0][1] if draft_calls and draft_calls[0][0] == run["prompt_len"] - read else None
+    first_draft = 0.0 if prefill is None else prefill - (0.0 if read else t_draft)  # a read holds no draft call
     steady = run["wall"] - first_target - first_draft
     a, c = result.stats.alpha_hat, t_draft / t1
     predicted = None

@@ -12,14 +12,14 @@
   * what it changes: the belief (alpha_belief), the first round's cap, and in the chain simulator the
     40-token rows that the first rounds decide.
 """
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.decoding.autoregressive import generate
-from types import SimpleNamespace
-
 from gpt2np.decoding import policies
+from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter
 from gpt2np.decoding.policies import (PROMPT_POSITIONS, PROMPT_WEIGHT, AutoK, Measurements, alpha_belief,
                                       first_round_cap)

@@ -48,13 +48,16 @@ MARGINAL = 0.4             # this many target calls ago is timed again (one plai
                            # slow minute and never again made v(2) look like 1.0 and K = 1 like a 5 % gain at
                            # alpha 0.3 for the rest of the run. Where drafting clearly pays, or clearly does not,
                            # a stale v cannot change the answer, and no round is spent on it
+SHAPE_MARGIN = 0.2         # auto: where the target read its cost shape, a one-token call is timed once the plan's best
+                           # drafting round is within this of plain decoding: until then the shape's guess stands, and
+                           # one reading of a block a size reads up to a fifth low (cost_probe.py, PERFORMANCE.md)
 FIRST_ROUND_RISK = 0.75    # auto: the first round drafts at most the K whose round, if its first draft fails,
                            # costs this many one-token calls more than a plain step (K c + v(K + 1) - 1)
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured (a run
                                          # whose target reads its cost curve's shape before it starts uses that)
 PROBE_SHARE = 0.01         # auto: the cost shape is read in at most this share of a plain run's time (n_tokens
                            # one-token passes; a run at alpha 1 takes a fifth of that): at 1558M one reading of each
-                           # size at 40 tokens, three at 100; at 355M none under 50, at 124M none under 100 (a model
+                           # size at 40 tokens, three at 100; at 355M none under 62, at 124M none under 123 (a model
                            # remembers what it read: the next run of the process pays nothing)
 READ_PROMPT = False        # auto: read the prompt's overlaps before the first round (5.)? Off: in lockstep A/B runs
                            # at 1558M it gained 4-7 points of median at 40 tokens and lost 1-6 elsewhere (PERFORMANCE.md,
@@ -269,7 +272,9 @@ class AutoK:
        drafter's own clock vouches for the guess: a model drafter's c_prior is its share of a
        target call (the ratio of parameters), so its measured seconds per token over c_prior are
        a one-token target call, and where they agree with the guess to CLOCK_AGREEMENT, the
-       guess holds (a kernel without a few-row path, v twice the prior, disagrees by 2x). Later,
+       guess holds (a kernel without a few-row path, v twice the prior, disagrees by 2x). Where
+       the target read its cost shape (4.), the guess is the shape's, and a plain round times it
+       once the best drafting round is planned within SHAPE_MARGIN of plain decoding. Later,
        where the best drafting round is planned within MARGINAL of plain decoding, a one-token
        call last timed STALE_CALLS calls ago is timed again: the machine's speed drifts.
     4. The curve's shape: a size never timed is priced from a line through the timed ones, unless
@@ -316,7 +321,7 @@ class AutoK:
         v_planned = with_catch_up(v, debt, expected_tokens_under_belief(a, b, self.K_max), past.tokens_left) \
             if debt else v
         planned = expected_speedups_under_belief(a, b, c, v_planned, self.K_max)
-        if needs_timing(past, c, max(planned)) or stale_one_token_call(past, max(planned[1:])):
+        if needs_timing(past, c, max(planned), max(planned[1:])) or stale_one_token_call(past, max(planned[1:])):
             return 0                                                     # 3. time one plain call
         alpha = optimistic_alpha(a, b, self.t)
         v_hoped = with_catch_up(v, debt, list(accumulate(alpha ** K for K in range(self.K_max + 1))),
@@ -366,14 +371,27 @@ def with_catch_up(v, debt, tokens, tokens_left):  # -> {M: v(M)} with each draft
     return {M: x if M == 1 else x + share(M - 1) for M, x in v.items()}
 
 
-def needs_timing(past, c, best_planned):
+def needs_timing(past, c, best_planned, best_drafting):
     """Whether a plain round must time a one-token call before the plan can be trusted (AutoK, 3.):
-    calls were timed but none of one token, the plan's best is under TIMING_MARGIN, and neither the
-    target's probed shape (past.v_shape: the guess is then a measured ratio, not the prior's) nor the
-    drafter's clock vouches for the guessed one-token call (c / c_prior off by more than
-    CLOCK_AGREEMENT; c here is the drafter's seconds per token over the guessed call)."""
-    if not past.target_durations or 1 in past.target_durations or best_planned >= TIMING_MARGIN \
-            or past.v_shape is not None:
+    calls were timed but none of one token, and
+    - where the target read its cost shape (past.v_shape), the guess is that shape's (v_curve), and the
+      plan's best drafting round is within SHAPE_MARGIN of plain decoding: one reading of one block a
+      size can be a fifth low, and that could decide (a 3-row call timed at 0.42 s over a shape's v(3)
+      of 1.30 guessed a one-token call at 0.32 s against the true 0.27, and auto drafted K = 2 at
+      alpha 0.3 under Haswell for 18 rounds);
+    - otherwise, the guess is the prior's, the plan's best is under TIMING_MARGIN, and the drafter's
+      clock does not vouch for the guessed one-token call (c / c_prior off by more than
+      CLOCK_AGREEMENT; c here is the drafter's seconds per token over the guessed call).
+
+    >>> shaped = Measurements(target_durations={3: [0.42]}, v_shape={1: 1.0, 2: 1.2, 3: 1.3})
+    >>> needs_timing(shaped, 0.09, 1.1, 1.1), needs_timing(shaped, 0.09, 1.5, 1.5)
+    (True, False)
+    """
+    if not past.target_durations or 1 in past.target_durations:
+        return False
+    if past.v_shape is not None:
+        return abs(best_drafting - 1.0) <= SHAPE_MARGIN
+    if best_planned >= TIMING_MARGIN:
         return False
     vouched = past.c_prior > 0 and past.draft_cost is not None and \
         1 / CLOCK_AGREEMENT <= c / past.c_prior <= CLOCK_AGREEMENT

@@ -150,9 +150,10 @@ def test_the_prompt_counts_prompt_weight_a_position_and_lifts_the_first_round_s_
 
 def test_in_the_simulator_reading_the_prompt_wins_the_runs_the_first_rounds_decide():
     """40 tokens on the Zen 4's panels curve (c 0.09, 100 seeds, each read prompt position agreeing w.p. alpha as
-    the bench's forced drafter's do): at alpha 1 the blind first round's cap costs ~8 %, at alpha 0.3 the tries."""
+    the bench's forced drafter's do): at alpha 1 the blind first round's cap costs ~8 %, at alpha 0.3 the tries (read,
+    a plain round still times the one-token call where K = 1's planned gain is within SHAPE_MARGIN: ~1.5 %)."""
     v = measured_v("SkylakeX", "1558M", "Zen4 panels")
-    for alpha, before_at_most, after_at_least in [(1.0, 0.95, 0.99), (0.3, 0.98, 0.99)]:
+    for alpha, before_at_most, after_at_least in [(1.0, 0.95, 0.99), (0.3, 0.96, 0.97)]:
         blind, read = table_rows((AutoK(8), AutoK(8)), alpha, 0.09, v, 40, range(100), probes=(True, True))[0], \
             table_rows((AutoK(8),), alpha, 0.09, v, 40, range(100), probes=(True,), prompt=16)[0]
         assert blind["median"] <= before_at_most and read["median"] >= after_at_least, (alpha, blind, read)

@@ -60,6 +60,9 @@ def parse_args(argv):
     ap.add_argument("--policy-read", action="store_true",
                     help="one more side in every group of the K-policy sweep: auto reading the prompt's overlaps "
                          "before its first round (policies.READ_PROMPT set for it), beside auto as it is")
+    ap.add_argument("--policy-prompt", type=int, default=0,
+                    help="the K-policy sweep's prompt length in tokens (default: the speculative section's, 8; "
+                         "17 or more give --policy-read all its 16 positions)")
     ap.add_argument("--policy-alphas", default="0.3,0.6,0.8,1.0", help="forced acceptance rates of the K-policy sweep")
     ap.add_argument("--policy-Ks", default="", help="fixed Ks of the K-policy sweep (default: 1..8)")
     ap.add_argument("--policy-tokens", type=int, default=100, help="tokens per run of the K-policy sweep")
@@ -115,7 +118,7 @@ def make_plan(args):
     plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
                      policy_repeats=args.policy_repeats, policy_runs=args.policy_runs,
                      policy_lockstep=args.policy_lockstep, policy_fresh_probe=args.policy_fresh_probe,
-                     policy_read=args.policy_read,
+                     policy_read=args.policy_read, policy_prompt_len=args.policy_prompt,
                      spec_long_prompt=args.spec_long_prompt,
                      reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
                      kernel_rounds=args.kernel_rounds, **policy,
@@ -135,6 +138,8 @@ def policy_options(args):
         raise SystemExit("--policy-alphas must lie in [0, 1], --policy-Ks in 1..8, --policy-tokens >= 2")
     if not drafters or set(drafters) - {"model", "lookup", "self"}:
         raise SystemExit(f"--policy-drafters: model, lookup and/or self, got {args.policy_drafters!r}")
+    if args.policy_prompt != 0 and args.policy_prompt < 3:
+        raise SystemExit(f"--policy-prompt must be 0 (the default: 8 tokens) or >= 3, got {args.policy_prompt}")
     return dict(policy_alphas=alphas, policy_Ks=Ks, policy_tokens=args.policy_tokens, policy_drafters=drafters)
 
 

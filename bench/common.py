@@ -52,6 +52,8 @@ class Plan:
     policy_fresh_probe: bool = False  # every auto run reads the target's cost shape (as a fresh process), not once
     policy_read: bool = False       # one more side: auto reading the prompt before its first round
                                     # (policies.READ_PROMPT set for it)
+    policy_prompt_len: int = 0      # the sweep's prompt (0: spec_prompt_len, 8: 7 positions for a read; a chat
+                                    # turn's 17 and more give the read its PROMPT_POSITIONS = 16)
     reference_size: str = "124M"    # the slow reference path is compared at this size
     reference_new: int = 64         # new tokens after a prompt_len prompt
     reference_tokens: int = 8       # of which the reference actually generates this many (extrapolated)
@@ -69,6 +71,8 @@ class Plan:
     def __post_init__(self):
         if self.spec_prompt_len < 3:  # spec.py tells prefill calls apart by their length
             raise ValueError(f"spec_prompt_len must be >= 3, got {self.spec_prompt_len}")
+        if 0 < self.policy_prompt_len < 3 or self.policy_prompt_len < 0:
+            raise ValueError(f"policy_prompt_len must be 0 (spec_prompt_len) or >= 3, got {self.policy_prompt_len}")
         if 0 < self.spec_long_prompt < 3:
             raise ValueError(f"spec_long_prompt must be 0 or >= 3, got {self.spec_long_prompt}")
 

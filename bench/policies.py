@@ -234,7 +234,8 @@ def run(target, plan, draft_model):
     """{"rows": [...], "drifts": [...]} for every (drafter, alpha, K) of the module docstring. Within a
     group (one repeat, one alpha) the runs' order rotates with the repeat, so that no policy is always
     the one furthest from a baseline."""
-    prompt, N, K_max = random_ids(plan.spec_prompt_len, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
+    n_prompt = plan.policy_prompt_len or plan.spec_prompt_len
+    prompt, N, K_max = random_ids(n_prompt, target.n_vocab, seed=3), plan.policy_tokens, plan.policy_K_max
     sequence = wanted_sequence(target, prompt, baseline_run(target, prompt, N)["tokens"])  # warm-up, what greedy gives
     Ks = list(plan.policy_Ks or range(1, K_max + 1)) + ["heuristic", "auto"] + [READ] * plan.policy_read
     c_prior = draft_model.config.n_params() / target.config.n_params()  # what ModelDrafter assumes

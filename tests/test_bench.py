@@ -258,6 +258,15 @@ def test_weight_bytes_per_token_matches_perf_notes():
     assert round(weight_bytes_per_token(PRESETS["355M"]) / 1e6, 1) == 1415.1
 
 
+@pytest.mark.parametrize("flags, says", [(["--policy-prompt", "2"], "--policy-prompt must be 0"),
+                                         (["--policy-prompt", "-1"], "--policy-prompt must be 0")])
+def test_bad_policy_flags_are_one_line_errors(flags, says):
+    from bench.__main__ import parse_args, policy_options
+    with pytest.raises(SystemExit) as error:
+        policy_options(parse_args(["--sections", "policies", *flags]))
+    assert says in str(error.value) and "\n" not in str(error.value), error.value
+
+
 def test_unknown_section_is_an_error():
     with pytest.raises(SystemExit, match="unknown section"):
         selected_sections("decode,nope")
@@ -492,21 +501,24 @@ def test_the_policy_targets_are_issue_26s_goals():
         assert table["124M->1558M a=0.3: auto / best of plain and fixed K, median over seeds"] == (0.981, ">= 0.95")
 
 
-def test_policy_sweep_can_run_auto_reading_the_prompt_beside_auto_and_reports_its_reading(capsys):
+@pytest.mark.parametrize("n_prompt", [0, 18])
+def test_policy_sweep_can_run_auto_reading_the_prompt_beside_auto_and_reports_its_reading(capsys, n_prompt):
     """--policy-read adds auto with policies.READ_PROMPT set: it reads the prompt's positions before its first round
     (its target's read counted as the baseline's prefill), a side of its own, exact, reported beside auto, which
     reads nothing (the switch is set only while that side is built). The forced draft agrees at the prompt's
-    positions with the target's greedy token at alpha (tests/bench/test_forced_prompt.py): at alpha 1, every one."""
+    positions with the target's greedy token at alpha (tests/bench/test_forced_prompt.py): at alpha 1, every one.
+    --policy-prompt sets the sweep's prompt: 18 tokens give the read its PROMPT_POSITIONS."""
     from bench import policies
     target = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=96, n_embd=16, n_head=2, n_layer=2),
                                  tokenizer=None)
     plan = tiny_plan(policy_repeats=2, policy_lockstep=True, policy_alphas=(1.0,), policy_Ks=(2,),
-                     policy_drafters=("model",), policy_tokens=20, policy_read=True)
+                     policy_drafters=("model",), policy_tokens=12 if n_prompt else 20, policy_read=True,
+                     policy_prompt_len=n_prompt)  # the tiny draft's context: 32
     sweep = policies.run(target, plan, gpt2np.random_model(plan.config("tiny"), tokenizer=None))
     auto = next(r for r in sweep["rows"] if r["K"] == "auto")
     read = next(r for r in sweep["rows"] if r["K"] == policies.READ)
     assert auto["exact"] and read["exact"] and len(read["speedups"]) == 2
-    positions = plan.spec_prompt_len - 1
+    positions = 16 if n_prompt else plan.spec_prompt_len - 1  # 17 prompt positions, of which PROMPT_POSITIONS read
     assert [(n, b) for n, b, _ in read["prompt_reads"]] == [(positions, 1.0)] * 2, read["prompt_reads"]
     assert all(0 < share < 1 for _, _, share in read["prompt_reads"]) and auto["prompt_reads"] == []
     from gpt2np.decoding.policies import READ_PROMPT

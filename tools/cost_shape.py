@@ -5,7 +5,7 @@
     python tools/cost_shape.py --size bundled --rounds 20                    # the bundled 2.6M target
 
 A K policy that plans with v(M) ("auto") has the target read the shape of its curve before the run
-(gpt2np/model/cost_probe.py: one block over M rows against one row, the layers in turn, about 0.7 of a
+(gpt2np/model/cost_probe.py: one block over M rows against one row, the layers in turn, about 0.9 of a
 pass at 1558M). This measures how far that shape is from the curve it stands for. Each round: one whole
 pass over M new tokens after --context cached ones for every M (the cache rolled back after each), then
 one probe as a run takes it (model.row_cost_shape: each size's fastest reading, capped by larger sizes'). Reported per M: the median

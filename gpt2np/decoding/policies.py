@@ -281,7 +281,7 @@ class AutoK:
        the target read the shape of its curve before the run (past.v_shape, asked for by
        cost_sizes: the loop calls the target's row_cost_shape(cost_sizes, passes) where it has one,
        granting PROBE_SHARE of the run's plain passes: a quarter of a pass at 1558M and 40 tokens,
-       0.7 at 100; a model remembers the shape it read). Then it follows that shape, scaled to the
+       0.9 at 100; a model remembers the shape it read). Then it follows that shape, scaled to the
        sizes timed (v_curve): a curve flat from 2 to 6 rows and stepping at 7 and 9 is priced so
        before K = 5 is ever played, where a line through the 3 and 4 rows a run reads prices 6 rows
        11 % high.

@@ -22,8 +22,8 @@ reads up to 2.5x its cost, never much less (PERFORMANCE.md, "The probe's noise")
 its fastest reading, and the curve is the lower envelope of those (a block over M rows costs no more
 than over more rows): v_shape(M) = min over M' >= M of the fastest reading of M' rows, over the same
 for one row. It costs M_max x repeats blocks and a few one-row ones, about
-M_max x repeats x ROW_GROWTH / n_layer one-row passes: for sizes 1-9 read 3 times, 0.7 of a pass at
-1558M (48 blocks), 2.9 at 124M (12). probe_repeats fits the readings to the time a caller grants.
+M_max x repeats x ROW_GROWTH / n_layer one-row passes: for sizes 1-9 read 3 times, 0.9 of a pass at
+1558M (48 blocks), 3.5 at 124M (12). probe_repeats fits the readings to the time a caller grants.
 Nothing of the model or any run's cache is touched: the probe has its own one-layer cache, and no
 random generator of the run is drawn from.
 """

@@ -71,7 +71,7 @@ class Plan:
     def __post_init__(self):
         if self.spec_prompt_len < 3:  # spec.py tells prefill calls apart by their length
             raise ValueError(f"spec_prompt_len must be >= 3, got {self.spec_prompt_len}")
-        if 0 < self.policy_prompt_len < 3 or self.policy_prompt_len < 0:
+        if self.policy_prompt_len != 0 and self.policy_prompt_len < 3:
             raise ValueError(f"policy_prompt_len must be 0 (spec_prompt_len) or >= 3, got {self.policy_prompt_len}")
         if 0 < self.spec_long_prompt < 3:
             raise ValueError(f"spec_long_prompt must be 0 or >= 3, got {self.spec_long_prompt}")

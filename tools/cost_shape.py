@@ -8,10 +8,11 @@ A K policy that plans with v(M) ("auto") has the target read the shape of its cu
 (gpt2np/model/cost_probe.py: one block over M rows against one row, the layers in turn, about 0.9 of a
 pass at 1558M). This measures how far that shape is from the curve it stands for. Each round: one whole
 pass over M new tokens after --context cached ones for every M (the cache rolled back after each), then
-one probe as a run takes it (model.row_cost_shape: each size's fastest reading, capped by larger sizes'). Reported per M: the median
-pass's v (median over rounds, against the median one-row pass), the median of the probes' v_shape and
-their spread (lowest and highest probe), and the gap between the pass's v - 1 and the probes' (the
-scale auto fits from the sizes a run times: policies.shape_scale). The kernel is named (threadpoolctl).
+one probe as a run takes it (model.row_cost_shape: each size's fastest reading, capped by larger sizes').
+Reported per M: the median pass's v (median over rounds, against the median one-row pass), the median of
+the probes' v_shape and their spread (lowest and highest probe), and the gap between the pass's v - 1 and
+the probes' (the scale auto fits from the sizes a run times: policies.shape_scale). The kernel is named
+(threadpoolctl).
 """
 import argparse
 import statistics

@@ -60,8 +60,9 @@ PROBE_SHARE = 0.01         # auto: the cost shape is read in at most this share 
                            # size at 40 tokens, three at 100; at 355M none under 62, at 124M none under 123 (a model
                            # remembers what it read: the next run of the process pays nothing)
 READ_PROMPT = False        # auto: read the prompt's overlaps before the first round (5.)? Off: in lockstep A/B runs
-                           # at 1558M it gained 4-7 points of median at 40 tokens and lost 1-6 elsewhere (PERFORMANCE.md,
-                           # "The prompt, read before the first round"); the bench's --policy-read measures it
+                           # at 1558M it gained 4-7 points of median at 40 tokens and lost 1-6 elsewhere
+                           # (PERFORMANCE.md, "The prompt, read before the first round"); the bench's --policy-read
+                           # measures it
 PROMPT_POSITIONS = 16      # auto: the overlaps beta read at the prompt's last positions before the first round (both
 PROMPT_WEIGHT = 0.5        # models' prefill, their logits kept for these rows), each worth this many examined
                            # positions: on the bundled pair a Shakespeare prompt's 16 positions predicted a 100-token
@@ -321,7 +322,8 @@ class AutoK:
         v_planned = with_catch_up(v, debt, expected_tokens_under_belief(a, b, self.K_max), past.tokens_left) \
             if debt else v
         planned = expected_speedups_under_belief(a, b, c, v_planned, self.K_max)
-        if needs_timing(past, c, max(planned), max(planned[1:])) or stale_one_token_call(past, max(planned[1:])):
+        best_drafting = max(planned[1:])
+        if needs_timing(past, c, max(planned), best_drafting) or stale_one_token_call(past, best_drafting):
             return 0                                                     # 3. time one plain call
         alpha = optimistic_alpha(a, b, self.t)
         v_hoped = with_catch_up(v, debt, list(accumulate(alpha ** K for K in range(self.K_max + 1))),

@@ -6,14 +6,13 @@ are the coins, position by position, for the chain drafter and for the tree draf
 """
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import gpt2np
 from gpt2np.decoding.drafters import ModelDrafter
-from types import SimpleNamespace
-
 from gpt2np.decoding.policies import PROMPT_POSITIONS
 from gpt2np.decoding.speculative import read_prompt
 from gpt2np.decoding.stopwatch import TimedModel
@@ -50,7 +49,8 @@ def test_the_wanted_sequence_is_the_target_s_greedy_token_after_each_prefix(pair
 
 def read(target, drafter, prompt):
     drafter.reset(target)
-    overlaps, _ = read_prompt(TimedModel(target), drafter, prompt, GREEDY, SimpleNamespace(prompt_positions=PROMPT_POSITIONS))
+    reading = SimpleNamespace(prompt_positions=PROMPT_POSITIONS)  # auto with policies.READ_PROMPT set asks for these
+    overlaps, _ = read_prompt(TimedModel(target), drafter, prompt, GREEDY, reading)
     return overlaps
 
 

@@ -27,7 +27,7 @@ from statistics import median
 
 import numpy as np
 
-from .theory import expected_speedups_under_belief, expected_tokens_under_belief, predicted_speedups
+from .theory import expected_tokens_under_belief
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR = (1.5, 1.0)   # auto: the Beta(a, b) belief about alpha before any position is examined: mean 0.6,
@@ -51,17 +51,24 @@ MARGINAL = 0.4             # this many target calls ago is timed again (one plai
 SHAPE_MARGIN = 0.2         # auto: where the target read its cost shape, a one-token call is timed once the plan's best
                            # drafting round is within this of plain decoding: until then the shape's guess stands, and
                            # one reading of a block a size reads up to a fifth low (cost_probe.py, PERFORMANCE.md)
-FIRST_ROUND_RISK = 0.75    # auto: the first round drafts at most the K whose round, if its first draft fails,
+FIRST_ROUND_RISK = 1.0     # auto: the first round drafts at most the K whose round, if its first draft fails,
                            # costs this many one-token calls more than a plain step (K c + v(K + 1) - 1)
+PERFECT_DRAFT = 0.2        # auto: the prior weight, beside the Beta belief, of a draft that is never rejected
+                           # (alpha = 1: the target drafting for itself, text the draft knows by heart): each
+                           # position accepted raises it, the first rejection ends it, so a run at alpha 1 plays
+                           # its longest rounds from the second round on (a Beta climbs there in five; in 40
+                           # tokens that was a tenth of the run: PERFORMANCE.md, "A draft that is never rejected")
 V_PRIOR_JUMP, V_PRIOR_SLOPE = 0.3, 0.08  # auto: v(M) = 1.3 + 0.08 (M - 2) for M >= 2 until measured (a run
                                          # whose target reads its cost curve's shape before it starts uses that)
 PROBE_SHARE = 0.01         # auto: the cost shape is read in at most this share of a plain run's time (n_tokens
                            # one-token passes; a run at alpha 1 takes a fifth of that): at 1558M one reading of each
                            # size at 40 tokens, three at 100; at 355M none under 62, at 124M none under 123 (a model
                            # remembers what it read: the next run of the process pays nothing)
-READ_PROMPT = False        # auto: read the prompt's overlaps before the first round (5.)? Off: in lockstep A/B runs
-                           # at 1558M it gained 4-7 points of median at 40 tokens and lost 1-6 elsewhere
-                           # (PERFORMANCE.md, "The prompt, read before the first round"); the bench's --policy-read
+READ_PROMPT = False        # auto: read the prompt's overlaps before the first round (5.)? Off: the read makes the
+                           # target's prefill a call of its own (about one one-token call more), and with a run that
+                           # finds alpha = 1 by itself (6.) that pass is worth more than what the read tells: in
+                           # lockstep A/B runs at 1558M it won and lost by turns (PERFORMANCE.md, "The prompt, read
+                           # before the first round", "A draft that is never rejected"); the bench's --policy-read
                            # measures it
 PROMPT_POSITIONS = 16      # auto: the overlaps beta read at the prompt's last positions before the first round (both
 PROMPT_WEIGHT = 0.5        # models' prefill, their logits kept for these rows), each worth this many examined
@@ -117,6 +124,61 @@ def alpha_belief(past):
     seen, prompt = sum(past.overlaps), sum(past.prompt_overlaps)
     return (ALPHA_PRIOR[0] + seen + PROMPT_WEIGHT * prompt,
             ALPHA_PRIOR[1] + len(past.overlaps) - seen + PROMPT_WEIGHT * (len(past.prompt_overlaps) - prompt))
+
+
+def perfect_draft_weight(past):
+    """The belief's weight on a draft that is never rejected (alpha = 1) beside the Beta's alphas:
+    PERFECT_DRAFT before any position is seen; 0 once a position examined or read had beta < 1;
+    otherwise, after n positions each accepted (the prompt's at PROMPT_WEIGHT each), Bayes' rule with
+    likelihood 1 under alpha = 1 and the Beta prior's marginal B(a0 + n, b0) / B(a0, b0) under the rest.
+
+    >>> [round(perfect_draft_weight(Measurements(overlaps=[1.0] * n)), 3) for n in (0, 4, 16)]
+    [0.2, 0.478, 0.745]
+    >>> perfect_draft_weight(Measurements(overlaps=[1.0, 1.0, 0.0, 1.0]))
+    0.0
+    """
+    seen = list(past.overlaps) + list(past.prompt_overlaps)
+    if any(beta < 1.0 - 1e-6 for beta in seen):
+        return 0.0
+    n, (a0, b0) = len(past.overlaps) + PROMPT_WEIGHT * len(past.prompt_overlaps), ALPHA_PRIOR
+    marginal = math.exp(math.lgamma(a0 + n) - math.lgamma(a0) + math.lgamma(a0 + b0) - math.lgamma(a0 + b0 + n))
+    return PERFECT_DRAFT / (PERFECT_DRAFT + (1.0 - PERFECT_DRAFT) * marginal)
+
+
+def with_perfect_draft(w, speedups_otherwise, speedups_if_perfect):  # [K_max + 1], [K_max + 1] -> [K_max + 1]
+    """The plan's speedup for K = 0..K_max when a draft that is never rejected has weight w: what a run
+    costs adds up over the two hypotheses, so the speedups mix harmonically, 1 / (w / s_perfect + (1 - w) / s).
+
+    >>> [round(s, 3) for s in with_perfect_draft(0.5, [1.0, 1.5, 2.0], [1.0, 2.0, 4.0])]
+    [1.0, 1.714, 2.667]
+    """
+    return [1.0 / (w / perfect + (1.0 - w) / otherwise)
+            for otherwise, perfect in zip(speedups_otherwise, speedups_if_perfect)]
+
+
+def perfect_draft_speedups(c, v, K_max, tokens_left=None):  # -> [K_max + 1]
+    """Speedup over plain decoding for K = 0..K_max if every draft is accepted: rounds of K + 1 tokens at
+    K c + v(K + 1). With tokens_left known, the run's end counts: the rounds that finish it, the last one
+    clamped to the tokens left (as the loop clamps it): 40 tokens may prefer 5 rounds of 8 to 4 of 9 and a
+    round of 4 where a round of 9 costs a little less a token.
+
+    >>> v = {1: 1.0, 2: 1.2, 3: 1.23, 4: 1.26, 5: 1.29, 6: 1.32, 7: 1.35, 8: 1.38, 9: 1.5}  # a step at 9 rows
+    >>> [round(s, 2) for s in perfect_draft_speedups(0.1, v, 8)][7:]  # K = 7, 8: rounds of 8 and 9 tokens
+    [3.85, 3.91]
+    >>> [round(s, 2) for s in perfect_draft_speedups(0.1, v, 8, tokens_left=40)][7:]  # 5 x 8, or 4 x 9 and 4
+    [3.85, 3.72]
+    """
+    if not tokens_left:
+        return [(K + 1) / (K * c + v[K + 1]) for K in range(K_max + 1)]
+    def cost(K):  # one-token calls to finish tokens_left tokens, K drafts a round, the last round clamped
+        full, last = divmod(tokens_left, K + 1)
+        return full * (K * c + v[K + 1]) + (last and (last - 1) * c + v[last])
+    return [tokens_left / cost(K) for K in range(K_max + 1)]
+
+
+def speedups(tokens, c, v):  # [K_max + 1] expected tokens a round -> [K_max + 1] speedups over plain decoding
+    """tokens[K] / (K c + v(K + 1)) for K = 0..K_max (theory.predicted_speedups, for any expected tokens)."""
+    return [x / (K * c + v[K + 1]) for K, x in enumerate(tokens)]
 
 
 def keep(window, value):
@@ -266,7 +328,8 @@ class AutoK:
     2. How many: the K >= 1 with the best speedup averaged over the whole belief
        (theory.expected_speedups_under_belief), not at the optimistic alpha: explore with short
        rounds, exploit with long ones. The first round, blind, drafts at most the K whose failure
-       at its first draft costs FIRST_ROUND_RISK one-token calls (3 drafts at c 0.09, 6 at c 0).
+       at its first draft costs FIRST_ROUND_RISK one-token calls (4 drafts at c 0.09 on the prior's
+       curve, 8 at c 0).
     3. Timing: until a plain target call is timed, v is relative to a guess (the first timed size
        through the prior). Where the plan's best predicted speedup is below TIMING_MARGIN that
        guess could decide 1, so one round is plain (one call, one token) to measure it, unless the
@@ -293,6 +356,15 @@ class AutoK:
        by prompt_positions: speculative.read_prompt). Each counts PROMPT_WEIGHT of a position examined in
        the run (a prompt is not the text the target writes), so the first round is no longer blind: with
        any such positions read it is not capped (2.), and at alpha 0.3 auto need not draft to find out.
+    6. A draft that is never rejected: beside the Beta, the belief gives alpha = 1 a weight
+       (perfect_draft_weight: PERFECT_DRAFT at first, rising with each position accepted, 0 after the
+       first rejection), and the plan (2.) and the optimistic alpha's (1.) mix the speedups of the two
+       (with_perfect_draft: the costs add up), a perfect draft's counting the rounds that finish the run
+       (perfect_draft_speedups). A Beta's mean after 5 accepted positions is 0.87 and plans 5-6 drafts;
+       alpha = 1 then weighs 0.52 and the plan is the longest round that pays. The target drafting for
+       itself, or a draft that knows the text, is found in a round; a single rejection leaves the Beta
+       as before. (The Bayes-optimal policy over a prior on alpha, the simulator's bound, meets issue
+       26's 40-token goals only with weight on alpha = 1 or information before the first round.)
 
     Deterministic: K is a function of the past alone (the round count and the plain rounds waited
     included), as exactness needs.
@@ -318,17 +390,20 @@ class AutoK:
     def choose(self, past):
         self.t += 1
         (a, b), c, v = self.estimates(past)
+        w = perfect_draft_weight(past)                                   # 6. alpha = 1's weight
+        believed = expected_tokens_under_belief(a, b, self.K_max)
         debt = catch_up_cost(c, v, past.owed)                            # 0 while the draft is caught up
-        v_planned = with_catch_up(v, debt, expected_tokens_under_belief(a, b, self.K_max), past.tokens_left) \
-            if debt else v
-        planned = expected_speedups_under_belief(a, b, c, v_planned, self.K_max)
+        v_planned = with_catch_up(v, debt, believed, past.tokens_left) if debt else v
+        planned = with_perfect_draft(w, speedups(believed, c, v_planned),
+                                     perfect_draft_speedups(c, v_planned, self.K_max, past.tokens_left))
         best_drafting = max(planned[1:])
         if needs_timing(past, c, max(planned), best_drafting) or stale_one_token_call(past, best_drafting):
             return 0                                                     # 3. time one plain call
         alpha = optimistic_alpha(a, b, self.t)
-        v_hoped = with_catch_up(v, debt, list(accumulate(alpha ** K for K in range(self.K_max + 1))),
-                                past.tokens_left) if debt else v
-        optimistic = max(predicted_speedups(alpha, c, v_hoped, self.K_max)[1:])
+        hoped = list(accumulate(alpha ** K for K in range(self.K_max + 1)))
+        v_hoped = with_catch_up(v, debt, hoped, past.tokens_left) if debt else v
+        optimistic = max(with_perfect_draft(w, speedups(hoped, c, v_hoped),
+                                            perfect_draft_speedups(c, v_hoped, self.K_max, past.tokens_left))[1:])
         price = EXPLORE_PRICE * (1.0 - max(planned[1:])) / (1 + self.waited / PATIENCE)
         if optimistic - 1.0 <= max(0.0, price):
             self.waited += 1
@@ -422,7 +497,7 @@ def first_round_cap(c, v, K_max):
 
     >>> v = prior_v_curve(9)
     >>> first_round_cap(0.09, v, 8), first_round_cap(0.0, v, 8), first_round_cap(0.3, v, 8)
-    (3, 6, 1)
+    (4, 8, 2)
     """
     return max([1] + [K for K in range(1, K_max + 1) if K * c + v[K + 1] - 1 <= FIRST_ROUND_RISK])
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from gpt2np.decoding import policies
-from gpt2np.decoding.policies import (ALPHA_PRIOR, FIRST_ROUND_RISK, MARGINAL, STALE_CALLS, TIMING_MARGIN, AutoK,
-                                      Measurements, first_round_cap, optimistic_alpha, prior_v_curve)
+from gpt2np.decoding.policies import (ALPHA_PRIOR, FIRST_ROUND_RISK, MARGINAL, PERFECT_DRAFT, PROMPT_WEIGHT,
+                                      STALE_CALLS, TIMING_MARGIN, AutoK, Measurements, first_round_cap,
+                                      optimistic_alpha, perfect_draft_weight, prior_v_curve)
 from gpt2np.decoding.theory import expected_speedups_under_belief, predicted_speedups
 from gpt2np.teach.policy_simulation import GreedyAutoK, compare_policies, measured_v, simulate_policy
 
@@ -124,9 +125,10 @@ def test_auto_against_every_fixed_K_over_many_coin_seeds(v):
     assert against_best(runs).min() >= 0.9, (against_best(runs), control)
 
 
-FLOORS = {  # (cpu, kernel) -> {alpha: the median's floor at 40 tokens}; 100 tokens: + 0.02 at alpha 0.3
+FLOORS = {  # (cpu, kernel) -> {alpha: the median's floor at 40 tokens}; 100 tokens: + 0.02 at alpha 0.3 (the Xeon's
+    # SkylakeX alpha 0.3 simulates 0.929 since the first round may risk a whole one-token call, 0.930 before: floor 0.92)
     ("EPYC", "SkylakeX"): {0.3: 0.96, 0.8: 0.97, 1.0: 0.98}, ("EPYC", "Haswell"): {0.3: 0.92, 0.8: 0.955, 1.0: 0.98},
-    ("Xeon", "SkylakeX"): {0.3: 0.93, 0.8: 0.92, 1.0: 0.94}, ("Xeon", "Haswell"): {0.3: 0.90, 0.8: 0.93, 1.0: 0.89},
+    ("Xeon", "SkylakeX"): {0.3: 0.92, 0.8: 0.92, 1.0: 0.94}, ("Xeon", "Haswell"): {0.3: 0.90, 0.8: 0.93, 1.0: 0.89},
     ("Zen5", "SkylakeX"): {0.3: 0.96, 0.8: 0.955, 1.0: 0.975}, ("Zen5", "Haswell"): {0.3: 0.93, 0.8: 0.955, 1.0: 0.94},
 }
 
@@ -231,20 +233,20 @@ def test_what_learning_v_costs_auto_on_a_steep_curve():
 
 def test_on_the_bench_s_coins_at_alpha_08_a_probed_shape_or_told_v_meets_issue_26_where_a_line_does_not(capsys):
     """The bench's policies section draws its coins from seeds 0-4. Replayed on the Zen 4's 1558M panels curve
-    (100 tokens, alpha 0.8), auto planning untimed sizes on a line reads what the bench measured there before the
-    probe (0.936, PERFORMANCE.md "What auto still pays for"); told the curve it meets issue 26's median (>= 0.97,
-    worst >= 0.92), and so does it with the shape a probe reads (probed_shape's noise; the bench measured 0.977
-    median after it, "The cost curve's shape, read before the run"): learning the curve's shape is what it paid
-    for on these coins. The CLI prints each seed's ratio."""
+    (100 tokens, alpha 0.8), told the curve auto meets issue 26's median and worst seed (>= 0.97, >= 0.92). Planning
+    untimed sizes on a line it read 0.936 here before the first round drafted up to 4 (FIRST_ROUND_RISK 0.75,
+    PERFORMANCE.md "What auto still pays for"); since, both the line and the probed shape meet the median, and
+    what learning the curve still costs shows in the worst seed, 0.05 or more below the told one's. The CLI prints
+    each seed's ratio."""
     from gpt2np.teach.policy_simulation import main
     main(["--told-v", "--cpu", "Zen4 panels", "--seeds", "5"])
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| 100 | 0.8 |"))
     print(row)
-    (line_median, _), (probed_median, _), (told_median, told_worst) = [
+    (line_median, line_worst), (probed_median, probed_worst), (told_median, told_worst) = [
         [float(x) for x in cell.split("/")] for cell in row.split("|")[3:6]]
     assert told_median >= 0.97 and told_worst >= 0.92, row
-    assert line_median < 0.95 and told_median - line_median >= 0.03 and probed_median - line_median >= 0.03, row
+    assert min(line_median, probed_median) >= 0.97 and max(line_worst, probed_worst) <= told_worst - 0.05, row
     assert row.count("(") == 3 and all(len(part.split(",")) == 5 for part in row.split("(")[1:]), row
 
 
@@ -292,3 +294,75 @@ def test_pricing_the_catch_up_keeps_a_costly_draft_plainer_where_drafting_loses(
         medians = [np.median([simulate_policy(policy, alpha, 0.3, v, 100, s)["speedup"] for s in seeds])
                    for policy in (AutoK(8), CatchUpUnpriced(8))]
         assert medians[0] >= medians[1] + margin, (alpha, [round(float(m), 4) for m in medians])
+
+
+def test_the_weight_of_a_draft_never_rejected_is_bayes_rule_over_the_mixture():
+    """Against the posterior computed by quadrature: prior PERFECT_DRAFT at alpha = 1 and the rest spread as
+    Beta(ALPHA_PRIOR) (a grid of 200,001 points; tolerance 1e-6). The prompt's positions count PROMPT_WEIGHT each,
+    any beta under 1 (a rejection, or a partial overlap at temperature > 0) ends it."""
+    a0, b0 = ALPHA_PRIOR
+    x = np.linspace(0.0, 1.0, 200_001)                                    # [grid]
+    density = x ** (a0 - 1) * (1 - x) ** (b0 - 1)                         # [grid]
+    for n_run, n_prompt in [(0, 0), (1, 0), (5, 0), (12, 0), (0, 16), (3, 7)]:
+        n = n_run + PROMPT_WEIGHT * n_prompt
+        marginal = np.trapezoid(density * x ** n, x) / np.trapezoid(density, x)
+        expected = PERFECT_DRAFT / (PERFECT_DRAFT + (1 - PERFECT_DRAFT) * marginal)
+        got = perfect_draft_weight(Measurements(overlaps=[1.0] * n_run, prompt_overlaps=[1.0] * n_prompt))
+        assert abs(got - expected) <= 1e-6, (n_run, n_prompt, got, expected)
+    weights = [perfect_draft_weight(Measurements(overlaps=[1.0] * n)) for n in range(20)]
+    assert all(later > earlier for earlier, later in zip(weights, weights[1:])), weights
+    for seen in ([1.0, 0.0], [1.0] * 8 + [0.97], [0.999]):
+        assert perfect_draft_weight(Measurements(overlaps=seen)) == 0.0, seen
+    assert perfect_draft_weight(Measurements(overlaps=[1.0] * 3, prompt_overlaps=[1.0, 0.5])) == 0.0
+    assert perfect_draft_weight(Measurements(overlaps=[1.0 - 1e-9] * 4)) > PERFECT_DRAFT  # float noise of p == q
+
+
+def test_after_one_round_of_accepted_drafts_auto_plans_its_longest_round(monkeypatch):
+    """On a curve rising 0.1 a row with c 0.09: after one round whose 4 drafts were all accepted, a Beta alone
+    (PERFECT_DRAFT = 0, the control) plans a shorter round than with the weight on alpha = 1; after a rejection
+    the two plans are the same K (the weight is 0)."""
+    v = {M: 1.0 if M == 1 else 1.2 + 0.1 * (M - 2) for M in range(1, 10)}
+    def K_after(overlaps, perfect):
+        monkeypatch.setattr(policies, "PERFECT_DRAFT", perfect)
+        past = Measurements(overlaps=overlaps, target_durations=timed(v), draft_cost=0.9)
+        policy = AutoK(8)
+        policy.t = 1
+        return policy.choose(past)
+    accepted, rejected = [1.0] * 4, [1.0, 1.0, 0.0]
+    assert K_after(accepted, PERFECT_DRAFT) == 8 > K_after(accepted, 0.0), (K_after(accepted, 0.0))
+    assert K_after(rejected, PERFECT_DRAFT) == K_after(rejected, 0.0)
+
+
+def test_in_the_simulator_a_draft_never_rejected_wins_the_short_runs_at_alpha_1(monkeypatch):
+    """40 tokens on the Zen 4's panels curve (c 0.09, 100 seeds, a probed shape): the best fixed K is 7 (5 rounds of
+    8 tokens); with the weight on alpha = 1 auto plays it from its first or second round, where a Beta alone (the
+    control: 0.926) climbs over several rounds and ends a round later. At alpha 0.3 the weight costs nothing: the
+    first rejection ends it."""
+    v = measured_v("SkylakeX", "1558M", "Zen4 panels")
+    from gpt2np.teach.policy_simulation import table_rows
+    medians = {}
+    for perfect in (PERFECT_DRAFT, 0.0):
+        monkeypatch.setattr(policies, "PERFECT_DRAFT", perfect)
+        for alpha in (0.3, 1.0):
+            row = table_rows((AutoK(8),), alpha, 0.09, v, 40, range(100), probes=(True,))[0]
+            medians[perfect, alpha] = row["median"]
+    assert medians[PERFECT_DRAFT, 1.0] >= 0.955 and medians[PERFECT_DRAFT, 1.0] - medians[0.0, 1.0] >= 0.03, medians
+    assert medians[PERFECT_DRAFT, 0.3] >= medians[0.0, 0.3] - 0.005, medians
+
+
+def test_the_bayes_bound_reading_the_prompt_never_costs_over_the_prior_and_tends_to_knowing_alpha(capsys):
+    """bayes_optimal_costs with `prompt` positions read first (free of cost there): averaged over the prior, the
+    expected cost never rises with more positions read (information has no negative value to a Bayes-optimal
+    policy), and with many it tends to the cost of a policy told alpha (the prior a single point), never below it.
+    print_bound charges the read PROMPT_READ_COST and says so."""
+    from gpt2np.teach.policy_simulation import PROMPT_READ_COST, bayes_optimal_costs, print_bound
+    v, alphas, prior = measured_v("SkylakeX", "1558M", "Zen4 panels"), (0.3, 0.45, 0.6, 0.8, 1.0), [1.0] * 5
+    over_prior = [float(np.mean(bayes_optimal_costs(alphas, prior, 0.09, v, 24, prompt=P))) for P in (0, 4, 16, 64)]
+    assert all(later <= earlier + 1e-9 for earlier, later in zip(over_prior, over_prior[1:])), over_prior
+    told = np.array([bayes_optimal_costs([a], [1.0], 0.09, v, 24)[0] for a in alphas])            # [A]
+    many = bayes_optimal_costs(alphas, prior, 0.09, v, 24, prompt=64)                               # [A]
+    assert np.all(many >= told - 1e-9) and np.all(many <= told * 1.02), (many, told)
+    print_bound("SkylakeX", 24, alphas=(0.3, 1.0), seeds=range(5), cpu="Zen4 panels", prompt=7)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all("7 prompt positions read" in line for line in lines), lines
+    assert PROMPT_READ_COST > 0

@@ -141,6 +141,26 @@ def test_auto_really_varies_K_under_the_scripted_clock(scripted_clock):
     assert len(used) >= 2, used
 
 
+@pytest.mark.parametrize("pair", ["3 tokens, eot=2", "4 tokens, 30% zeros"])
+def test_auto_with_the_target_drafting_for_itself_stays_exact(pair, scripted_clock):
+    """q = p at every position: every overlap is 1, so auto's weight on a draft never rejected rises round by
+    round (policies.perfect_draft_weight) and its plan with it; the law of the output is still the target's.
+    c_prior 0.3 caps the first round at 2 drafts, so a second round plans with the weight (checked on one run of
+    the pair without an end of text)."""
+    target, _ = toy_pair(**PAIRS[pair])
+    prompt = [0, 1, 0]
+    make_draft = lambda: ModelDrafter(target, c_prior=0.3)  # noqa: E731
+    expected = target_distribution(target, prompt, 6)
+    got = speculative_distribution(target, make_draft, prompt, 6, "auto", before_each=scripted_clock)
+    assert max_abs_difference(got, expected) <= EXACT, max_abs_difference(got, expected)
+    if target.eot_id is None:  # no end of text to stop the run after its first round
+        scripted_clock()
+        result = speculative_generate(target, make_draft(), prompt, 6, "auto", rng=np.random.default_rng(0), K_max=3,
+                                      trace=True)
+        assert [event.K for event in result.trace] == [2, 2] and all(b > 1 - 1e-6 for event in result.trace
+                                                                     for b in event.overlaps), result.trace
+
+
 class ShapedTarget:
     """A toy target that reads a cost shape as a GPT2 does (row_cost_shape), here a fixed one: flat to 3 rows, then
     steep, so that auto's K differs from its plan without one. Counts the calls and what they asked for."""

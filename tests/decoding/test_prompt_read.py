@@ -134,7 +134,7 @@ def test_auto_reading_the_prompt_gives_the_target_s_greedy_tokens_on_the_bundled
 
 
 def test_the_prompt_counts_prompt_weight_a_position_and_lifts_the_first_round_s_cap():
-    """With c 0.09 on a curve flat enough to draft long, the blind first round is capped (first_round_cap: 3);
+    """With c 0.09 on a curve flat enough to draft long, the blind first round is capped (first_round_cap: 4);
     16 prompt positions that all agreed start it at K_max, 16 that all disagreed keep it plain."""
     v = {M: 1.0 if M == 1 else 1.2 + 0.03 * (M - 2) for M in range(1, 10)}
     shape = dict(v)
@@ -148,15 +148,20 @@ def test_the_prompt_counts_prompt_weight_a_position_and_lifts_the_first_round_s_
     assert first == {"blind": first_round_cap(0.09, v, 8), "agreed": 8, "disagreed": 0}, first
 
 
-def test_in_the_simulator_reading_the_prompt_wins_the_runs_the_first_rounds_decide():
-    """40 tokens on the Zen 4's panels curve (c 0.09, 100 seeds, each read prompt position agreeing w.p. alpha as
-    the bench's forced drafter's do): at alpha 1 the blind first round's cap costs ~8 %, at alpha 0.3 the tries (read,
-    a plain round still times the one-token call where K = 1's planned gain is within SHAPE_MARGIN: ~1.5 %)."""
-    v = measured_v("SkylakeX", "1558M", "Zen4 panels")
-    for alpha, before_at_most, after_at_least in [(1.0, 0.95, 0.99), (0.3, 0.96, 0.97)]:
-        blind, read = table_rows((AutoK(8), AutoK(8)), alpha, 0.09, v, 40, range(100), probes=(True, True))[0], \
-            table_rows((AutoK(8),), alpha, 0.09, v, 40, range(100), probes=(True,), prompt=16)[0]
-        assert blind["median"] <= before_at_most and read["median"] >= after_at_least, (alpha, blind, read)
+def test_in_the_simulator_reading_the_prompt_does_not_pay_for_the_pass_it_costs():
+    """40 tokens, c 0.09, 100 seeds, each read prompt position agreeing w.p. alpha as the bench's forced drafter's do,
+    the read charged PROMPT_READ_COST (the target's prefill becomes a call of its own, measured at 1558M). A run that
+    reads nothing finds alpha = 1 in its first rounds (policies.PERFECT_DRAFT), so the read's information is worth
+    less than its pass: at most half a point gained in any row, and at alpha 0.8-1 on the Zen 4's panels curve 3
+    points or more lost. Hence READ_PROMPT stays off."""
+    for cpu, kernel, alphas in [("Zen4 panels", "SkylakeX", (0.3, 0.8, 1.0)), ("EPYC", "Haswell", (0.3, 0.8))]:
+        v = measured_v(kernel, "1558M", cpu)
+        for alpha in alphas:
+            blind = table_rows((AutoK(8),), alpha, 0.09, v, 40, range(100), probes=(True,))[0]["median"]
+            read = table_rows((AutoK(8),), alpha, 0.09, v, 40, range(100), probes=(True,), prompt=16)[0]["median"]
+            assert read <= blind + 0.01, (cpu, kernel, alpha, blind, read)
+            if kernel == "SkylakeX" and alpha >= 0.8:
+                assert read <= blind - 0.03, (cpu, kernel, alpha, blind, read)
 
 
 def test_the_simulation_refuses_a_negative_prompt(capsys):

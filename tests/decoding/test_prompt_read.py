@@ -152,7 +152,7 @@ def test_in_the_simulator_reading_the_prompt_does_not_pay_for_the_pass_it_costs(
     """40 tokens, c 0.09, 100 seeds, each read prompt position agreeing w.p. alpha as the bench's forced drafter's do,
     the read charged PROMPT_READ_COST (the target's prefill becomes a call of its own, measured at 1558M). A run that
     reads nothing finds alpha = 1 in its first rounds (policies.PERFECT_DRAFT), so the read's information is worth
-    less than its pass: at most half a point gained in any row, and at alpha 0.8-1 on the Zen 4's panels curve 3
+    less than its pass: at most a point gained in any row, and at alpha 0.8-1 on the Zen 4's panels curve 3
     points or more lost. Hence READ_PROMPT stays off."""
     for cpu, kernel, alphas in [("Zen4 panels", "SkylakeX", (0.3, 0.8, 1.0)), ("EPYC", "Haswell", (0.3, 0.8))]:
         v = measured_v(kernel, "1558M", cpu)

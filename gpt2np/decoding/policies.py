@@ -27,7 +27,7 @@ from statistics import median
 
 import numpy as np
 
-from .theory import expected_tokens_under_belief
+from .theory import expected_speedups_under_belief, expected_tokens_under_belief, predicted_speedups
 
 HEURISTIC_START = 5        # Hugging Face's num_assistant_tokens default
 ALPHA_PRIOR = (1.5, 1.0)   # auto: the Beta(a, b) belief about alpha before any position is examined: mean 0.6,
@@ -169,16 +169,11 @@ def perfect_draft_speedups(c, v, K_max, tokens_left=None):  # -> [K_max + 1]
     [3.85, 3.72]
     """
     if not tokens_left:
-        return [(K + 1) / (K * c + v[K + 1]) for K in range(K_max + 1)]
+        return predicted_speedups(1.0, c, v, K_max)
     def cost(K):  # one-token calls to finish tokens_left tokens, K drafts a round, the last round clamped
         full, last = divmod(tokens_left, K + 1)
         return full * (K * c + v[K + 1]) + (last and (last - 1) * c + v[last])
     return [tokens_left / cost(K) for K in range(K_max + 1)]
-
-
-def speedups(tokens, c, v):  # [K_max + 1] expected tokens a round -> [K_max + 1] speedups over plain decoding
-    """tokens[K] / (K c + v(K + 1)) for K = 0..K_max (theory.predicted_speedups, for any expected tokens)."""
-    return [x / (K * c + v[K + 1]) for K, x in enumerate(tokens)]
 
 
 def keep(window, value):
@@ -391,18 +386,18 @@ class AutoK:
         self.t += 1
         (a, b), c, v = self.estimates(past)
         w = perfect_draft_weight(past)                                   # 6. alpha = 1's weight
-        believed = expected_tokens_under_belief(a, b, self.K_max)
         debt = catch_up_cost(c, v, past.owed)                            # 0 while the draft is caught up
-        v_planned = with_catch_up(v, debt, believed, past.tokens_left) if debt else v
-        planned = with_perfect_draft(w, speedups(believed, c, v_planned),
+        v_planned = with_catch_up(v, debt, expected_tokens_under_belief(a, b, self.K_max), past.tokens_left) \
+            if debt else v
+        planned = with_perfect_draft(w, expected_speedups_under_belief(a, b, c, v_planned, self.K_max),
                                      perfect_draft_speedups(c, v_planned, self.K_max, past.tokens_left))
         best_drafting = max(planned[1:])
         if needs_timing(past, c, max(planned), best_drafting) or stale_one_token_call(past, best_drafting):
             return 0                                                     # 3. time one plain call
         alpha = optimistic_alpha(a, b, self.t)
-        hoped = list(accumulate(alpha ** K for K in range(self.K_max + 1)))
-        v_hoped = with_catch_up(v, debt, hoped, past.tokens_left) if debt else v
-        optimistic = max(with_perfect_draft(w, speedups(hoped, c, v_hoped),
+        v_hoped = with_catch_up(v, debt, list(accumulate(alpha ** K for K in range(self.K_max + 1))),
+                                past.tokens_left) if debt else v
+        optimistic = max(with_perfect_draft(w, predicted_speedups(alpha, c, v_hoped, self.K_max),
                                             perfect_draft_speedups(c, v_hoped, self.K_max, past.tokens_left))[1:])
         price = EXPLORE_PRICE * (1.0 - max(planned[1:])) / (1 + self.waited / PATIENCE)
         if optimistic - 1.0 <= max(0.0, price):

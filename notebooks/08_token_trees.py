@@ -439,7 +439,7 @@ plt.tight_layout()
 # more rows, and the target's rows through a mask. Against a 1–3 ms target call that is not small.
 # The automatic shape (`tree="auto"`) estimates this *o* from the run's own clock and takes the
 # auto *K* policy's depth, branching only where the run's counts predict a tree beats that chain by
-# 5 % (`tree_policy.py`); its shapes and tokens per call move from run to run because its choices
+# 5 %, and would still beat every chain were α a standard deviation higher (`tree_policy.py`); its shapes and tokens per call move from run to run because its choices
 # follow the clock. A round's time split by where it
 # went, for a chain and two trees (greedy; of 3 runs each, the fastest one's own stopwatches):
 

@@ -2,7 +2,7 @@
 
 The K-policy interface (policies.py), for a tree drafter: choose(past) returns the depth of the
 shape it picked (0: a plain round) and `widths` holds the shape, which the drafter grows
-(ModelTreeDrafter(shape=policy.current)). Two questions, answered in turn:
+(ModelTreeDrafter(shape=policy.current)). Three steps, in turn:
 
   1. Draft at all, and how deep: AutoK's answer (policies.py), the chain policy with its exactness
      proofs and its measured record: its belief about alpha (first children), its price on exploring,
@@ -21,6 +21,18 @@ shape it picked (0: a plain round) and `widths` holds the shape, which the draft
               plain round's 1 + o_plain (its wall time over a one-token call). Tiny models pay
               mostly this: on the bundled pair a round's Python costs about a target call.
 
+  3. Not on a belief that is low by bad luck: the tree must also beat every chain were alpha
+     TREE_CONFIDENCE standard deviations above the belief's mean (every rate scaled up by as much:
+     holds_if_higher). Where unlucky early positions put the belief low, a tree wins at the mean
+     (siblings make up for a first child that often fails) while a longer chain would have done
+     better at the true alpha: a tree spends its rows on width, a chain loses little by being long.
+     Replayed in teach/tree_simulation.py on the trees section's own coins and costs (124M -> 1558M,
+     48 tokens, seeds 0-5), alpha 0.8 went 0.916 -> 1.000 of the best chain; over 200 seeds on the
+     EPYC's panels curve 0.945 -> 0.966 at alpha 0.8, and 1.062 / 1.076 / 1.064 -> 1.045 / 1.043 /
+     1.032 at alpha 0.3 / 0.5 / 0.6 (where trees pay, a little less often). Measured in lockstep
+     (6 seeds, the rule before and now as two sides): alpha 0.8 0.891 -> 0.927 of the best chain
+     (now / before per seed 0.99-1.13, median 1.034), alpha 0.5 1.072 -> 1.032 (0.86-1.04, median 0.96).
+
 Why a tree must win by a margin at the mean rather than at an optimistic point: the first version
 explored wide shapes optimistically (a rank never tried looked promising until tried) and timed
 three plain rounds first; on 124M -> 1558M (bench section trees, forced rates) that cost 4-21 % of
@@ -30,10 +42,11 @@ teaching: how much more a tree could give if every later sibling were as good as
 
 Deterministic given the past, so the loop stays exact (policies.py says why).
 """
+import math
 from statistics import median
 
 from .drafters import ModelDrafter
-from .policies import ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, keep, optimistic_alpha, t1_estimate, v_curve
+from .policies import ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, alpha_belief, keep, optimistic_alpha, t1_estimate, v_curve
 from .run_stats import depths_and_ranks
 from .tree_drafters import ModelTreeDrafter
 from .tree_shape import best_shape, candidate_shapes, tree_speedup
@@ -41,7 +54,27 @@ from .tree_shape import best_shape, candidate_shapes, tree_speedup
 MAX_WIDTH, MAX_NODES = 4, 15  # the shapes tried: up to 4 children a node, 15 drafted nodes (16 target rows)
 SIBLING_PRIOR = (1.0, 2.0)    # a later sibling's chance before any is tried: mean 1/3 (the draft's second choice)
 PRIOR_WEIGHT = 2.0            # a (depth, rank) belief starts as this many positions of its rank's pooled mean
-TREE_MARGIN = 1.05            # a tree replaces AutoK's chain only where it is predicted this much faster
+TREE_MARGIN = 1.05            # a tree replaces AutoK's chain only where it is predicted this much faster ...
+TREE_CONFIDENCE = 1.0         # ... and beats every chain were alpha this many standard deviations above the belief's mean
+
+
+def scaled_up(rates, belief, z=TREE_CONFIDENCE):  # rates[d][r], Beta (a, b) -> rates[d][r]
+    """Every rate scaled by (mean + z sd) / mean of the Beta belief about alpha, at most 1: the rates were
+    alpha z standard deviations higher than believed.
+
+    >>> [[round(x, 3) for x in row] for row in scaled_up([[0.5, 0.25]], (3.0, 3.0))]  # mean 0.5, sd 0.189
+    [[0.689, 0.344]]
+    """
+    a, b = belief
+    mean, sd = a / (a + b), math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
+    return [[min(1.0, rate * (mean + z * sd) / mean) for rate in row] for row in rates]
+
+
+def holds_if_higher(shape, rates, belief, c, v, o, plain, K_max):
+    """Whether `shape` still beats every chain of 1..K_max drafts at scaled_up(rates, belief) (point 3 above)."""
+    hopeful = scaled_up(rates, belief, TREE_CONFIDENCE)
+    chains = max(tree_speedup((1,) * K, hopeful, c, v, o, plain) for K in range(1, K_max + 1))
+    return tree_speedup(shape, hopeful, c, v, o, plain) >= chains
 
 
 class AutoTree:
@@ -113,8 +146,9 @@ class AutoTree:
         c, v, o, plain = self.costs(past)
         planned = self.rates()
         shape, speedup = best_shape(planned, c, v, self.shapes, o, plain)
-        if max(shape) > 1 and speedup >= TREE_MARGIN * tree_speedup(self.widths, planned, c, v, o, plain):
-            self.widths = shape                                        # 2. a tree, where it pays by the margin
+        if max(shape) > 1 and speedup >= TREE_MARGIN * tree_speedup(self.widths, planned, c, v, o, plain) \
+                and holds_if_higher(shape, planned, alpha_belief(past), c, v, o, plain, self.K_max):
+            self.widths = shape                                        # 2.-3. a tree, where it pays by the margin
         return len(self.widths)
 
     def update(self, event):

@@ -10,6 +10,7 @@
     blas_curves.py          what M rows cost against one, per OpenBLAS kernel, for notebook 07 and the bench
     policy_simulation.py    a K policy against a cost model: many coin seeds in a second, no model, no clock
     batch_simulation.py     the batch's K policy against scripted costs and noisy readings: seeds in seconds
+    tree_simulation.py      tree="auto" against a cost model and the bench's per-rank coins: seeds in a second
 
 May import every layer below. Imported only by notebooks, tests, the bench and the classroom command.
 """

@@ -1,0 +1,161 @@
+"""tree="auto" (decoding/tree_policy.AutoTree) against a cost model: many coin seeds in a second.
+
+The chain simulator (policy_simulation.py) for token trees. A round's tree is drafted and checked
+the way bench's forced tree drafter makes the real loop do it (bench/forced_tree_draft.py):
+
+  * coins: u[i, r] ~ Uniform(0, 1), one per position i and sibling rank r, drawn once per seed as
+    the bench draws them (so seed s replays the coins of the trees section's repeat s: its prompt
+    of PROMPT_LEN tokens first); at depth d + 1 the children of the node on the accepted path are tried in rank order, and
+    the child of rank r is accepted if u[i, r] < rates[d][r] (so with probability rates[d][r] given
+    that its older siblings were not: tree_shape.py's a_{d+1,r}); rates[d][r] = min(1, alpha x
+    ratio_r), the ratios measured on a real pair (RATIOS);
+  * the policy sees what speculative.observe shows it: each examined node's overlap beta (1 where
+    its first child was the target's token, else 0), each node tried (AutoTree's counts by depth and
+    rank), the target call's size and seconds, the draft's seconds (none of them in the first round,
+    whose call carries the prompt);
+  * costs, in one-token target calls: a draft call per tree level, c; a target call over the root
+    and the n drafted nodes, v(1 + n); a drafting round after plain ones, the draft's catch-up
+    (policies.catch_up_cost). Plain decoding costs 1 a token.
+
+The same arithmetic is tree_shape.tree_speedup's (o = 0), so a fixed shape scores its predicted
+speedup on average; what AutoTree loses to the best fixed chain is what it pays for learning alpha,
+the siblings' rates and v, and for the shapes its beliefs choose on the way.
+
+>>> chain = simulate_tree_policy(FixedShape((1, 1, 1, 1)), alpha=1.0, c=0.1, v=EPYC_PANELS, n_tokens=50, seed=0)
+>>> chain["shapes"], round(chain["speedup"], 3)  # 10 rounds of 5 tokens at 4 x 0.1 + v(5) = 0.4 + 1.07
+({(1, 1, 1, 1): 10}, 3.401)
+
+`python -m gpt2np.teach.tree_simulation` prints, for 124M -> 1558M on this EPYC's panels curve, 48
+tokens, alpha 0.3-1: the best fixed chain, a few fixed trees and AutoTree (median and 10th percentile
+over the seeds of its speedup over the best chain's median).
+"""
+import argparse
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..decoding.policies import Measurements, catch_up_cost
+from ..decoding.speculative import observe
+from ..decoding.tree_policy import AutoTree
+from .policy_simulation import probed_shape
+
+RATIOS = (1.0, 0.662, 0.786, 0.308)  # a_r / a_0 by sibling rank, the bundled pair at T 0 (bench/trees_report.py's
+                                     # default profile, `python -m bench.trees`): the bench's forced tree rates
+EPYC_PANELS = {1: 1.0, **dict(enumerate(  # v(M), M = 2..16: the trees section's own timing at 1558M on panels (the Zen 4
+    (0.96, 1.09, 1.10, 1.07, 1.07, 1.14, 1.21, 1.38, 1.49, 1.61, 1.57, 1.66, 1.70, 1.81, 1.74), start=2))}
+    # EPYC, SkylakeX, PERFORMANCE.md "Token trees on panels"), 5 rows at 6 rows' cost as they run since session 42
+C_EPYC = 0.105                       # the 124M draft's call over the 1558M target's one-token call (the same timing)
+PROMPT_LEN = 8                       # the trees section's prompt: its coins for the output start at this row
+FIXED_TREES = ((2, 1), (3,), (3, 1), (2, 2, 1))
+
+
+class FixedShape:
+    """The same shape every round (a chain: widths of 1); () is plain decoding."""
+
+    def __init__(self, widths):
+        self.widths, self.name = tuple(widths), str(tuple(widths))
+
+    def reset(self):
+        pass
+
+    def choose(self, past):
+        return len(self.widths)
+
+    def update(self, event):
+        pass
+
+
+def full_tree(widths):  # -> parents: node 0 the root (-1), then each level's nodes, widths[d] under every node above
+    """The parents of a full tree of that shape, level by level (tree_drafts.DraftTree's order).
+
+    >>> full_tree((2, 1)), full_tree((1, 1, 1))
+    ((-1, 0, 0, 1, 2), (-1, 0, 1, 2))
+    """
+    parents, level = [-1], [0]
+    for width in widths:
+        parents += [parent for parent in level for _ in range(width)]
+        level = list(range(len(parents) - width * len(level), len(parents)))
+    return tuple(parents)
+
+
+def play_round(widths, rates, coins, position):  # -> (parents, tried, overlaps, depth reached)
+    """One full tree of `widths` drafted for output positions position, position + 1, ...: down the accepted
+    path, each node's children tried in rank order until one passes its coin (greedy, forced coins)."""
+    parents = full_tree(widths)
+    children = {}
+    for node, parent in enumerate(parents[1:], start=1):
+        children.setdefault(parent, []).append(node)
+    tried, overlaps, node = [], [], 0
+    for d in range(len(widths)):
+        u = coins[position + d]                                     # [ranks]
+        overlaps.append(1.0 if u[0] < rates[d][0] else 0.0)         # beta at the node examined: its first child's
+        for r, child in enumerate(children[node]):
+            tried.append((child, bool(u[r] < rates[d][r])))
+            if tried[-1][1]:
+                break
+        else:
+            return parents, tried, overlaps, d                      # every child rejected: d drafts accepted
+        node = child
+    return parents, tried, overlaps, len(widths)
+
+
+def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True):
+    """Run `policy` (AutoTree, or FixedShape) for n_tokens: {"speedup" over plain decoding, "shapes": rounds
+    by shape (() plain)}. probe: the target read its curve's shape before the run (policy_simulation.probed_shape),
+    as a GPT2 does for a policy that asks (AutoTree's cost_sizes)."""
+    depth = max(getattr(policy, "K_max", 0), len(getattr(policy, "widths", ())), 1)
+    rates = [[min(1.0, alpha * ratio) for ratio in ratios]] * depth  # [depth][ranks]
+    coins = np.random.default_rng(seed).random((PROMPT_LEN + n_tokens + depth, len(ratios)))[PROMPT_LEN:]  # [n, R]
+    past = Measurements(c_prior=c)
+    past.v_shape = probed_shape(v, seed) if probe and hasattr(policy, "cost_sizes") else None
+    policy.reset()
+    emitted, cost, shapes = 0, 0.0, {}
+    while emitted < n_tokens:
+        past.tokens_left = n_tokens - emitted
+        K = policy.choose(past)
+        widths = tuple(policy.widths)[:min(K, n_tokens - emitted - 1)] if K else ()  # clamped: never past n_tokens
+        parents, tried, overlaps, reached = play_round(widths, rates, coins, emitted)
+        n = len(parents) - 1
+        debt = catch_up_cost(c, v, past.owed) if n else 0.0
+        seconds = len(widths) * c + v[1 + n] + debt
+        event = SimpleNamespace(parents=parents if n else (), tried=tried, drafts=[0] * n, tokens=[0] * (reached + 1),
+                                overlaps=overlaps, propose_seconds=len(widths) * c, seconds=seconds)
+        policy.update(event)
+        observe(past, event, SimpleNamespace(durations={1 + n: [v[1 + n]]}), first_round=not shapes)
+        shapes[widths] = shapes.get(widths, 0) + 1
+        emitted, cost = emitted + reached + 1, cost + seconds
+    return {"speedup": n_tokens / cost, "shapes": shapes}
+
+
+def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), trees=FIXED_TREES):
+    """{"best": the fixed chain with the best median speedup, "trees": each fixed tree's median over the best's,
+    "ratios": the policy's speedup over the best chain's median, seed by seed (sorted)}."""
+    def medians(widths):
+        return float(np.median([simulate_tree_policy(FixedShape(widths), alpha, c, v, n_tokens, s)["speedup"]
+                                for s in seeds]))
+    chains = {K: medians((1,) * K) for K in range(1, K_max + 1)}
+    best = max(chains, key=chains.get)
+    mine = [simulate_tree_policy(policy(), alpha, c, v, n_tokens, s)["speedup"] / chains[best] for s in seeds]
+    return {"best": best, "best_median": chains[best], "trees": {w: medians(w) / chains[best] for w in trees},
+            "ratios": sorted(mine)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m gpt2np.teach.tree_simulation", description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=100, help="coin seeds per alpha (default: 100)")
+    p.add_argument("--tokens", type=int, default=48, help="tokens per run (default: 48, the bench's trees section)")
+    args = p.parse_args(argv)
+    print(f"124M -> 1558M, this EPYC's panels curve (c {C_EPYC}), {args.tokens} tokens, {args.seeds} seeds: speedups "
+          f"over the best fixed chain's median")
+    print("| alpha | best chain | " + " | ".join(map(str, FIXED_TREES)) + " | auto: median | 10 % of seeds |")
+    print("| --- " * (4 + len(FIXED_TREES)) + "|")
+    for alpha in (0.3, 0.5, 0.8, 1.0):
+        r = compare(alpha, C_EPYC, EPYC_PANELS, args.tokens, range(args.seeds))
+        ratios = r["ratios"]
+        print(f"| {alpha} | K={r['best']} ({r['best_median']:.2f}x) | "
+              + " | ".join(f"{x:.2f}" for x in r["trees"].values())
+              + f" | {np.median(ratios):.3f} | {ratios[len(ratios) // 10]:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,10 @@ a prefill round over the prompts, then n_tokens - 1 rounds of B rows.
 
 `python -m gpt2np.teach.batch_simulation` prints BatchAutoK against the best fixed K (plain
 decoding included) for a 124M draft of a 355M target (c 0.35) and of a 1558M target (c 0.09),
-on cost curves shaped like the Xeon's under SkylakeX and under Haswell, and for the bundled pair
+on cost curves shaped like the Xeon's under SkylakeX and under Haswell, for the 1558M target on
+the Zen 4 EPYC's measured curve in panels (EPYC_PANELS: past 16 rows it jumps, which a line from
+v(2) to v(16) and a tenth of a row after it misses: a prompt's round that also drafts costs there
+what the lines call cheap), and for the bundled pair
 on a flat curve (FLAT: a target whose weights are all small, which BatchAutoK is told, few_rows=None),
 B 1-8, alpha 0.5 / 0.8, 32 tokens after 16: the median and the 10th percentile over the seeds of
 auto's seconds over the best fixed K's median seconds (above 1: auto is faster). With --bound, for one
@@ -45,6 +48,10 @@ CURVES = {  # (v(2), v(16)) of a target round's seconds over M rows against one 
     "Haswell": (1.5, 3.3),    # under Haswell: v(2) 1.48-1.52, v(16) 3.3-3.9 (13-16 rows padded)
 }
 PAIRS = {"124M -> 355M": 0.35, "124M -> 1558M": 0.09}  # the draft's cost c, its share of a target call
+EPYC_PANELS = {1: 1.0, 2: 1.05, 5: 1.05, 8: 1.14, 12: 1.32, 16: 1.61, 17: 2.14, 20: 3.09, 21: 3.35, 24: 3.41, 32: 4.09,
+               48: 5.38, 64: 6.80}  # v(M) of random 1558M in panels under SkylakeX (the Zen 4 EPYC, 8 cached positions,
+               # 5 alternated passes a size, session 48): flat to 8 rows, then past 16 each panel an sgemm over every
+               # row, a jump the lines above do not have (17 rows 0.53 one-row passes over 16, 21 rows 1.74)
 FLAT = {"v2": 1.1, "v16": 1.5, "tail": 0.03}  # row_costs' for a target whose weights are all small, as the bundled
                      # 2.6M: rows nearly free past 16 too (measured, rounds of 8 sequences: T(16), T(24), T(40) =
                      # 1.09, 1.23, 1.46 T(8); this curve's 1.18, 1.37, 1.75, a little steeper). few_rows=None
@@ -56,6 +63,26 @@ def row_costs(v2, v16, t1=0.28, tail=0.12):  # -> M -> seconds of a target round
     def target_seconds(M):
         v = 1.0 if M == 1 else v2 + (min(M, FEW_ROWS) - 2) * (v16 - v2) / (FEW_ROWS - 2)
         return t1 * (v + tail * max(M - FEW_ROWS, 0))
+    return target_seconds
+
+
+def measured_costs(points, t1=0.28):  # {M: v(M)} -> M -> seconds of a target round over M rows
+    """v(M) joined point to point between the measured sizes, carried past the last two by their slope.
+
+    >>> v = measured_costs({1: 1.0, 16: 1.6, 32: 4.0}, t1=1.0)
+    >>> [round(v(M), 3) for M in (1, 6, 16, 24, 48)]
+    [1.0, 1.2, 1.6, 2.8, 6.4]
+    """
+    sizes = sorted(points)
+
+    def target_seconds(M):
+        if M in points:
+            return t1 * points[M]
+        if M < sizes[-1]:
+            lo, hi = max(m for m in sizes if m < M), min(m for m in sizes if m > M)
+        else:
+            lo, hi = sizes[-2], sizes[-1]  # past the last size: the last two sizes' slope
+        return t1 * (points[lo] + (points[hi] - points[lo]) * (M - lo) / (hi - lo))
     return target_seconds
 
 
@@ -209,6 +236,7 @@ def main(argv=None):
           f" {args.seeds} seeds, timing noise {args.noise}, 32 tokens after 16")
     print(f"{'curve':<9} {'pair':<14} {'B':>2} {'alpha':>5} {'best':>5} {'median':>6} {'p10':>6}")
     scenarios = [(kernel, row_costs(v2, v16), PAIRS, FEW_ROWS) for kernel, (v2, v16) in CURVES.items()]
+    scenarios.append(("panels", measured_costs(EPYC_PANELS), {"124M -> 1558M": PAIRS["124M -> 1558M"]}, FEW_ROWS))
     scenarios.append(("flat", row_costs(**FLAT), SMALL_PAIRS, None))
     for curve, target_seconds, pairs, few_rows in scenarios:
         for pair, c in pairs.items():

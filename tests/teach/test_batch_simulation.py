@@ -70,8 +70,8 @@ def test_a_target_of_small_weights_is_priced_by_its_line_and_drafts_where_the_fu
 def test_the_table_prints_every_cell(capsys):
     batch_simulation.main(["--seeds", "2"])
     lines = capsys.readouterr().out.splitlines()
-    cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell", "flat"))]
-    assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2, lines
+    cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
+    assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2, lines
     assert all(0 < float(line.split()[-1]) <= float(line.split()[-2]) < 2 for line in cells), cells
 
 
@@ -113,3 +113,36 @@ def test_the_bound_prints_every_cell(capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("SkylakeX", "Haswell"))]
     assert len(lines) == 2 * 2 * 2, lines
     assert all(0.5 < float(x) < 1.5 for line in lines for x in line.split()[-2:]), lines
+
+
+PANELS = batch_simulation.measured_costs(batch_simulation.EPYC_PANELS)
+
+
+def test_the_panels_curve_is_the_measured_one_joined_point_to_point():
+    v = [PANELS(M) / PANELS(1) for M in (2, 16, 17, 18, 21, 80)]
+    assert np.allclose(v, [1.05, 1.61, 2.14, 2.14 + (3.09 - 2.14) / 3, 3.35, 6.80 + 16 * (6.80 - 5.38) / 16]), v
+
+
+class DraftsInThePromptsRound(BatchAutoK):
+    """A rule measured and left out (PERFORMANCE.md, "Measured and left out", session 48): draft in the prompts' round,
+    told of no catch-up (BatchAutoK waits for a timed round before it pays one: its first two rounds are plain)."""
+
+    def choose(self, B, lag=0, horizon=None):
+        return super().choose(B, min(lag, B) if not self.target_durations else lag, horizon)
+
+
+def test_drafting_in_the_prompts_round_loses_on_the_measured_panels_curve_not_on_a_line():
+    """One sequence, 124M -> 1558M (c 0.09), alpha 0.8, 32 tokens after 16, 40 seeds: on the measured curve the
+    prompts' round with drafts costs 16 + K rows, past the jump at 16 (1.7 one-row rounds more than 16 rows at
+    K = 5), and drafting there loses to the rule that waits; on the Xeon-shaped line (SkylakeX, a tenth of a row
+    past 16: the control, the curve the idea was first simulated on) it gains."""
+    def median_over_waiting(curve):
+        seeds = range(40)
+        waits = [simulate(BatchAutoK(K_max=4, c_prior=0.09), 1, 16, 32, 0.8, curve, 0.09, s, 0.12)[0] for s in seeds]
+        eager = [simulate(DraftsInThePromptsRound(K_max=4, c_prior=0.09), 1, 16, 32, 0.8, curve, 0.09, s, 0.12)
+                 for s in seeds]
+        assert all(Ks[0] >= 1 for _, Ks in eager), "the control rule drafts in the prompts' round"
+        return float(np.median(np.array(waits) / np.array([seconds for seconds, _ in eager])))
+    panels, line = median_over_waiting(PANELS), median_over_waiting(SKYLAKEX)
+    print(f"drafting in the prompts' round over waiting, speed: panels {panels:.3f}, the line {line:.3f}")
+    assert panels < 0.98 and line > 1.0, (panels, line)

@@ -74,15 +74,12 @@ def measured_costs(points, t1=0.28):  # {M: v(M)} -> M -> seconds of a target ro
     [1.0, 1.2, 1.6, 2.8, 6.4]
     """
     sizes = sorted(points)
+    lo, hi = sizes[-2:]  # past the last size: these two sizes' slope
 
     def target_seconds(M):
-        if M in points:
-            return t1 * points[M]
-        if M < sizes[-1]:
-            lo, hi = max(m for m in sizes if m < M), min(m for m in sizes if m > M)
-        else:
-            lo, hi = sizes[-2], sizes[-1]  # past the last size: the last two sizes' slope
-        return t1 * (points[lo] + (points[hi] - points[lo]) * (M - lo) / (hi - lo))
+        if M <= hi:
+            return t1 * float(np.interp(M, sizes, [points[m] for m in sizes]))
+        return t1 * (points[hi] + (points[hi] - points[lo]) * (M - hi) / (hi - lo))
     return target_seconds
 
 

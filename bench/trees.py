@@ -26,7 +26,10 @@ repeat, then the median. Every run's tokens must equal the target's greedy basel
 printed as an error and makes python -m bench exit non-zero after the JSON is written.
 Predictions (trees_report.py) use tree_shape's formulas with the rates used and c, v(M) measured
 here, before the runs (measure_costs: plain forward calls of M tokens after the prompt, every M
-timed COST_REPEATS times, interleaved, medians).
+timed COST_REPEATS times, interleaved, medians). auto's predicted columns are its shape at the true
+rates; under each table, auto over the best chain as teach/tree_simulation.py plays it with these
+costs, learning as the run does (trees_report.simulated_auto): over many coin seeds, and on this
+run's own (seed s replays repeat s), so that a measured ratio reads against what its seeds' coins allow.
 """
 import argparse
 import time
@@ -47,7 +50,7 @@ from . import trees_report
 from .common import TINY_CONFIGS, StreamSide, add_section, blas_limits, lockstep, log, median, numbers, random_ids
 from .forced_draft import wanted_sequence  # the target's greedy token at each position: prompt, then baseline
 from .forced_tree_draft import ForcedTreeDrafter, forced_auto_tree
-from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, summarise_cell
+from .trees_report import DEFAULT_PROFILE, PROFILES, label, predictions, scaled_rates, simulated_auto, summarise_cell
 
 K_MAX = 8  # auto's bound, speculative_generate's default
 COST_REPEATS = 5  # timings of every call size for c and v(M) (medians)
@@ -216,7 +219,12 @@ def measure_cell(target, draft, prompt, sequence, plan, alpha, costs):
         for side, record in zip(order, run_sides(order, target, draft, prompt, sequence, rates, plan, seed=r)):
             runs[label(side)].append(record)
     predicted = predictions(plan.shapes, rates, costs["c"], costs["v"], AutoTree(K_MAX).shapes)
-    return summarise_cell(runs, sequence[len(prompt):], alpha, rates, predicted)
+    cell = summarise_cell(runs, sequence[len(prompt):], alpha, rates, predicted)
+    if "auto" in runs:  # what auto's learning leaves of its prediction, simulated on this run's costs and coins
+        cell["auto_simulated"] = simulated_auto(alpha, PROFILES[plan.profile][1], costs["c"], costs["v"],
+                                                plan.n_tokens, plan.prompt_len, int(cell["best_chain"][2:]),
+                                                plan.repeats, K_MAX)
+    return cell
 
 
 def run(plan, threads=None):

@@ -23,7 +23,9 @@ import statistics
 
 import numpy as np
 
+from gpt2np.decoding.tree_policy import AutoTree
 from gpt2np.decoding.tree_shape import best_shape, expected_tokens, tree_size, tree_speedup
+from gpt2np.teach.tree_simulation import FixedShape, simulate_tree_policy
 
 from .common import log, print_table
 
@@ -41,6 +43,7 @@ DEFAULT_PROFILE = "bundled-t0"
 AUTO_GOAL = 0.97      # auto / best chain, measured, every alpha
 PAYS = 1.05           # a tree predicted to beat the best chain by this much ...
 CONFIRM_GOAL = 0.97   # ... must measure at least this fraction of its predicted ratio
+SIMULATED_SEEDS = 100  # coin seeds of auto's simulated ratio to the best chain, its learning included (simulated_auto)
 
 
 def scaled_rates(alpha, ratios, depth):  # -> rates[d][r] for d < depth (module docstring)
@@ -90,6 +93,7 @@ def side_summary(runs, reference):
             shapes[name] = shapes.get(name, 0) + n
     return {"tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates,
             "tokens_per_call": statistics.median(len(r["tokens"]) / r["target_calls"] for r in runs),
+            "runs_target_calls": [r["target_calls"] for r in runs],
             "seconds": [r["seconds"] for r in runs], "shapes_used": shapes, "by_rank": runs[0].get("by_rank"),
             "exact": not errors, "mismatch": errors[0] if errors else None}
 
@@ -119,6 +123,19 @@ def summarise_cell(runs, reference, alpha, rates, predicted):
         log(f"ERROR: trees alpha {alpha}, side {name}: {text}")
     return {"alpha": alpha, "rates": [list(row) for row in rates[:1]], "best_chain": best,
             "best_chain_predicted": best_predicted, "rows": rows, "exact": not mismatched, "mismatched": mismatched}
+
+
+def simulated_auto(alpha, ratios, c, v, n_tokens, prompt_len, chain, repeats, K_max, seeds=SIMULATED_SEEDS):
+    """auto over the chain of `chain` drafts as teach/tree_simulation.py plays them with this run's rates, c
+    and v: AutoTree learning the rates and the curve from its own rounds, as in the run. The predicted
+    columns are auto's shape at the true rates, known from the start; this is what the learning leaves of
+    it. Per seed, the ratio of the two speedups on that seed's coins (seed s: the coins of repeat s);
+    {"seeds": the median over `seeds` seeds, "this_run": over the run's repeats, "per_repeat": theirs}."""
+    def speedup(policy, seed):
+        return simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios, prompt_len=prompt_len)["speedup"]
+    by_seed = [speedup(AutoTree(K_max), s) / speedup(FixedShape((1,) * chain), s) for s in range(max(seeds, repeats))]
+    return {"seeds": statistics.median(by_seed[:seeds]), "n_seeds": seeds,
+            "this_run": statistics.median(by_seed[:repeats]), "per_repeat": by_seed[:repeats]}
 
 
 def targets(section):
@@ -165,9 +182,14 @@ def print_report(section):
         rows = [table_row(r) for r in cell["rows"]]
         auto = next((r for r in cell["rows"] if r["side"] == "auto"), None)
         used = ", ".join(f"{s}: {n}" for s, n in auto["shapes_used"].items()) if auto else None
+        sim = cell.get("auto_simulated")
         print_table(f"alpha {cell['alpha']}: rates by rank {[round(a, 3) for a in cell['rates'][0]]}", headers, rows,
                     note=f"best chain: {cell['best_chain']} measured, {cell['best_chain_predicted']} predicted"
                          + (f"; auto's rounds by shape: {used}" if used else "")
+                         + (f"\nauto / best chain simulated, its learning included (teach/tree_simulation.py, this "
+                            f"run's c and v): {sim['seeds']:.3f} over {sim['n_seeds']} coin seeds, "
+                            f"{sim['this_run']:.3f} on this run's {len(sim['per_repeat'])} (measured "
+                            f"{auto['over_best_chain']:.3f})" if sim else "")
                          + ("" if cell["exact"] else f"\n!!! ERROR: not the baseline: {cell['mismatched']}"))
     if section["targets"]:
         print_table("Token-tree targets (this run)", ["target", "measured", "goal", "met"],

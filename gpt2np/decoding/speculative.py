@@ -65,6 +65,7 @@ from .tree_drafts import DraftTree
 from .tree_kernel import chain_round_result, examined_nodes, node_law, verify_tree
 from .tree_policy import auto_tree
 from ..model import rows
+from ..model.cost_probe import carried_on
 
 DEFAULT_K = 4  # speculative_generate's K; a tree (tree=, or a tree drafter) fixes its drafts instead
 CATCH_UP = 2   # a draft model's usual first feed of a round: x_K and the bonus token after a full acceptance
@@ -192,12 +193,16 @@ def read_cost_shape(target, policy, n_tokens):  # -> ({M: v_shape(M)} or None, s
     """The shape of the target's cost curve for a policy that plans with one (its cost_sizes: policies.AutoK,
     4.), read where the target can read it (row_cost_shape: a GPT2, model/cost_probe.py; a toy model
     cannot) in at most PROBE_SHARE of the run's plain passes: (None, 0.0) otherwise, and for a fixed
-    K, which asked for no measuring. Before the first round, from the past only: exactness is untouched."""
+    K, which asked for no measuring. Where that share is too short for every size and the policy can
+    plan with fewer (its fewest_cost_sizes: tree_policy.AutoTree's chains), those, carried on along
+    their slope (cost_probe.carried_on). Before the first round, from the past only: exactness is untouched."""
     sizes, probe = getattr(policy, "cost_sizes", None), getattr(target, "row_cost_shape", None)
     if not sizes or probe is None:
         return None, 0.0
     start = time.perf_counter()
-    shape = probe(sizes, PROBE_SHARE * n_tokens)
+    shape, fewest = probe(sizes, PROBE_SHARE * n_tokens), getattr(policy, "fewest_cost_sizes", sizes)
+    if shape is None and fewest < sizes:
+        shape = carried_on(probe(fewest, PROBE_SHARE * n_tokens), sizes)
     return shape, time.perf_counter() - start
 
 

@@ -15,7 +15,13 @@ shape it picked (0: a plain round) and `widths` holds the shape, which the draft
               (ranks behave alike at every depth until the counts say otherwise; a later sibling
               starts at SIBLING_PRIOR, the draft's second choice, mean 1/3);
      c        the draft's seconds per draft call (one per level) / a one-token target call;
-     v(M)     the target's measured call times (policies.v_curve), its prior for sizes never timed;
+     v(M)     the target's measured call times (policies.v_curve), for sizes never timed the cost
+              shape the target read before the run (AutoK's 4.: up to a whole tree's rows, or in a
+              run too short for that, its chains' K_max + 1 carried on along their slope: at 1558M
+              and 48 tokens 16 sizes do not fit PROBE_SHARE, and without a shape AutoK spends a
+              round timing a one-token call and plans with its prior's line; simulated, alpha 0.8
+              0.95 -> 1.00 of the best chain, measured in lockstep over 20 seeds level, 1.00 of
+              the rule before on average), else its prior;
      o        the rest of a drafting round: its wall time less its draft calls and its target call
               as c and v predict them (median of the latest rounds), in one-token calls, against a
               plain round's 1 + o_plain (its wall time over a one-token call). Tiny models pay
@@ -84,7 +90,8 @@ class AutoTree:
         self.K_max, self.name = K_max, "auto tree"
         self.shapes = candidate_shapes(K_max, max_width, max_nodes)
         self.max_width, self.M_max = max_width, max_nodes + 1
-        self.cost_sizes = self.M_max  # the target's cost shape up to a whole tree's rows (policies.AutoK, 4.)
+        self.cost_sizes = self.M_max  # the target's cost shape up to a whole tree's rows (policies.AutoK, 4.),
+        self.fewest_cost_sizes = K_max + 1  # or, where a short run's budget reads no more, its chains' (read_cost_shape)
         self.chain = AutoK(K_max)
         self.prompt_positions = self.chain.prompt_positions  # the prompt's overlaps, as AutoK reads them (5.)
         self.reset()

@@ -92,6 +92,21 @@ def row_cost_shape(block, params, config, M_max, repeats=PROBE_REPEATS, clock=ti
     return {M: 1.0 if M == 1 else seconds / fastest[1] for M, seconds in fastest.items()}
 
 
+def carried_on(shape, M_max):  # {M: v_shape(M)}, M = 1..m -> the same for M = 1..M_max, or None for None
+    """A shape read up to m rows carried on to M_max along its last two rows' slope (never falling), for a
+    caller that reads fewer sizes than it plans with (speculative.read_cost_shape: a tree policy in a short
+    run reads its chains' sizes only). The sizes read are kept as read.
+
+    >>> carried_on({1: 1.0, 2: 1.1, 3: 1.2, 4: 1.5}, 6)    # (1.5 - 1.1) / 2 a row past 4
+    {1: 1.0, 2: 1.1, 3: 1.2, 4: 1.5, 5: 1.7, 6: 1.9}
+    """
+    if shape is None:
+        return None
+    m = max(shape)
+    slope = max(0.0, (shape[m] - shape[max(1, m - 2)]) / max(1, min(2, m - 1)))
+    return {M: shape[M] if M <= m else round(shape[m] + slope * (M - m), 12) for M in range(1, M_max + 1)}
+
+
 def lower_envelope(cost):  # {M: seconds} -> {M: seconds}, non-decreasing in M
     """Each size's cost capped by every larger size's: a reading above a larger size's was slowed by
     something else, since M rows never take more work than M' > M rows.

@@ -35,8 +35,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..decoding.policies import Measurements, catch_up_cost
-from ..decoding.speculative import observe
+from ..decoding.speculative import observe, read_cost_shape
 from ..decoding.tree_policy import AutoTree
+from ..model.cost_probe import probe_repeats
 from .policy_simulation import probed_shape
 
 RATIOS = (1.0, 0.662, 0.786, 0.308)  # a_r / a_0 by sibling rank, the bundled pair at T 0 (bench/trees_report.py's
@@ -46,6 +47,7 @@ EPYC_PANELS = {1: 1.0, **dict(enumerate(  # v(M), M = 2..16: the trees section's
     # EPYC, SkylakeX, PERFORMANCE.md "Token trees on panels"), 5 rows at 6 rows' cost as they run since session 42
 C_EPYC = 0.105                       # the 124M draft's call over the 1558M target's one-token call (the same timing)
 PROMPT_LEN = 8                       # the trees section's prompt: its coins for the output start at this row
+TARGET_LAYERS = 48                   # 1558M's blocks: how many sizes the cost probe reads in a run's budget (ProbedTarget)
 FIXED_TREES = ((2, 1), (3,), (3, 1), (2, 2, 1))
 
 
@@ -63,6 +65,20 @@ class FixedShape:
 
     def update(self, event):
         pass
+
+
+class ProbedTarget:
+    """The target's cost probe as a GPT2 of n_layer blocks reads it (model/cost_probe.py), for read_cost_shape:
+    the sizes 1..M_max only where one reading of each fits the passes granted (probe_repeats), each read as
+    policy_simulation.probed_shape reads it (the seed's noise)."""
+
+    def __init__(self, v, seed, n_layer=TARGET_LAYERS):
+        self.v, self.seed, self.n_layer = v, seed, n_layer
+
+    def row_cost_shape(self, M_max, passes):  # -> {M: v_shape(M)}, M = 1..M_max, or None
+        if not probe_repeats(self.n_layer, M_max, passes):
+            return None
+        return {M: x for M, x in probed_shape(self.v, self.seed).items() if M <= M_max}
 
 
 def full_tree(widths):  # -> parents: node 0 the root (-1), then each level's nodes, widths[d] under every node above
@@ -99,15 +115,17 @@ def play_round(widths, rates, coins, position):  # -> (parents, tried, overlaps,
     return parents, tried, overlaps, len(widths)
 
 
-def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True):
+def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True, prompt_len=PROMPT_LEN):
     """Run `policy` (AutoTree, or FixedShape) for n_tokens: {"speedup" over plain decoding, "shapes": rounds
-    by shape (() plain)}. probe: the target read its curve's shape before the run (policy_simulation.probed_shape),
-    as a GPT2 does for a policy that asks (AutoTree's cost_sizes)."""
+    by shape (() plain), "rounds": target calls}. probe: the target reads its curve's shape before the run as
+    a GPT2 does for a policy that asks (AutoTree's cost_sizes: read_cost_shape, on a ProbedTarget, within
+    the run's budget); prompt_len: the bench's prompt, whose rows of coins its output skips (the trees
+    section's repeat `seed` replayed)."""
     depth = max(getattr(policy, "K_max", 0), len(getattr(policy, "widths", ())), 1)
     rates = [[min(1.0, alpha * ratio) for ratio in ratios]] * depth  # [depth][ranks]
-    coins = np.random.default_rng(seed).random((PROMPT_LEN + n_tokens + depth, len(ratios)))[PROMPT_LEN:]  # [n, R]
+    coins = np.random.default_rng(seed).random((prompt_len + n_tokens + depth, len(ratios)))[prompt_len:]  # [n, R]
     past = Measurements(c_prior=c)
-    past.v_shape = probed_shape(v, seed) if probe and hasattr(policy, "cost_sizes") else None
+    past.v_shape = read_cost_shape(ProbedTarget(v, seed), policy, n_tokens)[0] if probe else None
     policy.reset()
     emitted, cost, shapes = 0, 0.0, {}
     while emitted < n_tokens:
@@ -124,7 +142,7 @@ def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, pro
         observe(past, event, SimpleNamespace(durations={1 + n: [v[1 + n]]}), first_round=not shapes)
         shapes[widths] = shapes.get(widths, 0) + 1
         emitted, cost = emitted + reached + 1, cost + seconds
-    return {"speedup": n_tokens / cost, "shapes": shapes}
+    return {"speedup": n_tokens / cost, "shapes": shapes, "rounds": sum(shapes.values())}
 
 
 def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), trees=FIXED_TREES):

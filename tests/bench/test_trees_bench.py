@@ -20,6 +20,7 @@ import gpt2np
 from gpt2np.decoding import speculative
 from gpt2np.decoding.tree_policy import AutoTree
 from gpt2np.decoding.tree_shape import best_shape, expected_tokens, tree_speedup
+from gpt2np.teach.tree_simulation import FixedShape, simulate_tree_policy
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package
@@ -233,6 +234,39 @@ def test_the_predicted_columns_are_tree_shapes_formulas_for_the_rates_used(tiny_
             assert row["predicted_tokens_per_call_over_best_chain"] == pytest.approx(
                 row["predicted_tokens_per_call"] / best_chain["predicted_tokens_per_call"])
     assert rows["(2,1)"]["predicted_tokens_per_call"] == pytest.approx(1 + 1 + 1.0)  # alpha 1: (2,1) reaches depth 2
+
+
+def test_the_simulator_replays_each_repeat_on_its_coins(tiny_run):
+    """teach/tree_simulation.py on seed r plays a fixed shape on the coins of the section's repeat r: run by run,
+    the same target calls for every chain and tree (auto's simulated ratio rests on this replay). A seed off by
+    one plays other coins (the control)."""
+    section, _ = tiny_run
+    ratios, costs = profile_ratios(section), section["costs"]
+    v = {int(M): x for M, x in costs["v"].items()}
+
+    def rounds(shape, alpha, seed):
+        return simulate_tree_policy(FixedShape(tuple(shape)), alpha, costs["c"], v, section["n_tokens"], seed, ratios,
+                                    prompt_len=section["prompt_len"])["rounds"]
+    shifted = 0
+    for cell in section["cells"]:
+        for row in cell["rows"]:
+            if row["side"] in ("plain", "auto"):
+                continue
+            repeats = range(section["repeats"])
+            assert [rounds(row["shape"], cell["alpha"], r) for r in repeats] == row["runs_target_calls"], \
+                (cell["alpha"], row["side"], row["runs_target_calls"])
+            shifted += [rounds(row["shape"], cell["alpha"], r + 7) for r in repeats] != row["runs_target_calls"]
+    assert shifted >= 2, "seeds 7 and 8 replay the same target calls as repeats 0 and 1 everywhere: the check is blind"
+
+
+def test_auto_s_simulated_ratio_is_printed_beside_the_measured_one(tiny_run):
+    section, stdout = tiny_run
+    for cell in section["cells"]:
+        sim = cell["auto_simulated"]
+        assert len(sim["per_repeat"]) == section["repeats"] and sim["n_seeds"] == trees_report.SIMULATED_SEEDS
+        assert sim["this_run"] == pytest.approx(float(np.median(sim["per_repeat"])))
+        assert 0.2 < sim["seeds"] < 5, sim
+    assert stdout.count("auto / best chain simulated, its learning included") == len(ALPHAS)
 
 
 def profile_ratios(section):

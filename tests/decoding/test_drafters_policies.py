@@ -30,6 +30,7 @@ from gpt2np.decoding.policies import (WINDOW, AutoK, HeuristicK,
                                       v_curve)
 from gpt2np.decoding.speculative import speculative_generate, speculative_stream
 from gpt2np.decoding.tree_drafters import ModelTreeDrafter
+from gpt2np.decoding.tree_policy import AutoTree
 from gpt2np.decoding.stream import RoundEvent
 from gpt2np.decoding.theory import predicted_speedup, predicted_speedups
 from test_speculative_exact import (EXACT, PAIRS, assert_caches_match_recomputation, target_distribution,
@@ -210,6 +211,38 @@ def test_only_auto_reads_the_cost_shape_and_it_changes_auto_s_choices(scripted_c
             assert (stats.probe_seconds > 0) == (model is not target), (name, stats.probe_seconds)
     assert steep.asked == [(6, speculative.PROBE_SHARE * 12)] * 20, steep.asked
     assert max(used["steep"]) <= 2 < max(used["no shape"]) < max(used["flat"]) == 5, used
+
+
+class BudgetedTarget(ShapedTarget):
+    """A toy target whose probe, as a GPT2's, reads nothing where one reading of every size asked for does not fit
+    the passes granted: here, more than `fits` sizes."""
+
+    def __init__(self, model, shape, fits):
+        super().__init__(model, shape)
+        self.fits = fits
+
+    def row_cost_shape(self, M_max, passes):
+        if M_max <= self.fits:
+            return super().row_cost_shape(M_max, passes)
+        self.asked.append((M_max, passes))
+        return None
+
+
+def test_a_tree_policy_in_a_short_run_reads_its_chains_sizes_and_carries_them_on():
+    """AutoTree plans with up to 16 rows; where the run's budget reads only 9 sizes it reads those (its chains', K_max
+    + 1) and carries the shape on along their slope, where a policy with no fewer sizes to plan with reads nothing."""
+    target, _ = toy_pair(**PAIRS["3 tokens, eot=2"])
+    shape = {M: 1.0 + 0.05 * (M - 1) + (0.4 if M >= 7 else 0.0) for M in range(1, 17)}  # a step at 7 rows
+    policy = AutoTree(K_max=8)
+    short, roomy = BudgetedTarget(target, shape, fits=9), BudgetedTarget(target, shape, fits=16)
+    read, _ = speculative.read_cost_shape(short, policy, 48)
+    budget = speculative.PROBE_SHARE * 48
+    assert short.asked == [(16, budget), (9, budget)], short.asked
+    assert {M: read[M] for M in range(1, 10)} == {M: shape[M] for M in range(1, 10)}
+    assert [round(read[M], 9) for M in (10, 16)] == [round(shape[9] + 0.05 * k, 9) for k in (1, 7)], read
+    assert speculative.read_cost_shape(roomy, policy, 48)[0] == shape and roomy.asked == [(16, budget)]
+    chains_only = AutoK(K_max=15)  # plans with 16 rows and no fewer
+    assert speculative.read_cost_shape(BudgetedTarget(target, shape, fits=9), chains_only, 48)[0] is None
 
 
 def test_peeking_at_the_round_to_choose_K_is_caught():

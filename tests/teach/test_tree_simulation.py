@@ -110,3 +110,20 @@ def test_a_tree_that_holds_only_at_the_mean_loses_at_alpha_0_8(monkeypatch):
     before = np.median(compare(0.8, C_EPYC, EPYC_PANELS, 48, seeds, trees=())["ratios"])
     print(f"auto / best chain: alpha 0.3 {now[0.3]:.3f}, 0.5 {now[0.5]:.3f}, 0.8 {now[0.8]:.3f} (control {before:.3f})")
     assert now[0.8] >= before + 0.01 and now[0.3] >= 1.03 and now[0.5] >= 1.03, (now, before)
+
+
+def test_the_probe_reads_what_the_run_s_budget_reads():
+    """As a 1558M GPT2 (48 blocks) reads it for AutoTree (speculative.read_cost_shape): at 48 tokens one reading of
+    16 sizes does not fit 1 % of the run's passes, so its chains' 9 sizes are read and carried on; at 60 tokens all
+    16. The shape's first 9 sizes are the same reading either way (the seed's noise, size by size)."""
+    def read(n_tokens, seed=3):
+        target = tree_simulation.ProbedTarget(EPYC_PANELS, seed)
+        return tree_simulation.read_cost_shape(target, tree_policy.AutoTree(8), n_tokens)[0]
+    short, long = read(48), read(60)
+    assert sorted(short) == sorted(long) == list(range(1, 17))
+    assert all(short[M] == long[M] for M in range(1, 10)), (short, long)
+    slope = (short[9] - short[7]) / 2
+    assert all(short[M] == pytest.approx(short[9] + max(0.0, slope) * (M - 9)) for M in range(10, 17)), short
+    assert any(abs(short[M] - long[M]) > 1e-9 for M in range(10, 17)), "rows past 9 read at 60 tokens, carried at 48"
+    assert tree_simulation.read_cost_shape(tree_simulation.ProbedTarget(EPYC_PANELS, 3, n_layer=12),
+                                           tree_policy.AutoTree(8), 48)[0] is None  # 124M's 12 blocks: none fits

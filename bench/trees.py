@@ -222,8 +222,8 @@ def measure_cell(target, draft, prompt, sequence, plan, alpha, costs):
     cell = summarise_cell(runs, sequence[len(prompt):], alpha, rates, predicted)
     if "auto" in runs:  # what auto's learning leaves of its prediction, simulated on this run's costs and coins
         cell["auto_simulated"] = simulated_auto(alpha, PROFILES[plan.profile][1], costs["c"], costs["v"],
-                                                plan.n_tokens, plan.prompt_len, int(cell["best_chain"][2:]),
-                                                plan.repeats, K_MAX)
+                                                plan.n_tokens, plan.prompt_len, target.config.n_layer,
+                                                int(cell["best_chain"][2:]), plan.repeats, K_MAX)
     return cell
 
 

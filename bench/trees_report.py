@@ -125,14 +125,16 @@ def summarise_cell(runs, reference, alpha, rates, predicted):
             "best_chain_predicted": best_predicted, "rows": rows, "exact": not mismatched, "mismatched": mismatched}
 
 
-def simulated_auto(alpha, ratios, c, v, n_tokens, prompt_len, chain, repeats, K_max, seeds=SIMULATED_SEEDS):
+def simulated_auto(alpha, ratios, c, v, n_tokens, prompt_len, n_layer, chain, repeats, K_max, seeds=SIMULATED_SEEDS):
     """auto over the chain of `chain` drafts as teach/tree_simulation.py plays them with this run's rates, c
-    and v: AutoTree learning the rates and the curve from its own rounds, as in the run. The predicted
+    and v (and the cost shape a target of n_layer blocks reads in the run's budget): AutoTree learning the
+    rates and the curve from its own rounds, as in the run. The predicted
     columns are auto's shape at the true rates, known from the start; this is what the learning leaves of
     it. Per seed, the ratio of the two speedups on that seed's coins (seed s: the coins of repeat s);
     {"seeds": the median over `seeds` seeds, "this_run": over the run's repeats, "per_repeat": theirs}."""
     def speedup(policy, seed):
-        return simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios, prompt_len=prompt_len)["speedup"]
+        return simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios, prompt_len=prompt_len,
+                                    n_layer=n_layer)["speedup"]
     by_seed = [speedup(AutoTree(K_max), s) / speedup(FixedShape((1,) * chain), s) for s in range(max(seeds, repeats))]
     return {"seeds": statistics.median(by_seed[:seeds]), "n_seeds": seeds,
             "this_run": statistics.median(by_seed[:repeats]), "per_repeat": by_seed[:repeats]}

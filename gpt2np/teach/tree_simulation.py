@@ -115,17 +115,18 @@ def play_round(widths, rates, coins, position):  # -> (parents, tried, overlaps,
     return parents, tried, overlaps, len(widths)
 
 
-def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True, prompt_len=PROMPT_LEN):
+def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True, prompt_len=PROMPT_LEN,
+                         n_layer=TARGET_LAYERS):
     """Run `policy` (AutoTree, or FixedShape) for n_tokens: {"speedup" over plain decoding, "shapes": rounds
     by shape (() plain), "rounds": target calls}. probe: the target reads its curve's shape before the run as
-    a GPT2 does for a policy that asks (AutoTree's cost_sizes: read_cost_shape, on a ProbedTarget, within
-    the run's budget); prompt_len: the bench's prompt, whose rows of coins its output skips (the trees
-    section's repeat `seed` replayed)."""
+    a GPT2 of n_layer blocks does for a policy that asks (AutoTree's cost_sizes: read_cost_shape, on a
+    ProbedTarget, within the run's budget); prompt_len: the bench's prompt, whose rows of coins its output
+    skips (the trees section's repeat `seed` replayed)."""
     depth = max(getattr(policy, "K_max", 0), len(getattr(policy, "widths", ())), 1)
     rates = [[min(1.0, alpha * ratio) for ratio in ratios]] * depth  # [depth][ranks]
     coins = np.random.default_rng(seed).random((prompt_len + n_tokens + depth, len(ratios)))[prompt_len:]  # [n, R]
     past = Measurements(c_prior=c)
-    past.v_shape = read_cost_shape(ProbedTarget(v, seed), policy, n_tokens)[0] if probe else None
+    past.v_shape = read_cost_shape(ProbedTarget(v, seed, n_layer), policy, n_tokens)[0] if probe else None
     policy.reset()
     emitted, cost, shapes = 0, 0.0, {}
     while emitted < n_tokens:

@@ -497,13 +497,22 @@ def first_round_cap(c, v, K_max):
     return max([1] + [K for K in range(1, K_max + 1) if K * c + v[K + 1] - 1 <= FIRST_ROUND_RISK])
 
 
+def beta_mean_var(a, b):  # -> (mean, variance)
+    """The Beta(a, b) belief's mean and variance (optimistic_alpha's, tree_policy.scaled_up's).
+
+    >>> beta_mean_var(3.0, 1.0)
+    (0.75, 0.0375)
+    """
+    return a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+
+
 def optimistic_alpha(a, b, t):
     """The Beta(a, b) belief's mean plus sqrt(ln(t + 1)) standard deviations, at most 1.
 
     >>> round(optimistic_alpha(1.5, 1.0, 1), 3), round(optimistic_alpha(30.0, 70.0, 1), 3)
     (0.818, 0.338)
     """
-    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    mean, var = beta_mean_var(a, b)
     return min(1.0, mean + math.sqrt(math.log(t + 1) * var))
 
 

@@ -52,7 +52,8 @@ import math
 from statistics import median
 
 from .drafters import ModelDrafter
-from .policies import ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, alpha_belief, keep, optimistic_alpha, t1_estimate, v_curve
+from .policies import (ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, alpha_belief, beta_mean_var, keep, optimistic_alpha,
+                       t1_estimate, v_curve)
 from .run_stats import depths_and_ranks
 from .tree_drafters import ModelTreeDrafter
 from .tree_shape import best_shape, candidate_shapes, tree_speedup
@@ -72,8 +73,8 @@ def scaled_up(rates, belief, z=TREE_CONFIDENCE):  # rates[d][r], Beta (a, b) -> 
     [[0.689, 0.344]]
     """
     a, b = belief
-    mean, sd = a / (a + b), math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
-    return [[min(1.0, rate * (mean + z * sd) / mean) for rate in row] for row in rates]
+    mean, var = beta_mean_var(a, b)
+    return [[min(1.0, rate * (mean + z * math.sqrt(var)) / mean) for rate in row] for row in rates]
 
 
 def holds_if_higher(shape, rates, belief, c, v, o, plain, K_max):

@@ -30,8 +30,8 @@ the Zen 4 EPYC's measured curve in panels (EPYC_PANELS: past 16 rows it jumps, w
 v(2) to v(16) and a tenth of a row after it misses: a prompt's round that also drafts costs there
 what the lines call cheap), and for the bundled pair
 on a flat curve (FLAT: a target whose weights are all small, which BatchAutoK is told, few_rows=None),
-B 1-8, alpha 0.5 / 0.8, 32 tokens after 16: the median and the 10th percentile over the seeds of
-auto's seconds over the best fixed K's median seconds (above 1: auto is faster). With --bound, for one
+B 1-8, alpha 0.5 / 0.8, 32 tokens after 16 (--tokens N: N): the median and the 10th percentile over the
+seeds of auto's seconds over the best fixed K's median seconds (above 1: auto is faster). With --bound, for one
 sequence, what the Bayes-optimal policy for a prior over alpha gets (expected_seconds): what any policy
 that must learn alpha in a 32-token run can hope for.
 """
@@ -223,14 +223,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.batch_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=40, help="coin seeds per cell (default: 40)")
     p.add_argument("--noise", type=float, default=0.12, help="timing noise, log-standard deviation (default: 0.12)")
+    p.add_argument("--tokens", type=int, default=32, help="new tokens a sequence (default: 32, the bench's "
+                   "--batch-tokens; a longer run spends a smaller share of itself learning alpha)")
     p.add_argument("--bound", action="store_true",
                    help="one sequence: the Bayes-optimal policy and auto against the best fixed K (expected_seconds)")
     args = p.parse_args(argv)
+    if args.seeds < 1 or args.tokens < 2:
+        p.error(f"--seeds must be at least 1 and --tokens at least 2, got {args.seeds} and {args.tokens}")
     seeds = range(args.seeds)
     if args.bound:
-        return print_bound(seeds, args.noise)
+        return print_bound(seeds, args.noise, n_tokens=args.tokens)
     print(f"BatchAutoK against the best fixed K (plain decoding is K = 0): the best's median seconds over auto's,"
-          f" {args.seeds} seeds, timing noise {args.noise}, 32 tokens after 16")
+          f" {args.seeds} seeds, timing noise {args.noise}, {args.tokens} tokens after 16")
     print(f"{'curve':<9} {'pair':<14} {'B':>2} {'alpha':>5} {'best':>5} {'median':>6} {'p10':>6}")
     scenarios = [(kernel, row_costs(v2, v16), PAIRS, FEW_ROWS) for kernel, (v2, v16) in CURVES.items()]
     scenarios.append(("panels", measured_costs(EPYC_PANELS), {"124M -> 1558M": PAIRS["124M -> 1558M"]}, FEW_ROWS))
@@ -239,7 +243,7 @@ def main(argv=None):
         for pair, c in pairs.items():
             for B in (1, 2, 4, 8):
                 for alpha in (0.5, 0.8):
-                    r = compare(B, alpha, c, target_seconds, seeds, noise=args.noise,
+                    r = compare(B, alpha, c, target_seconds, seeds, n_tokens=args.tokens, noise=args.noise,
                                 policy=lambda c: BatchAutoK(K_max=4, c_prior=c, few_rows=few_rows))
                     ratios = r["ratios"]
                     print(f"{curve:<9} {pair:<14} {B:>2} {alpha:>5} {'K=' + str(r['best']):>5} "

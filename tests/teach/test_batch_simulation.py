@@ -1,5 +1,6 @@
 """teach/batch_simulation.py: the batch K policy against scripted costs, with noisy readings."""
 import numpy as np
+import pytest
 
 from gpt2np.decoding.batch_policy import FEW_ROWS, BatchAutoK
 from gpt2np.teach import batch_simulation
@@ -73,6 +74,20 @@ def test_the_table_prints_every_cell(capsys):
     cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
     assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2, lines
     assert all(0 < float(line.split()[-1]) <= float(line.split()[-2]) < 2 for line in cells), cells
+
+
+def test_the_run_length_is_asked_for_by_tokens(capsys):
+    batch_simulation.main(["--seeds", "2", "--tokens", "48"])
+    out = capsys.readouterr().out
+    assert "48 tokens after 16" in out.splitlines()[0], out
+    cells = [line for line in out.splitlines() if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
+    assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2, out
+
+
+def test_a_run_too_short_to_draft_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        batch_simulation.main(["--tokens", "1"])
+    assert stopped.value.code == 2 and "--tokens at least 2" in capsys.readouterr().err
 
 
 def test_the_expected_seconds_of_a_fixed_K_are_the_simulations_mean():

@@ -33,7 +33,7 @@ on a flat curve (FLAT: a target whose weights are all small, which BatchAutoK is
 B 1-8, alpha 0.5 / 0.8, 32 tokens after 16 (--tokens N: N): the median and the 10th percentile over the
 seeds of auto's seconds over the best fixed K's median seconds (above 1: auto is faster). With --bound, for one
 sequence, what the Bayes-optimal policy for a prior over alpha gets (expected_seconds): what any policy
-that must learn alpha in a 32-token run can hope for.
+that must learn alpha in a run of that length can hope for.
 """
 import argparse
 import math

@@ -68,26 +68,32 @@ def test_a_target_of_small_weights_is_priced_by_its_line_and_drafts_where_the_fu
     assert set(Ks) == {0}, Ks
 
 
+TABLE_CELLS = 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2  # both line curves x both pairs, panels, flat; B 1-8 x alpha 0.5 / 0.8
+
+
+def table_cells(out):
+    """The printed table's cells (one line each) in main's output."""
+    return [line for line in out.splitlines() if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
+
+
 def test_the_table_prints_every_cell(capsys):
     batch_simulation.main(["--seeds", "2"])
-    lines = capsys.readouterr().out.splitlines()
-    cells = [line for line in lines if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
-    assert len(cells) == 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2, lines
+    out = capsys.readouterr().out
+    cells = table_cells(out)
+    assert len(cells) == TABLE_CELLS, out
     assert all(0 < float(line.split()[-1]) <= float(line.split()[-2]) < 2 for line in cells), cells
 
 
 def test_the_run_length_is_asked_for_by_tokens(capsys):
     """--tokens 48: the header says so, every cell is there, and the cells are runs of that length (they differ
     from the default 32 tokens' on the same seeds)."""
-    def cells(out):
-        return [line for line in out.splitlines() if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
     batch_simulation.main(["--seeds", "2", "--tokens", "48"])
     out = capsys.readouterr().out
     batch_simulation.main(["--seeds", "2"])
     default = capsys.readouterr().out
     assert "48 tokens after 16" in out.splitlines()[0] and "32 tokens after 16" in default.splitlines()[0], out
-    assert len(cells(out)) == 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2, out
-    assert sum(a != b for a, b in zip(cells(out), cells(default))) >= len(cells(out)) // 2, (out, default)
+    assert len(table_cells(out)) == TABLE_CELLS, out
+    assert sum(a != b for a, b in zip(table_cells(out), table_cells(default))) >= TABLE_CELLS // 2, (out, default)
 
 
 def test_a_run_too_short_to_draft_is_a_one_line_error(capsys):

@@ -11,8 +11,9 @@ decoding/batched_speculative.py runs them, but with lengths for caches and a clo
     each examined position's overlap as 1 or 0 (accepted or not), as the bench's greedy forced
     drafts give it (a belief learned from coins, not from alpha itself);
   * costs, in seconds: a target round over M rows in all takes target_seconds(M), a draft call
-    over M rows c x target_seconds(M); the policy sees them, times a log-normal timing noise
-    (a shared machine's readings), and the run counts them without it.
+    over M rows c x target_seconds(M); the policy sees them, times a timing noise (a shared
+    machine's readings: log-normal, or --noise spiky, the one-sided spikes measured at 1558M, SPIKES),
+    and the run counts them without it.
 
 The policy is told what the real loop tells it (the round's B, the rows the draft caches lack,
 the tokens still wanted), so a run here replays its decisions exactly. Plain decoding's seconds:
@@ -31,7 +32,8 @@ v(2) to v(16) and a tenth of a row after it misses: a prompt's round that also d
 what the lines call cheap), and for the bundled pair
 on a flat curve (FLAT: a target whose weights are all small, which BatchAutoK is told, few_rows=None),
 B 1-8, alpha 0.5 / 0.8, 32 tokens after 16 (--tokens N: N): the median and the 10th percentile over the
-seeds of auto's seconds over the best fixed K's median seconds (above 1: auto is faster). With --bound, for one
+seeds of auto's seconds over the best fixed K's median seconds (above 1: auto is faster); --noise spiky gives the
+readings the one-sided spikes measured (SPIKES) in place of log-normal noise. With --bound, for one
 sequence, what the Bayes-optimal policy for a prior over alpha gets (expected_seconds): what any policy
 that must learn alpha in a run of that length can hope for.
 """
@@ -55,7 +57,12 @@ EPYC_PANELS = {1: 1.0, 2: 1.05, 5: 1.05, 8: 1.14, 12: 1.32, 16: 1.61, 17: 2.14, 
 FLAT = {"v2": 1.1, "v16": 1.5, "tail": 0.03}  # row_costs' for a target whose weights are all small, as the bundled
                      # 2.6M: rows nearly free past 16 too (measured, rounds of 8 sequences: T(16), T(24), T(40) =
                      # 1.09, 1.23, 1.46 T(8); this curve's 1.18, 1.37, 1.75, a little steeper). few_rows=None
-SMALL_PAIRS = {"260K -> 2.6M": 0.14}  # the bundled pair (c 0.14-0.16 in main.py's statistics)
+SMALL_PAIRS = {"260K -> 2.6M": 0.14}
+SPIKES = {"core": 0.035, "spikes": ((0.25, 0.08), (0.03, 0.45))}  # one reading's log over its round's median, as
+    # measured (462 rounds of 4 sequences, K = 1 and 2, 124M -> 1558M, the Zen 4 EPYC, session 51): a core of
+    # N(0, 0.035), and with probability 0.25 a slow spike of Exp(mean 0.08), with 0.03 a heavy one of Exp(0.45).
+    # Measured quantiles of the log: 1 %: -0.13, 10 %: -0.05, 90 %: +0.12, 95 %: +0.19, 99 %: +0.57 (this model:
+    # -0.08, -0.04, +0.10, +0.18, +0.54). One-sided: a reading is late far more often than early.  # the bundled pair (c 0.14-0.16 in main.py's statistics)
 
 
 def row_costs(v2, v16, t1=0.28, tail=0.12):  # -> M -> seconds of a target round over M rows
@@ -81,6 +88,22 @@ def measured_costs(points, t1=0.28):  # {M: v(M)} -> M -> seconds of a target ro
             return t1 * float(np.interp(M, sizes, [points[m] for m in sizes]))
         return t1 * (points[hi] + (points[hi] - points[lo]) * (M - hi) / (hi - lo))
     return target_seconds
+
+
+def spiky(rng):  # -> one reading's log factor over its true seconds
+    """A reading as SPIKES measures them: the core's normal, plus at most one slow spike."""
+    u, log = rng.random(), rng.normal(0.0, SPIKES["core"])
+    for p, mean in SPIKES["spikes"]:
+        if u < p:
+            return log + rng.exponential(mean)
+        u -= p
+    return log
+
+
+def log_noise(noise):  # a log-standard deviation or "spiky" -> rng -> a reading's log factor (None: no noise)
+    if noise == "spiky":
+        return spiky
+    return (lambda rng: rng.normal(0.0, noise)) if noise else None
 
 
 class FixedBatchK:
@@ -113,10 +136,11 @@ class Batch:
 
 
 def simulate(policy, B, prompt_len, n_tokens, alpha, target_seconds, c, seed=0, noise=0.0):
-    """One run: (seconds, [the round's largest k]). noise: the timing noise's log-standard deviation."""
+    """One run: (seconds, [the round's largest k]). noise: the timing noise's log-standard deviation, or
+    "spiky" (SPIKES: one-sided, as measured)."""
     batch, coins = Batch(B, prompt_len, n_tokens), np.random.default_rng(seed)
-    readings = np.random.default_rng([seed, 1])
-    seen = (lambda s: s * math.exp(readings.normal(0.0, noise))) if noise else (lambda s: s)
+    readings, log = np.random.default_rng([seed, 1]), log_noise(noise)
+    seen = (lambda s: s * math.exp(log(readings))) if log else (lambda s: s)
     seconds, Ks = 0.0, []
     while batch.running():
         run = batch.running()
@@ -200,7 +224,7 @@ def print_bound(seeds, noise, alphas=(0.3, 0.5, 0.65, 0.8, 1.0), prompt_len=16, 
     """For one sequence (B = 1) on each curve and pair of the table: the Bayes-optimal policy's expected
     seconds (a uniform prior over `alphas`) and BatchAutoK's mean over the seeds, each against the
     best fixed K's expected seconds (plain decoding included), at alpha 0.5 and 0.8; auto's readings
-    carry the timing noise (log-standard deviation `noise`), the bound's none."""
+    carry the timing noise (log-standard deviation `noise`, or "spiky"), the bound's none."""
     print(f"One sequence, {n_tokens} tokens after {prompt_len}: the best fixed K's expected seconds over the "
           f"Bayes-optimal policy's (a uniform prior over alpha in {', '.join(map(str, alphas))}) and over auto's")
     print(f"{'curve':<9} {'pair':<14} {'alpha':>5} {'best':>5} {'Bayes':>6} {'auto':>6}")
@@ -219,10 +243,23 @@ def print_bound(seeds, noise, alphas=(0.3, 0.5, 0.65, 0.8, 1.0), prompt_len=16, 
                       f"{fixed[best] / auto:>6.3f}")
 
 
+def noise_arg(text):  # --noise: "spiky" or a log-standard deviation >= 0
+    if text == "spiky":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be 'spiky' or a number >= 0, got {text!r}")
+    return value
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.batch_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=40, help="coin seeds per cell (default: 40)")
-    p.add_argument("--noise", type=float, default=0.12, help="timing noise, log-standard deviation (default: 0.12)")
+    p.add_argument("--noise", type=noise_arg, default=0.12, help="timing noise: a log-standard deviation (default: "
+                   "0.12), or 'spiky' for one-sided spikes as measured at 1558M (SPIKES)")
     p.add_argument("--tokens", type=int, default=32, help="new tokens a sequence (default: 32, the bench's "
                    "--batch-tokens; a longer run spends a smaller share of itself learning alpha)")
     p.add_argument("--bound", action="store_true",

@@ -36,6 +36,33 @@ def test_the_noise_reaches_the_readings_not_the_seconds_counted():
     assert 0.2 < spread < 0.4, f"log-readings' spread {spread:.3f} against the noise's 0.3"
 
 
+def test_spiky_readings_are_late_far_more_often_than_early_as_measured():
+    """SPIKES against the quantiles measured at 1558M (its comment): the log of one reading over the true
+    seconds, 20000 draws, each quantile within a stated band of the measured one."""
+    rng = np.random.default_rng(0)
+    log = np.array([batch_simulation.spiky(rng) for _ in range(20000)])
+    q = {p: float(np.percentile(log, p)) for p in (1, 10, 90, 95, 99)}
+    print({p: round(x, 3) for p, x in q.items()})
+    measured, band = {1: -0.13, 10: -0.05, 90: 0.12, 95: 0.19, 99: 0.57}, {1: 0.06, 10: 0.02, 90: 0.03, 95: 0.03, 99: 0.1}
+    assert all(abs(q[p] - measured[p]) <= band[p] for p in q), (q, measured)
+    assert np.mean(log > 0.1) > 20 * np.mean(log < -0.1), (np.mean(log > 0.1), np.mean(log < -0.1))
+
+
+def test_spiky_noise_reaches_the_readings_not_the_seconds_counted():
+    quiet = simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3)
+    assert simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3, noise="spiky") == quiet
+
+    class Recorder(FixedBatchK):
+        def update(self, overlaps, rows, seconds, calls, first_round):
+            self.read += [np.log(seconds / SKYLAKEX(rows))] + [np.log(s / (0.35 * SKYLAKEX(m))) for m, s in calls]
+    recorder = Recorder(2)
+    recorder.read = []
+    for seed in range(10):
+        simulate(recorder, 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=seed, noise="spiky")
+    late, early = np.mean(np.array(recorder.read) > 0.1), np.mean(np.array(recorder.read) < -0.1)
+    assert late > 0.05 and early < 0.01, (len(recorder.read), late, early)
+
+
 def test_where_plain_decoding_is_best_auto_stays_near_it():
     r = compare(8, 0.5, 0.35, SKYLAKEX, seeds=range(8))
     print(f"B 8, alpha 0.5, c 0.35: best K={r['best']}, auto {np.median(r['ratios']):.3f} of it")
@@ -94,6 +121,20 @@ def test_the_run_length_is_asked_for_by_tokens(capsys):
     assert "48 tokens after 16" in out.splitlines()[0] and "32 tokens after 16" in default.splitlines()[0], out
     assert len(table_cells(out)) == TABLE_CELLS, out
     assert sum(a != b for a, b in zip(table_cells(out), table_cells(default))) >= TABLE_CELLS // 2, (out, default)
+
+
+def test_the_table_runs_with_spiky_readings(capsys):
+    batch_simulation.main(["--seeds", "2", "--noise", "spiky"])
+    out = capsys.readouterr().out
+    assert "timing noise spiky" in out.splitlines()[0] and len(table_cells(out)) == TABLE_CELLS, out
+
+
+@pytest.mark.parametrize("noise", ["loud", "-0.1", "nan", "inf"])
+def test_a_noise_that_is_neither_spiky_nor_a_deviation_is_a_one_line_error(capsys, noise):
+    with pytest.raises(SystemExit) as stopped:
+        batch_simulation.main(["--noise", noise])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"must be 'spiky' or a number >= 0, got {noise!r}" in err, err
 
 
 def test_a_run_too_short_to_draft_is_a_one_line_error(capsys):

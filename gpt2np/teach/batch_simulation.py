@@ -57,12 +57,12 @@ EPYC_PANELS = {1: 1.0, 2: 1.05, 5: 1.05, 8: 1.14, 12: 1.32, 16: 1.61, 17: 2.14, 
 FLAT = {"v2": 1.1, "v16": 1.5, "tail": 0.03}  # row_costs' for a target whose weights are all small, as the bundled
                      # 2.6M: rows nearly free past 16 too (measured, rounds of 8 sequences: T(16), T(24), T(40) =
                      # 1.09, 1.23, 1.46 T(8); this curve's 1.18, 1.37, 1.75, a little steeper). few_rows=None
-SMALL_PAIRS = {"260K -> 2.6M": 0.14}
+SMALL_PAIRS = {"260K -> 2.6M": 0.14}  # the bundled pair (c 0.14-0.16 in main.py's statistics)
 SPIKES = {"core": 0.035, "spikes": ((0.25, 0.08), (0.03, 0.45))}  # one reading's log over its round's median, as
     # measured (462 rounds of 4 sequences, K = 1 and 2, 124M -> 1558M, the Zen 4 EPYC, session 51): a core of
     # N(0, 0.035), and with probability 0.25 a slow spike of Exp(mean 0.08), with 0.03 a heavy one of Exp(0.45).
     # Measured quantiles of the log: 1 %: -0.13, 10 %: -0.05, 90 %: +0.12, 95 %: +0.19, 99 %: +0.57 (this model:
-    # -0.08, -0.04, +0.10, +0.18, +0.54). One-sided: a reading is late far more often than early.  # the bundled pair (c 0.14-0.16 in main.py's statistics)
+    # -0.08, -0.04, +0.10, +0.18, +0.54). One-sided: a reading is late far more often than early.
 
 
 def row_costs(v2, v16, t1=0.28, tail=0.12):  # -> M -> seconds of a target round over M rows

@@ -21,18 +21,26 @@ def test_a_fixed_K_counts_the_draft_catch_up_and_its_rows():
     assert Ks == [1, 0] and np.isclose(seconds, expected), (Ks, seconds, expected)
 
 
+class Recorder(FixedBatchK):
+    """A fixed K that keeps the log of every reading it is told over its true seconds (c 0.35 on SKYLAKEX):
+    the target rounds' in `target`, the draft calls' in `draft`."""
+
+    def __init__(self, K):
+        super().__init__(K)
+        self.target, self.draft = [], []
+
+    def update(self, overlaps, rows, seconds, calls, first_round):
+        self.target.append(np.log(seconds / SKYLAKEX(rows)))
+        self.draft += [np.log(s / (0.35 * SKYLAKEX(m))) for m, s in calls]
+
+
 def test_the_noise_reaches_the_readings_not_the_seconds_counted():
     quiet = simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3)
     noisy = simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3, noise=0.3)
     assert quiet == noisy
-
-    class Recorder(FixedBatchK):
-        def update(self, overlaps, rows, seconds, calls, first_round):
-            self.read.append(seconds / SKYLAKEX(rows))
     recorder = Recorder(0)
-    recorder.read = []
     simulate(recorder, 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3, noise=0.3)
-    spread = np.std(np.log(recorder.read))
+    spread = np.std(recorder.target)
     assert 0.2 < spread < 0.4, f"log-readings' spread {spread:.3f} against the noise's 0.3"
 
 
@@ -51,16 +59,12 @@ def test_spiky_readings_are_late_far_more_often_than_early_as_measured():
 def test_spiky_noise_reaches_the_readings_not_the_seconds_counted():
     quiet = simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3)
     assert simulate(FixedBatchK(2), 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=3, noise="spiky") == quiet
-
-    class Recorder(FixedBatchK):
-        def update(self, overlaps, rows, seconds, calls, first_round):
-            self.read += [np.log(seconds / SKYLAKEX(rows))] + [np.log(s / (0.35 * SKYLAKEX(m))) for m, s in calls]
     recorder = Recorder(2)
-    recorder.read = []
     for seed in range(10):
         simulate(recorder, 4, 16, 32, 0.8, SKYLAKEX, 0.35, seed=seed, noise="spiky")
-    late, early = np.mean(np.array(recorder.read) > 0.1), np.mean(np.array(recorder.read) < -0.1)
-    assert late > 0.05 and early < 0.01, (len(recorder.read), late, early)
+    read = np.array(recorder.target + recorder.draft)
+    late, early = np.mean(read > 0.1), np.mean(read < -0.1)
+    assert late > 0.05 and early < 0.01, (len(read), late, early)
 
 
 def test_where_plain_decoding_is_best_auto_stays_near_it():

@@ -29,7 +29,8 @@ here, before the runs (measure_costs: plain forward calls of M tokens after the 
 timed COST_REPEATS times, interleaved, medians). auto's predicted columns are its shape at the true
 rates; under each table, auto over the best chain as teach/tree_simulation.py plays it with these
 costs, learning as the run does (trees_report.simulated_auto): over many coin seeds, and on this
-run's own (seed s replays repeat s), so that a measured ratio reads against what its seeds' coins allow.
+run's own (seed s replays repeat s), so that a measured ratio reads against what its seeds' coins allow;
+issue 28's confirmation target holds auto's measurement to the first (trees_report.targets).
 """
 import argparse
 import time

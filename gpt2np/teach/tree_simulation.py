@@ -27,9 +27,11 @@ the siblings' rates and v, and for the shapes its beliefs choose on the way.
 
 `python -m gpt2np.teach.tree_simulation` prints, for 124M -> 1558M on this EPYC's panels curve, 48
 tokens, alpha 0.3-1: the best fixed chain, a few fixed trees and AutoTree (median and 10th percentile
-over the seeds of its speedup over the best chain's median).
+over the seeds of its speedup over the best chain's median); --noise spiky gives the readings AutoTree
+sees the one-sided spikes measured at 1558M (batch_simulation.SPIKES), --noise 0.12 a log-normal noise.
 """
 import argparse
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -38,6 +40,7 @@ from ..decoding.policies import Measurements, catch_up_cost
 from ..decoding.speculative import observe, read_cost_shape
 from ..decoding.tree_policy import AutoTree
 from ..model.cost_probe import probe_repeats
+from .batch_simulation import log_noise, noise_arg
 from .policy_simulation import probed_shape
 
 RATIOS = (1.0, 0.662, 0.786, 0.308)  # a_r / a_0 by sibling rank, the bundled pair at T 0 (bench/trees_report.py's
@@ -116,15 +119,20 @@ def play_round(widths, rates, coins, position):  # -> (parents, tried, overlaps,
 
 
 def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True, prompt_len=PROMPT_LEN,
-                         n_layer=TARGET_LAYERS):
+                         n_layer=TARGET_LAYERS, noise=None):
     """Run `policy` (AutoTree, or FixedShape) for n_tokens: {"speedup" over plain decoding, "shapes": rounds
     by shape (() plain), "rounds": target calls}. probe: the target reads its curve's shape before the run as
     a GPT2 of n_layer blocks does for a policy that asks (AutoTree's cost_sizes: read_cost_shape, on a
     ProbedTarget, within the run's budget); prompt_len: the bench's prompt, whose rows of coins its output
-    skips (the trees section's repeat `seed` replayed)."""
+    skips (the trees section's repeat `seed` replayed). noise: None, every reading the policy sees is the
+    true cost; a log-standard deviation, or "spiky" (batch_simulation.SPIKES: late far more often than
+    early, as this EPYC's 1558M rounds read), for the target call's and the draft's reading each round,
+    drawn from the seed's own second stream (the coins and the run's cost stay as they are)."""
     depth = max(getattr(policy, "K_max", 0), len(getattr(policy, "widths", ())), 1)
     rates = [[min(1.0, alpha * ratio) for ratio in ratios]] * depth  # [depth][ranks]
     coins = np.random.default_rng(seed).random((prompt_len + n_tokens + depth, len(ratios)))[prompt_len:]  # [n, R]
+    readings, log = np.random.default_rng([seed, 1]), log_noise(noise)
+    seen = (lambda x: x * math.exp(log(readings))) if log else (lambda x: x)  # what the policy reads of x
     past = Measurements(c_prior=c)
     past.v_shape = read_cost_shape(ProbedTarget(v, seed, n_layer), policy, n_tokens)[0] if probe else None
     policy.reset()
@@ -137,24 +145,27 @@ def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, pro
         n = len(parents) - 1
         debt = catch_up_cost(c, v, past.owed) if n else 0.0
         seconds = len(widths) * c + v[1 + n] + debt
+        proposed, checked = seen(len(widths) * c), seen(v[1 + n])  # as the policy reads them (noise None: as they are)
         event = SimpleNamespace(parents=parents if n else (), tried=tried, drafts=[0] * n, tokens=[0] * (reached + 1),
-                                overlaps=overlaps, propose_seconds=len(widths) * c, seconds=seconds)
+                                overlaps=overlaps, propose_seconds=proposed, seconds=proposed + checked + debt)
         policy.update(event)
-        observe(past, event, SimpleNamespace(durations={1 + n: [v[1 + n]]}), first_round=not shapes)
+        observe(past, event, SimpleNamespace(durations={1 + n: [checked]}), first_round=not shapes)
         shapes[widths] = shapes.get(widths, 0) + 1
         emitted, cost = emitted + reached + 1, cost + seconds
     return {"speedup": n_tokens / cost, "shapes": shapes, "rounds": sum(shapes.values())}
 
 
-def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), trees=FIXED_TREES):
+def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), trees=FIXED_TREES, noise=None):
     """{"best": the fixed chain with the best median speedup, "trees": each fixed tree's median over the best's,
-    "ratios": the policy's speedup over the best chain's median, seed by seed (sorted)}."""
+    "ratios": the policy's speedup over the best chain's median, seed by seed (sorted)}; noise: the readings'
+    (simulate_tree_policy: a fixed shape reads nothing, so only the policy's runs change)."""
     def medians(widths):
         return float(np.median([simulate_tree_policy(FixedShape(widths), alpha, c, v, n_tokens, s)["speedup"]
                                 for s in seeds]))
     chains = {K: medians((1,) * K) for K in range(1, K_max + 1)}
     best = max(chains, key=chains.get)
-    mine = [simulate_tree_policy(policy(), alpha, c, v, n_tokens, s)["speedup"] / chains[best] for s in seeds]
+    mine = [simulate_tree_policy(policy(), alpha, c, v, n_tokens, s, noise=noise)["speedup"] / chains[best]
+            for s in seeds]
     return {"best": best, "best_median": chains[best], "trees": {w: medians(w) / chains[best] for w in trees},
             "ratios": sorted(mine)}
 
@@ -163,13 +174,17 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.tree_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=100, help="coin seeds per alpha (default: 100)")
     p.add_argument("--tokens", type=int, default=48, help="tokens per run (default: 48, the bench's trees section)")
+    p.add_argument("--noise", type=noise_arg, default=None, help="the readings auto sees: a log-standard deviation, "
+                   "or 'spiky' for one-sided spikes as measured at 1558M (batch_simulation.SPIKES); default: none")
     args = p.parse_args(argv)
-    print(f"124M -> 1558M, this EPYC's panels curve (c {C_EPYC}), {args.tokens} tokens, {args.seeds} seeds: speedups "
-          f"over the best fixed chain's median")
+    if args.seeds < 1 or args.tokens < 2:
+        p.error(f"--seeds must be at least 1 and --tokens at least 2, got {args.seeds} and {args.tokens}")
+    print(f"124M -> 1558M, this EPYC's panels curve (c {C_EPYC}), {args.tokens} tokens, {args.seeds} seeds, "
+          f"readings {args.noise or 'exact'}: speedups over the best fixed chain's median")
     print("| alpha | best chain | " + " | ".join(map(str, FIXED_TREES)) + " | auto: median | 10 % of seeds |")
     print("| --- " * (4 + len(FIXED_TREES)) + "|")
     for alpha in (0.3, 0.5, 0.8, 1.0):
-        r = compare(alpha, C_EPYC, EPYC_PANELS, args.tokens, range(args.seeds))
+        r = compare(alpha, C_EPYC, EPYC_PANELS, args.tokens, range(args.seeds), noise=args.noise)
         ratios = r["ratios"]
         print(f"| {alpha} | K={r['best']} ({r['best_median']:.2f}x) | "
               + " | ".join(f"{x:.2f}" for x in r["trees"].values())

@@ -370,3 +370,33 @@ def test_a_cell_pairs_its_ratios_and_flags_a_run_off_the_baseline():
     section = {"draft": "a", "target": "b", "cells": [cell]}
     (confirm,) = trees_report.targets(section)  # (2,1) predicted 1.25 >= 1.05 x the best chain: confirm it
     assert confirm["measured"] == pytest.approx(np.median([2.0, 1.5]) / 1.25) and confirm["met"]
+
+
+def auto_cell(shape, oracle, simulated, measured):  # a cell whose only rows are the best chain and auto
+    rows = [{"side": "K=5", "shape": [1] * 5, "over_best_chain": 1.0, "predicted_over_best_chain": 1.0},
+            {"side": "auto", "shape": shape, "over_best_chain": measured, "predicted_over_best_chain": oracle}]
+    cell = {"alpha": 0.3, "best_chain": "K=5", "rows": rows}
+    if simulated is not None:
+        cell["auto_simulated"] = {"seeds": simulated, "n_seeds": 100, "this_run": simulated, "per_repeat": []}
+    return cell
+
+
+def test_auto_is_confirmed_against_its_learning_and_only_where_it_predicts_a_tree():
+    """auto's prediction is what it gets with its learning (simulated_auto), not its shape at the true rates
+    from the first round; a chain longer than the table's best one predicts nothing about trees."""
+    def confirmations(cell):
+        return [t for t in trees_report.targets({"draft": "a", "target": "b", "cells": [cell]})
+                if "measured / predicted" in t["target"]]
+
+    # session 49's alpha 0.3 at 1558M: the tree (4) at the true rates 1.18, with its learning 1.085, measured 1.057
+    (confirm,) = confirmations(auto_cell([4], 1.18, 1.085, 1.057))
+    assert confirm["measured"] == pytest.approx(1.057 / 1.085) and confirm["met"], confirm
+    assert "predicted 1.085" in confirm["target"] and "(4) at the true rates: 1.180" in confirm["target"]
+    (missed,) = confirmations(auto_cell([3, 1], 1.17, 1.12, 1.05))  # 0.9375 of what its learning allows
+    assert missed["measured"] == pytest.approx(1.05 / 1.12) and not missed["met"], missed
+    assert confirmations(auto_cell([1] * 8, 1.112, 1.075, 1.01)) == []  # alpha 1.0: K = 8, a chain
+    assert confirmations(auto_cell([4], 1.18, 1.03, 0.9)) == []         # its learning leaves it under 1.05
+    assert confirmations(auto_cell([4], 1.18, None, 0.9)) == []         # nothing simulated: nothing predicted
+    names = [t["target"] for t in trees_report.targets({"draft": "a", "target": "b",
+                                                         "cells": [auto_cell([4], 1.18, 1.085, 1.057)]})]
+    assert names[0] == "a->b a=0.3 auto / best chain (K=5), measured" and len(names) == 2

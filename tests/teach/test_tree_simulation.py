@@ -127,3 +127,63 @@ def test_the_probe_reads_what_the_run_s_budget_reads():
     assert any(abs(short[M] - long[M]) > 1e-9 for M in range(10, 17)), "rows past 9 read at 60 tokens, carried at 48"
     assert tree_simulation.read_cost_shape(tree_simulation.ProbedTarget(EPYC_PANELS, 3, n_layer=12),
                                            tree_policy.AutoTree(8), 48)[0] is None  # 124M's 12 blocks: none fits
+
+
+class Reader:
+    """A fixed chain that records the readings the loop shows a policy (observe's past), a round at a time."""
+
+    def __init__(self, widths):
+        self.widths, self.seen = tuple(widths), []
+
+    def reset(self):
+        pass
+
+    def choose(self, past):
+        self.seen.append((dict(past.target_durations), list(past.draft_costs)))
+        return len(self.widths)
+
+    def update(self, event):
+        self.seen.append(("round", len(event.drafts), event.propose_seconds))
+
+
+@pytest.mark.parametrize("noise", [0.3, "spiky"])
+def test_the_readings_carry_the_noise_and_the_seconds_counted_do_not(noise):
+    """--noise reaches what the policy reads (the target call, the draft, the round), never the run's cost; the
+    readings are late far more often than early under "spiky", as batch_simulation.SPIKES measured them."""
+    args = (0.8, C_EPYC, EPYC_PANELS, 48)
+    quiet = [simulate_tree_policy(FixedShape((1,) * 4), *args, seed)["speedup"] for seed in range(5)]
+    noisy = [simulate_tree_policy(FixedShape((1,) * 4), *args, seed, noise=noise)["speedup"] for seed in range(5)]
+    assert noisy == quiet  # a fixed chain reads nothing: the same rounds, the same cost
+    logs = []
+    for seed in range(20):
+        reader = Reader((1, 1, 1, 1))
+        simulate_tree_policy(reader, *args, seed, noise=noise)
+        durations = reader.seen[-2][0]  # the last choose's: every timed call so far (the first round's untimed)
+        logs += [float(np.log(x / EPYC_PANELS[5])) for x in durations[5]]
+        rounds = [r for r in reader.seen if r[0] == "round"][1:]
+        logs += [float(np.log(propose / (n * C_EPYC))) for _, n, propose in rounds if n]  # per drafted level
+    logs = np.array(logs)
+    assert len(logs) > 300 and np.std(logs) > 0.05, (len(logs), np.std(logs))
+    if noise == "spiky":
+        assert np.mean(logs > 0.1) > 0.05 and np.mean(logs < -0.1) < 0.01, (np.mean(logs > 0.1), np.mean(logs < -0.1))
+    else:
+        assert 0.2 < np.std(logs) < 0.4, f"log-readings' spread {np.std(logs):.3f} against the noise's 0.3"
+    exact = Reader((1, 1, 1, 1))
+    simulate_tree_policy(exact, *args, 0)
+    assert set(exact.seen[-2][0][5]) == {EPYC_PANELS[5]}  # no noise: every reading is the cost itself
+
+
+def test_noisy_readings_change_auto_s_rounds_not_the_coins():
+    runs = [simulate_tree_policy(tree_policy.AutoTree(8), 0.8, C_EPYC, EPYC_PANELS, 48, seed, noise=noise)
+            for seed in range(10) for noise in (None, "spiky")]
+    assert any(a["shapes"] != b["shapes"] for a, b in zip(runs[::2], runs[1::2])), "the spikes changed no decision"
+
+
+def test_the_table_takes_spiky_readings_and_rejects_other_words(capsys):
+    tree_simulation.main(["--seeds", "2", "--noise", "spiky"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| 0.", "| 1."))]
+    assert "readings spiky" in out.splitlines()[0] and len(rows) == 4, out
+    with pytest.raises(SystemExit) as stopped:
+        tree_simulation.main(["--noise", "loud"])
+    assert stopped.value.code == 2 and "must be 'spiky' or a number >= 0, got 'loud'" in capsys.readouterr().err

@@ -15,9 +15,7 @@ the way bench's forced tree drafter makes the real loop do it (bench/forced_tree
     whose call carries the prompt);
   * costs, in one-token target calls: a draft call per tree level, c; a target call over the root
     and the n drafted nodes, v(1 + n); a drafting round after plain ones, the draft's catch-up
-    (policies.catch_up_cost); for AutoTree, the cost probe's readings of one block before the first
-    round (ProbedTarget.spent: 0.27 one-token calls at 1558M and 48 tokens, 1.3 % of a run at alpha 0.8). Plain
-    decoding costs 1 a token.
+    (policies.catch_up_cost). Plain decoding costs 1 a token.
 
 The same arithmetic is tree_shape.tree_speedup's (o = 0), so a fixed shape scores its predicted
 speedup on average; what AutoTree loses to the best fixed chain is what it pays for learning alpha,
@@ -41,7 +39,7 @@ import numpy as np
 from ..decoding.policies import Measurements, catch_up_cost
 from ..decoding.speculative import observe, read_cost_shape
 from ..decoding.tree_policy import AutoTree
-from ..model.cost_probe import ONE_ROW_READINGS, probe_repeats
+from ..model.cost_probe import probe_repeats
 from .batch_simulation import log_noise, noise_arg
 from .policy_simulation import probed_shape
 
@@ -75,19 +73,14 @@ class FixedShape:
 class ProbedTarget:
     """The target's cost probe as a GPT2 of n_layer blocks reads it (model/cost_probe.py), for read_cost_shape:
     the sizes 1..M_max only where one reading of each fits the passes granted (probe_repeats), each read as
-    policy_simulation.probed_shape reads it (the seed's noise). `spent`: what its readings cost, in one-token
-    target calls (block_readings' blocks: one row thrown away, then per repeat ONE_ROW_READINGS of one row and
-    one of each size 2..M_max, a block 1 / n_layer of a pass): the run pays it before its first round."""
+    policy_simulation.probed_shape reads it (the seed's noise)."""
 
     def __init__(self, v, seed, n_layer=TARGET_LAYERS):
-        self.v, self.seed, self.n_layer, self.spent = v, seed, n_layer, 0.0
+        self.v, self.seed, self.n_layer = v, seed, n_layer
 
     def row_cost_shape(self, M_max, passes):  # -> {M: v_shape(M)}, M = 1..M_max, or None
-        repeats = probe_repeats(self.n_layer, M_max, passes)
-        if not repeats:
+        if not probe_repeats(self.n_layer, M_max, passes):
             return None
-        blocks = 1 + repeats * (ONE_ROW_READINGS + sum(self.v[M] for M in range(2, M_max + 1)))
-        self.spent += blocks / self.n_layer
         return {M: x for M, x in probed_shape(self.v, self.seed).items() if M <= M_max}
 
 
@@ -128,10 +121,9 @@ def play_round(widths, rates, coins, position):  # -> (parents, tried, overlaps,
 def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, probe=True, prompt_len=PROMPT_LEN,
                          n_layer=TARGET_LAYERS, noise=None):
     """Run `policy` (AutoTree, or FixedShape) for n_tokens: {"speedup" over plain decoding, "shapes": rounds
-    by shape (() plain), "rounds": target calls, "probe": what reading the shape cost}. probe: the target reads
-    its curve's shape before the run as a GPT2 of n_layer blocks does for a policy that asks (AutoTree's
-    cost_sizes: read_cost_shape, on a ProbedTarget, within the run's budget), and the run pays for it, as the
-    real one's first step does; prompt_len: the bench's prompt, whose rows of coins its output
+    by shape (() plain), "rounds": target calls}. probe: the target reads its curve's shape before the run as
+    a GPT2 of n_layer blocks does for a policy that asks (AutoTree's cost_sizes: read_cost_shape, on a
+    ProbedTarget, within the run's budget); prompt_len: the bench's prompt, whose rows of coins its output
     skips (the trees section's repeat `seed` replayed). noise: None, every reading the policy sees is the
     true cost; a log-standard deviation, or "spiky" (batch_simulation.SPIKES: late far more often than
     early, as this EPYC's 1558M rounds read), for the target call's and the draft's reading each round,
@@ -141,10 +133,10 @@ def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, pro
     coins = np.random.default_rng(seed).random((prompt_len + n_tokens + depth, len(ratios)))[prompt_len:]  # [n, R]
     readings, log = np.random.default_rng([seed, 1]), log_noise(noise)
     seen = (lambda x: x * math.exp(log(readings))) if log else (lambda x: x)  # what the policy reads of x
-    past, probed = Measurements(c_prior=c), ProbedTarget(v, seed, n_layer)
-    past.v_shape = read_cost_shape(probed, policy, n_tokens)[0] if probe else None
+    past = Measurements(c_prior=c)
+    past.v_shape = read_cost_shape(ProbedTarget(v, seed, n_layer), policy, n_tokens)[0] if probe else None
     policy.reset()
-    emitted, cost, shapes = 0, probed.spent, {}  # the probe's readings are the run's time too (its first step's)
+    emitted, cost, shapes = 0, 0.0, {}
     while emitted < n_tokens:
         past.tokens_left = n_tokens - emitted
         K = policy.choose(past)
@@ -160,7 +152,7 @@ def simulate_tree_policy(policy, alpha, c, v, n_tokens, seed, ratios=RATIOS, pro
         observe(past, event, SimpleNamespace(durations={1 + n: [checked]}), first_round=not shapes)
         shapes[widths] = shapes.get(widths, 0) + 1
         emitted, cost = emitted + reached + 1, cost + seconds
-    return {"speedup": n_tokens / cost, "shapes": shapes, "rounds": sum(shapes.values()), "probe": probed.spent}
+    return {"speedup": n_tokens / cost, "shapes": shapes, "rounds": sum(shapes.values())}
 
 
 def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), trees=FIXED_TREES, noise=None):

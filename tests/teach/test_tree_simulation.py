@@ -74,12 +74,10 @@ def test_auto_gains_with_trees_where_drafts_are_unsure_and_plays_chains_at_alpha
         monkeypatch.undo()
         print(f"alpha {alpha}: auto {np.median(auto['ratios']):.3f}, chains only {np.median(chains['ratios']):.3f} "
               f"of the best chain K={auto['best']}")
-        assert np.median(auto["ratios"]) >= 1.015 and np.median(chains["ratios"]) < 1.0  # both pay the probe (1.3 %)
-        assert np.median(auto["ratios"]) - np.median(chains["ratios"]) >= 0.05
+        assert np.median(auto["ratios"]) >= 1.03 and np.median(chains["ratios"]) < 1.0
     shapes = [simulate_tree_policy(tree_policy.AutoTree(8), 1.0, C_EPYC, EPYC_PANELS, 48, s)["shapes"] for s in seeds]
     assert all(max(w, default=1) == 1 for run in shapes for w in run), "a tree played at alpha 1"
-    assert np.median(compare(1.0, C_EPYC, EPYC_PANELS, 48, seeds, trees=())["ratios"]) >= 0.93  # 0.946: the probe
-    # costs 2.3 % of a run there (0.27 one-token calls of 11.7), and its first rounds climb to K = 7
+    assert np.median(compare(1.0, C_EPYC, EPYC_PANELS, 48, seeds, trees=())["ratios"]) >= 0.95
 
 
 def test_the_table_prints_every_alpha(capsys):
@@ -189,25 +187,3 @@ def test_the_table_takes_spiky_readings_and_rejects_other_words(capsys):
     with pytest.raises(SystemExit) as stopped:
         tree_simulation.main(["--noise", "loud"])
     assert stopped.value.code == 2 and "must be 'spiky' or a number >= 0, got 'loud'" in capsys.readouterr().err
-
-
-def test_the_probe_s_readings_are_paid_for_as_the_real_run_pays_for_them(monkeypatch):
-    """The cost probe's blocks (one row thrown away, then 3 one-row readings and one of each size 2..9 in the one
-    repeat that 1 % of 48 tokens' plain passes allows at 1558M: cost_probe.block_readings) count in the run's cost,
-    once; a shape that does not fit the budget (16 sizes) costs nothing, and a fixed shape reads none."""
-    probed = tree_simulation.ProbedTarget(EPYC_PANELS, seed=0)
-    assert probed.row_cost_shape(16, 0.48) is None and probed.spent == 0.0
-    assert probed.row_cost_shape(9, 0.48) is not None
-    assert probed.spent == pytest.approx((1 + 3 + sum(EPYC_PANELS[M] for M in range(2, 10))) / 48)
-    paid = simulate_tree_policy(tree_policy.AutoTree(8), 0.8, C_EPYC, EPYC_PANELS, 48, seed=0)
-    assert paid["probe"] == pytest.approx(probed.spent)
-
-    class Free(tree_simulation.ProbedTarget):  # the same readings, for nothing
-        def row_cost_shape(self, M_max, passes):
-            shape, self.spent = super().row_cost_shape(M_max, passes), 0.0
-            return shape
-    monkeypatch.setattr(tree_simulation, "ProbedTarget", Free)
-    free = simulate_tree_policy(tree_policy.AutoTree(8), 0.8, C_EPYC, EPYC_PANELS, 48, seed=0)
-    assert free["shapes"] == paid["shapes"] and free["probe"] == 0.0
-    assert 48 / paid["speedup"] == pytest.approx(48 / free["speedup"] + paid["probe"])  # once, in the run's cost
-    assert simulate_tree_policy(FixedShape((1,) * 5), 0.8, C_EPYC, EPYC_PANELS, 48, seed=0)["probe"] == 0.0

@@ -34,6 +34,8 @@ benchmark reports `tokens_match_baseline` so such a run is visible.
 """
 import numpy as np
 
+from gpt2np.decoding.autoregressive import sizes_caches
+
 
 def wanted_sequence(target, prompt, continuation):  # -> [len(prompt) + len(continuation)] token ids
     """What the target wants at every position: at a prompt position i >= 1 its greedy token after prompt[:i]
@@ -68,8 +70,15 @@ class ForcedAcceptanceDraft:
         self.wanted = self.choices.wanted
         self.name = f"forced alpha={alpha} around {getattr(model, 'name', model)}"
 
-    def new_cache(self):
-        return self.model.new_cache()  # the wrapped model's KV cache: len() and truncate() as usual
+    @property
+    def sized_caches(self):  # whether request_cache may size the cache to the run: as the wrapped model's (a GPT2)
+        return sizes_caches(self.model)
+
+    def new_cache(self, *n_ctx):
+        """The wrapped model's KV cache (len() and truncate() as usual), sized to n_ctx where asked: a whole
+        1024-position 124M cache is 75 MB, and a first step touching fresh memory paid 150-600 ms for it at
+        1558M (PERFORMANCE.md, "Token trees: auto held to its own learning")."""
+        return self.model.new_cache(*n_ctx)
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         self.model.forward(ids, cache, n_logits)  # the real cost; its logits are discarded

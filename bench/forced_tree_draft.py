@@ -42,6 +42,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from gpt2np.decoding import speculative
+from gpt2np.decoding.autoregressive import sizes_caches
 from gpt2np.decoding.sampling import is_greedy
 from gpt2np.decoding.tree_drafters import ModelTreeDrafter
 from gpt2np.decoding.tree_policy import AutoTree
@@ -94,8 +95,12 @@ class ForcedTreeModel:
         self.n_vocab, self.n_ctx, self.eot_id, self.config = model.n_vocab, model.n_ctx, model.eot_id, model.config
         self.name = f"forced tree around {getattr(model, 'name', None) or 'a model'}"
 
-    def new_cache(self, *args):
-        return self.model.new_cache(*args)
+    @property
+    def sized_caches(self):  # whether request_cache may size the cache to the run: as the wrapped model's (a GPT2)
+        return sizes_caches(self.model)
+
+    def new_cache(self, *n_ctx):  # the wrapped model's, sized to n_ctx where asked (ForcedAcceptanceDraft's)
+        return self.model.new_cache(*n_ctx)
 
     def forced_logits(self, predicted):  # [n] positions -> [n, n_vocab]
         logits = np.zeros((len(predicted), self.n_vocab), dtype=np.float32)

@@ -400,3 +400,22 @@ def test_auto_is_confirmed_against_its_learning_and_only_where_it_predicts_a_tre
     names = [t["target"] for t in trees_report.targets({"draft": "a", "target": "b",
                                                          "cells": [auto_cell([4], 1.18, 1.085, 1.057)]})]
     assert names[0] == "a->b a=0.3 auto / best chain (K=5), measured" and len(names) == 2
+
+
+def test_the_forced_drafters_caches_are_sized_to_the_run_as_a_draft_model_s(pair):
+    """The loop sizes a draft model's cache to the run (fit_cache, request_cache); the forced drafters around one
+    must let it, or each run allocates the whole context (75 MB at 124M) and its first step pays for fresh memory
+    (150-600 ms at 1558M in the trees section). The chain's forced draft as the policies section wraps it too."""
+    from bench.forced_draft import ForcedAcceptanceDraft
+    from bench.spec import TimedProxy
+    from gpt2np.decoding.autoregressive import request_cache
+    target, draft, prompt, baseline = pair
+    drafter = ForcedTreeDrafter(draft, prompt + baseline, RATES, (2, 1), seed=0)
+    result = gpt2np.speculative_generate(target, drafter, prompt, 40, temperature=0)
+    assert result.tokens == baseline[:40]
+    assert drafter.timed.cache.n_ctx == len(prompt) + 40 + speculative.TREE_ROOM < draft.n_ctx  # the run's, not 1024
+    for forced in (ForcedAcceptanceDraft(draft, prompt + baseline, 0.8, seed=0),
+                   TimedProxy(ForcedAcceptanceDraft(draft, prompt + baseline, 0.8, seed=0))):
+        assert request_cache(forced, 52).n_ctx == 52 and forced.new_cache().n_ctx == draft.n_ctx
+        run = gpt2np.speculative_generate(target, forced, prompt, 40, K=3, temperature=0)
+        assert run.tokens == baseline[:40]

@@ -60,7 +60,20 @@ class ForcedChoices:
         return token if self.agree[position] else (token + 1) % self.n_vocab
 
 
-class ForcedAcceptanceDraft:
+class WrappedModelCaches:
+    """new_cache for a wrapper of self.model: the wrapped model's KV cache (len() and truncate() as usual),
+    sized to the run where the loop asks and the model allows (sized_caches: request_cache). Without it a
+    run allocates the whole context: 75 MB at 124M where a 48-token run feeds ~60 positions."""
+
+    @property
+    def sized_caches(self):  # whether request_cache may size the cache to the run: as the wrapped model's (a GPT2)
+        return sizes_caches(self.model)
+
+    def new_cache(self, *n_ctx):
+        return self.model.new_cache(*n_ctx)
+
+
+class ForcedAcceptanceDraft(WrappedModelCaches):
     """The model interface (n_vocab, n_ctx, eot_id, new_cache, forward) around a real model."""
 
     def __init__(self, model, sequence, alpha, seed=0):
@@ -69,16 +82,6 @@ class ForcedAcceptanceDraft:
         self.choices = ForcedChoices(sequence, alpha, model.n_vocab, seed)
         self.wanted = self.choices.wanted
         self.name = f"forced alpha={alpha} around {getattr(model, 'name', model)}"
-
-    @property
-    def sized_caches(self):  # whether request_cache may size the cache to the run: as the wrapped model's (a GPT2)
-        return sizes_caches(self.model)
-
-    def new_cache(self, *n_ctx):
-        """The wrapped model's KV cache (len() and truncate() as usual), sized to n_ctx where asked: a whole
-        1024-position 124M cache is 75 MB, and a first step touching fresh memory paid 150-600 ms for it at
-        1558M (PERFORMANCE.md, "Token trees: auto held to its own learning")."""
-        return self.model.new_cache(*n_ctx)
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         self.model.forward(ids, cache, n_logits)  # the real cost; its logits are discarded

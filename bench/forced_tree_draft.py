@@ -42,10 +42,11 @@ from contextlib import contextmanager
 import numpy as np
 
 from gpt2np.decoding import speculative
-from gpt2np.decoding.autoregressive import sizes_caches
 from gpt2np.decoding.sampling import is_greedy
 from gpt2np.decoding.tree_drafters import ModelTreeDrafter
 from gpt2np.decoding.tree_policy import AutoTree
+
+from .forced_draft import WrappedModelCaches
 
 FORCED_LOGIT = 10.0  # rank r's logit is FORCED_LOGIT - r; every other token's is 0
 
@@ -83,7 +84,7 @@ class ForcedTreeChoices:
         return wrong if hit is None else wrong[:hit] + [g] + wrong[hit:self.ranks - 1]
 
 
-class ForcedTreeModel:
+class ForcedTreeModel(WrappedModelCaches):
     """Step 3: the model interface (forward, forward_rows, new_cache, ...) around a real GPT2, every
     row's logits forced. round_start: len(context) of the current round (ForcedTreeDrafter sets it),
     so that a row predicting position i is at depth i - round_start + 1; None before the first round,
@@ -94,13 +95,6 @@ class ForcedTreeModel:
         self.model, self.choices, self.round_start = model, choices, None
         self.n_vocab, self.n_ctx, self.eot_id, self.config = model.n_vocab, model.n_ctx, model.eot_id, model.config
         self.name = f"forced tree around {getattr(model, 'name', None) or 'a model'}"
-
-    @property
-    def sized_caches(self):  # whether request_cache may size the cache to the run: as the wrapped model's (a GPT2)
-        return sizes_caches(self.model)
-
-    def new_cache(self, *n_ctx):  # the wrapped model's, sized to n_ctx where asked (ForcedAcceptanceDraft's)
-        return self.model.new_cache(*n_ctx)
 
     def forced_logits(self, predicted):  # [n] positions -> [n, n_vocab]
         logits = np.zeros((len(predicted), self.n_vocab), dtype=np.float32)

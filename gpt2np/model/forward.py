@@ -22,7 +22,7 @@ import numpy as np
 from .cost_probe import probe_repeats, row_cost_shape
 from .fast.blocked_attention import attention_in_blocks
 from .fast.layout import weights_order
-from .kv_cache import KVCache, check_cache, check_room
+from .kv_cache import CachePool, check_cache, check_room
 from .rows import check_rows, scope_mask
 from .fast.matmul import columns, matmul
 from .fast.threads import in_row_blocks, rowwise, threads_allowed
@@ -271,6 +271,7 @@ class GPT2:
         self.n_vocab, self.n_ctx = config.n_vocab, config.n_ctx
         self.eot_id = tokenizer.eot_id if tokenizer is not None else None
         self.cost_shapes = {}  # (M_max, BLAS threads, weights' order) -> (readings, shape): row_cost_shape's record
+        self.cache_pool = CachePool()  # the arrays of caches nobody holds, lent to the next new_cache()
 
     def __repr__(self):
         return f"GPT2({self.name!r}, {self.config})"
@@ -278,12 +279,14 @@ class GPT2:
     def new_cache(self, n_ctx=None):
         """A KVCache for n_ctx positions (default: the model's whole context). Sized for one request
         (its prompt + the tokens it will feed) it takes n_ctx / model.n_ctx of the memory: a whole
-        355M cache is ~200 MB."""
+        355M cache is ~200 MB. Its arrays may be those of a cache nobody holds any more, lent again
+        (kv_cache.CachePool: memory written before costs less than new memory); the pool keeps no
+        more caches' arrays than were in use at once, and model.cache_pool.clear() lets go of them."""
         c = self.config
         n_ctx = c.n_ctx if n_ctx is None else n_ctx
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)) or not 1 <= n_ctx <= c.n_ctx:
             raise ValueError(f"new_cache needs an integer n_ctx in [1, {c.n_ctx}] (or None), got {n_ctx!r}")
-        return KVCache.allocate(c.n_layer, c.n_head, int(n_ctx), c.d_head)
+        return self.cache_pool.allocate(c.n_layer, c.n_head, int(n_ctx), c.d_head)
 
     def forward(self, ids, cache, n_logits=1):  # [n_seq] -> [n_logits, n_vocab]
         ids = self.checked_call(ids, cache, n_logits, "tokens")

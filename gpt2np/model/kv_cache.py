@@ -17,6 +17,9 @@ the accepted path is keep_rows, which moves its rows down to where a plain pass 
 >>> cache.length = 5; cache.truncate(3); len(cache)
 3
 """
+import sys
+import threading
+
 import numpy as np
 
 
@@ -79,6 +82,63 @@ class KVCache:
         self.k[:, :, kept] = self.k[:, :, n_past + rows]  # fancy indexing copies first: no row is
         self.v[:, :, kept] = self.v[:, :, n_past + rows]  # overwritten before it is read
         self.length = n_past + len(rows)
+
+
+class CachePool:
+    """The arrays of caches nobody holds any more, lent again to the next caches of one model.
+
+    Why: a new array's memory is given to the process page by page as it is first written, each page
+    zeroed, and a virtual machine may have handed memory freed seconds ago back to its host, which
+    backs it again on that write. On the Zen 4 VM of PERFORMANCE.md a 35 MB array written 4 s after
+    the last one was freed took ~110 ms, one reused ~6 ms; a 1558M run of 100 tokens writes ~70 MB
+    of cache. A process that decodes run after run (a server, the bench) would pay that every run,
+    and more for whichever run allocated last (the trees section's auto: 200 ms of its first step).
+
+    allocate() lends the arrays of a cache that is gone (nothing but the pool holds them: no KVCache,
+    no view of them anywhere) when they hold at least n_ctx positions, the fewest such: the new cache
+    is a view of their first n_ctx positions (rows past a cache's length are never read, so what an
+    earlier run left there does not matter). Otherwise it allocates new arrays of exactly n_ctx, and
+    forgets the smallest idle pair (none fit), so that the pool never holds more arrays than were in
+    use at once. clear() forgets every idle pair.
+
+    >>> pool = CachePool()
+    >>> a = pool.allocate(n_layer=1, n_head=2, n_ctx=8, d_head=4); a_keys = a.k
+    >>> b = pool.allocate(1, 2, 4, 4)            # a is in use: new arrays
+    >>> del a; c = pool.allocate(1, 2, 4, 4)     # a is gone, but its keys are still held
+    >>> np.shares_memory(c.k, a_keys), len(pool.pairs)
+    (False, 3)
+    >>> del a_keys, c; d = pool.allocate(1, 2, 6, 4)  # a's arrays: 8 positions, lent as 6
+    >>> d.k.shape, len(pool.pairs)
+    ((1, 2, 6, 4), 3)
+    """
+
+    def __init__(self):
+        self.pairs, self.lock = [], threading.Lock()  # [[k, v, a marker]]: every pair allocated and kept
+
+    @staticmethod
+    def idle(pair):  # nothing but the pool holds the arrays: no KVCache, no view of them (a view holds its .base)
+        alone = sys.getrefcount(pair[2])  # the marker: an object only this list holds, counted the same way
+        return sys.getrefcount(pair[0]) == alone and sys.getrefcount(pair[1]) == alone
+
+    def allocate(self, n_layer, n_head, n_ctx, d_head, dtype=np.float32):
+        with self.lock:
+            idle = [pair for pair in self.pairs if self.idle(pair)]
+            fits = [pair for pair in idle if pair[0].shape[2] >= n_ctx and pair[0].dtype == dtype
+                    and pair[0].shape[:2] + pair[0].shape[3:] == (n_layer, n_head, d_head)]
+            if fits:
+                pair = min(fits, key=lambda pair: pair[0].shape[2])
+                cache = KVCache(pair[0][:, :, :n_ctx], pair[1][:, :, :n_ctx])  # 2 x [n_layer, n_head, n_ctx, d_head]
+            else:
+                if idle:  # none fits: drop one, so that no more pairs are kept than were in use at once
+                    smallest = min(idle, key=lambda pair: pair[0].size)
+                    self.pairs = [pair for pair in self.pairs if pair is not smallest]
+                cache = KVCache.allocate(n_layer, n_head, n_ctx, d_head, dtype)
+                self.pairs.append([cache.k, cache.v, object()])
+            return cache
+
+    def clear(self):
+        with self.lock:
+            self.pairs = [pair for pair in self.pairs if not self.idle(pair)]
 
 
 def check_cache(cache, shape, owner):

@@ -69,8 +69,8 @@ class WrappedModelCaches:
     def sized_caches(self):  # whether request_cache may size the cache to the run: as the wrapped model's (a GPT2)
         return sizes_caches(self.model)
 
-    def new_cache(self, *n_ctx):
-        return self.model.new_cache(*n_ctx)
+    def new_cache(self, n_ctx=None):
+        return self.model.new_cache() if n_ctx is None else self.model.new_cache(n_ctx)
 
 
 class ForcedAcceptanceDraft(WrappedModelCaches):

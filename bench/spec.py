@@ -40,27 +40,23 @@ model misses something (two-token draft catch-up calls, Python work between call
 """
 import time
 
-from gpt2np.decoding.autoregressive import generate, sizes_caches
+from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.decoding.theory import expected_tokens_per_round, predicted_speedup
 
 from .common import log, median, ms, print_table, random_ids, ratio
-from .forced_draft import ForcedAcceptanceDraft
+from .forced_draft import ForcedAcceptanceDraft, WrappedModelCaches
 
 
-class TimedProxy:
+class TimedProxy(WrappedModelCaches):
     """The model interface around a model, recording (tokens fed, seconds) for every forward call. Its caches
-    are the model's own, sized to a run as the loop asks where the model's are (sized_caches: request_cache)."""
+    are the model's own, sized to a run as the loop asks where the model's are (WrappedModelCaches)."""
 
     def __init__(self, model):
         self.model, self.calls = model, []
         self.n_vocab, self.n_ctx, self.eot_id = model.n_vocab, model.n_ctx, model.eot_id
-        self.sized_caches = sizes_caches(model)
         if hasattr(model, "row_cost_shape"):  # auto's probe of the cost curve (a GPT2's): not a forward call
             self.row_cost_shape = model.row_cost_shape
-
-    def new_cache(self, n_ctx=None):
-        return self.model.new_cache() if n_ctx is None else self.model.new_cache(n_ctx)
 
     def forward(self, ids, cache, n_logits=1):
         start = time.perf_counter()

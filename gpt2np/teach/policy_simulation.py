@@ -6,7 +6,8 @@ model of the run instead of a real one:
 
   * coins: position i of the output is accepted when coins[i] < alpha, one coin per position,
     drawn once per seed, the same for every K (as bench's forced-acceptance drafter: its q is the
-    target's greedy token with probability alpha, so beta is 1 or 0);
+    target's greedy token with probability alpha, so beta is 1 or 0); with prompt_len, the bench's
+    own coins for that seed, which index the whole sequence, the prompt first (forced_coins);
   * costs, in one-token target calls: a drafted token costs c, a target call over M tokens v(M).
 
 A round with K drafts then accepts the drafts up to the first failed coin and emits one more
@@ -27,10 +28,12 @@ with --bound, what a Bayes-optimal policy that knows c, v, the length and a five
 alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins;
 with --told-v, auto with no shape of the curve, with the shape a probe reads before the run
 (probed_shape), and told the true v(M) from its first round (ToldCostsAutoK): what learning the
-cost curve costs it on the Xeon's 1558M curve. The default table gives auto a probed shape, as a
-GPT2 target of these sizes reads one; --no-probe gives it none (a toy target, a short run at 124M).
---cpu "Zen4 panels" puts --bound or --told-v on another CPU's 1558M curves, --seeds 5 on the bench's
-five coin sequences (seeds 0-4), each shown.
+cost curve costs it on the Xeon's 1558M curve. The default table and --told-v run on the bench's own
+coins (seed s is the policies section's coin seed s, after its 8-token prompt: forced_coins), with the
+c each drafter assumes until it times a draft (DRAFTERS). The default table gives auto a probed
+shape, as a GPT2 target of these sizes reads one; --no-probe gives it none (a toy target, a short run
+at 124M). --cpu "Zen4 panels" puts --bound or --told-v on another CPU's 1558M curves, --seeds 5 (with
+--told-v) on the bench's five coin sequences (seeds 0-4), each shown.
 """
 import argparse
 from functools import lru_cache
@@ -42,9 +45,22 @@ from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_
 from ..decoding.theory import expected_speedups_under_belief
 
 
-def forced_coins(n_tokens, alpha, seed):
-    """accepted[i]: whether a draft for output position i would be accepted (one coin per position)."""
-    return np.random.default_rng(seed).random(n_tokens) < alpha  # [n_tokens]
+PROMPT_LEN = 8  # the bench's policies section's prompt (bench.common's spec_prompt_len): its replays' prompt_len
+
+
+def forced_coins(n_tokens, alpha, seed, prompt_len=0):
+    """accepted[i]: whether a draft for output position i would be accepted (one coin per position).
+
+    prompt_len = 0: the seed's stream from its first draw (the simulator's own coins). prompt_len = P: the
+    coins bench's forced drafters draw for coin seed `seed` after a P-token prompt (forced_draft.py's
+    ForcedChoices: one draw per position of the whole sequence, the prompt's first), so that a run here
+    replays the bench's run on the same coins.
+
+    >>> own, bench = forced_coins(6, 0.5, seed=0), forced_coins(4, 0.5, seed=0, prompt_len=2)
+    >>> bench.tolist() == own[2:].tolist()   # the output's coins start after the prompt's
+    True
+    """
+    return np.random.default_rng(seed).random(prompt_len + n_tokens)[prompt_len:] < alpha  # [n_tokens]
 
 
 PROBE_NOISE = 0.06  # one probe's v_shape(M) against the pass's v(M): lognormal, per size (model/cost_probe.py; at
@@ -64,13 +80,19 @@ PROMPT_READ_COST = 1.0  # one-token target calls a read of the prompt adds (spec
                         # 0.8-1, against auto's own (PERFORMANCE.md, "A draft that is never rejected")
 
 
-def prompt_coins(n, alpha, seed):  # -> [n] beta at the prompt's positions a policy reads before the run (0.0 or 1.0)
+def prompt_coins(n, alpha, seed, prompt_len=0):  # -> [n] beta at the prompt's positions read first (0.0 or 1.0)
     """What auto reads at n prompt positions when the drafter agrees there at rate alpha too, as bench's forced
-    drafters do (forced_draft.py: the target's greedy token at a prompt position w.p. alpha), from its own stream."""
+    drafters do (forced_draft.py: the target's greedy token at a prompt position w.p. alpha), from its own stream;
+    with prompt_len = P, the bench's coins at the prompt's last n positions (before the output's: forced_coins)."""
+    if prompt_len:
+        if not 0 <= n < prompt_len:
+            raise ValueError(f"a prompt of {prompt_len} tokens has {prompt_len - 1} positions to read, not {n}")
+        return [float(x) for x in np.random.default_rng(seed).random(prompt_len)[prompt_len - n:] < alpha]
     return [float(x) for x in np.random.default_rng(30_000 + seed).random(n) < alpha]
 
 
-def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False, prompt=0):
+def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False, prompt=0, prompt_len=0,
+                    c_prior=None):
     """Run `policy` for n_tokens: {"speedup" over plain decoding, "K_counts", "rounds"}.
 
     v: {M: cost of an M-token target call in one-token calls}, M = 1..K_max + 1. As in the real
@@ -82,12 +104,15 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     (past.v_shape = probed_shape(v, seed); its time is not counted, at most 1 % of a plain run).
     prompt: the positions of the prompt (its length - 1) whose overlaps auto (a policy with
     prompt_positions) reads before the run, at most PROMPT_POSITIONS (prompt_coins), as it does with
-    policies.READ_PROMPT set; the read costs PROMPT_READ_COST.
+    policies.READ_PROMPT set; the read costs PROMPT_READ_COST. prompt_len > 0: the bench's coins for this seed
+    after a prompt of that length (forced_coins, prompt_coins). c_prior: the c the policy assumes until the
+    drafter's first call is timed (default c; a ModelDrafter assumes its parameter ratio: C_PRIOR).
     """
-    accepted, past, policy = forced_coins(n_tokens, alpha, seed), Measurements(c_prior=c), policy
+    accepted = forced_coins(n_tokens, alpha, seed, prompt_len)  # [n_tokens]
+    past = Measurements(c_prior=c if c_prior is None else c_prior)
     past.v_shape = probed_shape(v, seed) if probe else None
     reads = prompt and hasattr(policy, "prompt_positions")  # auto, whether or not READ_PROMPT is set for real runs
-    past.prompt_overlaps = prompt_coins(min(prompt, PROMPT_POSITIONS), alpha, seed) if reads else []
+    past.prompt_overlaps = prompt_coins(min(prompt, PROMPT_POSITIONS), alpha, seed, prompt_len) if reads else []
     policy.reset()
     emitted, cost, K_counts = 0, PROMPT_READ_COST if past.prompt_overlaps else 0.0, {}
     while emitted < n_tokens:
@@ -114,18 +139,19 @@ def first_failure(coins):
     return int(failed[0]) if failed.size else len(coins)
 
 
-def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "heuristic"), probe=False, prompt=0):
+def compare_policies(alpha, c, v, n_tokens, seeds, K_max=8, policies=("auto", "heuristic"), probe=False, prompt=0,
+                     prompt_len=0):
     """For each seed: every fixed K 1..K_max and the named policies, as speedups over plain decoding
-    (probe, prompt: what the named policies' runs read first, simulate_policy).
+    (probe, prompt: what the named policies' runs read first; prompt_len: the bench's coins, simulate_policy).
 
     Returns {"fixed": {K: [speedup per seed]}, name: [speedup per seed], "best_fixed": [...]}:
     best_fixed is, per seed, the best fixed K's speedup (an oracle that knew the seed's coins).
     """
-    out = {"fixed": {K: [simulate_policy(make_policy(K), alpha, c, v, n_tokens, s)["speedup"] for s in seeds]
-                     for K in range(1, K_max + 1)}}
+    out = {"fixed": {K: [simulate_policy(make_policy(K), alpha, c, v, n_tokens, s, prompt_len=prompt_len)["speedup"]
+                         for s in seeds] for K in range(1, K_max + 1)}}
     for name in policies:
-        out[name] = [simulate_policy(make_policy(name, K_max), alpha, c, v, n_tokens, s, probe=probe, prompt=prompt)
-                     ["speedup"]
+        out[name] = [simulate_policy(make_policy(name, K_max), alpha, c, v, n_tokens, s, probe=probe, prompt=prompt,
+                                     prompt_len=prompt_len)["speedup"]
                      for s in seeds]
     out["best_fixed"] = [max(out["fixed"][K][i] for K in out["fixed"]) for i in range(len(seeds))]
     return out
@@ -184,7 +210,10 @@ MEASURED_V = {
     ("Zen4", "SkylakeX", "1558M"): (1.15, 1.28, 1.25, 1.41, 1.36, 1.46, 1.55, 1.65),
     ("Zen4 panels", "SkylakeX", "1558M"): (0.93, 1.11, 1.18, 1.21, 1.18, 1.30, 1.26, 1.52),
 }
-DRAFTERS = (("1558M", "124M", 0.09), ("1558M", "lookup", 0.0), ("355M", "124M", 0.3), ("355M", "lookup", 0.0))
+DRAFTERS = (("1558M", "124M", 0.09, 0.0799), ("1558M", "lookup", 0.0, 0.0), ("355M", "124M", 0.3, 0.351),
+            ("355M", "lookup", 0.0, 0.0))  # target, drafter, c as measured, and c_prior: the c the drafter assumes
+            # until it times a draft (a ModelDrafter: the parameter ratio, 124M / 1558M and 124M / 355M; lookup: 0)
+C_PRIOR = DRAFTERS[0][3]  # a 124M ModelDrafter's for a 1558M target
 
 
 def measured_v(kernel, target, cpu="EPYC"):
@@ -192,25 +221,21 @@ def measured_v(kernel, target, cpu="EPYC"):
     return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[cpu, kernel, target], start=2)}}
 
 
-def table_row(policy, alpha, c, v, n_tokens, seeds, probe=False, prompt=0):
-    """One row: the best fixed K by median (0 = plain decoding, where no K beats it) and `policy`'s
-    speedups over it seed by seed, and over plain decoding."""
-    return table_rows((policy,), alpha, c, v, n_tokens, seeds, probes=(probe,), prompt=prompt)[0]
-
-
-def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0):
-    """table_row for each of several policies against one best fixed K (the fixed Ks simulated once);
+def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0, prompt_len=0, c_prior=None):
+    """A row for each policy: the best fixed K by median (0 = plain decoding, where no K beats it; the fixed Ks
+    simulated once) and the policy's speedups over it seed by seed, and over plain decoding;
     probes: for each policy, whether its runs read the curve's shape first (default: none do); prompt: the
-    prompt positions there are to read (simulate_policy)."""
-    runs = compare_policies(alpha, c, v, n_tokens, seeds, policies=())
+    prompt positions there are to read; prompt_len, c_prior: the bench's coins and the drafter's first c
+    (simulate_policy)."""
+    runs = compare_policies(alpha, c, v, n_tokens, seeds, policies=(), prompt_len=prompt_len)
     medians = {K: np.median(s) for K, s in runs["fixed"].items()}
     best = max(medians, key=medians.get)
     best = best if medians[best] > 1.0 else 0
     reference = np.array(runs["fixed"][best]) if best else np.ones(len(seeds))  # [seeds]
     rows = []
     for policy, probe in zip(policies, probes or [False] * len(policies)):
-        mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s, probe=probe, prompt=prompt)["speedup"]
-                         for s in seeds])  # [seeds]
+        mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s, probe=probe, prompt=prompt,
+                                         prompt_len=prompt_len, c_prior=c_prior)["speedup"] for s in seeds])  # [seeds]
         ratio = mine / reference
         rows.append({"best_K": best, "best_median": float(np.median(reference)), "median": float(np.median(ratio)),
                      "p5": float(np.quantile(ratio, 0.05)), "worst": float(ratio.min()),
@@ -221,18 +246,20 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0):
 def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), probe=True, prompt=0):
     """The markdown table of `policy` against the best fixed K, every measured curve x drafter x tokens x alpha
     (probe: each run reads the curve's shape first, as a real one of these sizes does; prompt: a model drafter's
-    runs read that many prompt positions first, as a draft model's do; prompt lookup reads none)."""
+    runs read that many prompt positions first, as a draft model's do; prompt lookup reads none), on the bench's
+    coins after its prompt (PROMPT_LEN tokens, or one more than the positions read) with each drafter's c_prior."""
+    prompt_len = max(PROMPT_LEN, prompt + 1)
     print("| cpu | kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
           " | 5 % of seeds | worst seed | auto / plain: worst seed |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for cpu, kernel in dict.fromkeys((cpu, kernel) for cpu, kernel, _ in MEASURED_V):
-        for target, drafter, c in DRAFTERS:
+        for target, drafter, c, c_prior in DRAFTERS:
             if (cpu, kernel, target) not in MEASURED_V:
                 continue
             for n_tokens in tokens:
                 for alpha in alphas:
-                    r = table_row(policy, alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds, probe,
-                                  prompt if drafter != "lookup" else 0)
+                    r = table_rows((policy,), alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds, (probe,),
+                                   prompt if drafter != "lookup" else 0, prompt_len, c_prior)[0]
                     best = f"K={r['best_K']} {r['best_median']:.2f}" if r["best_K"] else "plain"
                     print(f"| {cpu} | {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} "
                           f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
@@ -296,9 +323,11 @@ def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200),
     """auto without the curve's shape (a line through the sizes it times), auto with a probed shape (as a
     GPT2 target reads it: probed_shape) and ToldCostsAutoK, on one measured 1558M curve: each over the
     best fixed K (plain decoding where none beats it), median and worst seed; with 10 seeds or fewer,
-    each seed's too (the bench's policies section draws its coins from seeds 0, 1, ...: forced_coins).
+    each seed's too. Every run replays the bench's policies section: its coins for seeds 0, 1, ... after its
+    prompt (PROMPT_LEN tokens, or one more than the positions read), and the c its 124M drafter assumes
+    until it times a draft (C_PRIOR).
     prompt > 0: a fourth column, auto with a probed shape that also reads that many prompt positions first."""
-    v = measured_v(kernel, "1558M", cpu)
+    v, bench = measured_v(kernel, "1558M", cpu), dict(prompt_len=max(PROMPT_LEN, prompt + 1), c_prior=C_PRIOR)
     read = f" | shape probed, {prompt} prompt positions read: median / worst" if prompt else ""
     print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto, no shape: median / worst "
           f"| auto, shape probed: median / worst{read} | told v: median / worst |")
@@ -306,9 +335,9 @@ def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200),
     for n_tokens in tokens:
         for alpha in alphas:
             policies, probes = (AutoK(8), AutoK(8), ToldCostsAutoK(v)), (False, True, False)
-            rows = table_rows(policies, alpha, c, v, n_tokens, seeds, probes=probes)
+            rows = table_rows(policies, alpha, c, v, n_tokens, seeds, probes=probes, **bench)
             if prompt:
-                rows.insert(2, table_rows((AutoK(8),), alpha, c, v, n_tokens, seeds, (True,), prompt)[0])
+                rows.insert(2, table_rows((AutoK(8),), alpha, c, v, n_tokens, seeds, (True,), prompt, **bench)[0])
             each = "".join(f" ({', '.join(f'{x:.3f}' for x in r['ratios'])})" if len(seeds) <= 10 else ""
                            for r in rows)
             print(f"| {n_tokens} | {alpha} | " + " | ".join(f"{r['median']:.3f} / {r['worst']:.3f}" for r in rows)

@@ -232,12 +232,14 @@ def test_what_learning_v_costs_auto_on_a_steep_curve():
 
 
 def test_on_the_bench_s_coins_at_alpha_08_a_probed_shape_or_told_v_meets_issue_26_where_a_line_does_not(capsys):
-    """The bench's policies section draws its coins from seeds 0-4. Replayed on the Zen 4's 1558M panels curve
-    (100 tokens, alpha 0.8), told the curve auto meets issue 26's median and worst seed (>= 0.97, >= 0.92). Planning
-    untimed sizes on a line it read 0.936 here before the first round drafted up to 4 (FIRST_ROUND_RISK 0.75,
-    PERFORMANCE.md "What auto still pays for"); since, both the line and the probed shape meet the median, and
-    what learning the curve still costs shows in the worst seed, 0.05 or more below the told one's. The CLI prints
-    each seed's ratio."""
+    """The bench's policies section's coins for seeds 0-4 (after its 8-token prompt, tests/bench/
+    test_forced_coins_replay.py), replayed on the Zen 4's 1558M panels curve (100 tokens, alpha 0.8) with the c its
+    124M drafter assumes at first: told the curve auto meets issue 26's median and worst seed (>= 0.97, >= 0.92;
+    0.975 / 0.955), and with the shape a probe reads it meets the median (0.974), where a line through the sizes
+    it times does not (0.964). What learning the curve still costs shows in the worst seed: 0.912 and 0.883, 0.043
+    and 0.072 below the told one's. Until session 56 the simulator's coins were not the bench's (its output's
+    coins started at the prompt's first position), and there both the line and the shape met the median. The CLI
+    prints each seed's ratio."""
     from gpt2np.teach.policy_simulation import main
     main(["--told-v", "--cpu", "Zen4 panels", "--seeds", "5"])
     out = capsys.readouterr().out
@@ -246,7 +248,8 @@ def test_on_the_bench_s_coins_at_alpha_08_a_probed_shape_or_told_v_meets_issue_2
     (line_median, line_worst), (probed_median, probed_worst), (told_median, told_worst) = [
         [float(x) for x in cell.split("/")] for cell in row.split("|")[3:6]]
     assert told_median >= 0.97 and told_worst >= 0.92, row
-    assert min(line_median, probed_median) >= 0.97 and max(line_worst, probed_worst) <= told_worst - 0.05, row
+    assert probed_median >= 0.97 > line_median, row
+    assert max(line_worst, probed_worst) <= told_worst - 0.03, row
     assert row.count("(") == 3 and all(len(part.split(",")) == 5 for part in row.split("(")[1:]), row
 
 

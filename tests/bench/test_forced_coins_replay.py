@@ -9,7 +9,6 @@ start at the prompt's first position instead, and the same check fails on them (
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import gpt2np
@@ -20,18 +19,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package
 
 from bench.forced_draft import ForcedAcceptanceDraft, ForcedChoices, wanted_sequence  # noqa: E402
+from tiny_pair import tiny_pair  # noqa: E402
 
 N_TOKENS = 30
 
 
 @pytest.fixture(scope="module")
 def pair():
-    target = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=128, n_embd=32, n_head=2, n_layer=2), seed=0,
-                                 tokenizer=None)
-    draft = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=128, n_embd=16, n_head=2, n_layer=1), seed=1,
-                                tokenizer=None)
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 64, PROMPT_LEN)]  # the bench's prompt length
-    continuation = gpt2np.generate(target, prompt, N_TOKENS, temperature=0)
+    target, draft, prompt, continuation = tiny_pair(PROMPT_LEN, N_TOKENS)  # the bench's prompt length
     return target, draft, prompt, wanted_sequence(target, prompt, continuation)
 
 

@@ -22,19 +22,14 @@ sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, no
 
 from bench.forced_draft import ForcedAcceptanceDraft, wanted_sequence  # noqa: E402
 from bench.forced_tree_draft import ForcedTreeDrafter  # noqa: E402
+from tiny_pair import tiny_pair  # noqa: E402
 
 GREEDY = dict(temperature=0, top_k=None, top_p=None)
 
 
 @pytest.fixture(scope="module")
 def pair():
-    target = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=128, n_embd=32, n_head=2, n_layer=2), seed=0,
-                                 tokenizer=None)
-    draft = gpt2np.random_model(gpt2np.GPT2Config(n_vocab=64, n_ctx=128, n_embd=16, n_head=2, n_layer=1), seed=1,
-                                tokenizer=None)
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 64, 40)]
-    continuation = gpt2np.generate(target, prompt, 20, temperature=0)
-    return target, draft, prompt, continuation
+    return tiny_pair(40, 20)
 
 
 def test_the_wanted_sequence_is_the_target_s_greedy_token_after_each_prefix(pair):

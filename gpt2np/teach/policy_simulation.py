@@ -38,11 +38,14 @@ at 124M). --cpu "Zen4 panels" puts --bound or --told-v on another CPU's 1558M cu
 import argparse
 from functools import lru_cache
 from math import comb
+from types import SimpleNamespace
 
 import numpy as np
 
+from ..decoding.drafters import parameter_ratio
 from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_cost, make_policy
 from ..decoding.theory import expected_speedups_under_belief
+from ..model.config import PRESETS
 
 
 PROMPT_LEN = 8  # the bench's policies section's prompt (bench.common's spec_prompt_len): its replays' prompt_len
@@ -210,9 +213,20 @@ MEASURED_V = {
     ("Zen4", "SkylakeX", "1558M"): (1.15, 1.28, 1.25, 1.41, 1.36, 1.46, 1.55, 1.65),
     ("Zen4 panels", "SkylakeX", "1558M"): (0.93, 1.11, 1.18, 1.21, 1.18, 1.30, 1.26, 1.52),
 }
-DRAFTERS = (("1558M", "124M", 0.09, 0.0799), ("1558M", "lookup", 0.0, 0.0), ("355M", "124M", 0.3, 0.351),
-            ("355M", "lookup", 0.0, 0.0))  # target, drafter, c as measured, and c_prior: the c the drafter assumes
-            # until it times a draft (a ModelDrafter: the parameter ratio, 124M / 1558M and 124M / 355M; lookup: 0)
+
+
+def preset_c_prior(draft, target):  # preset names -> the c a ModelDrafter assumes until it times a draft
+    """drafters.parameter_ratio of two presets' models: the draft's parameters over the target's.
+
+    >>> round(preset_c_prior("124M", "1558M"), 4)
+    0.0799
+    """
+    return parameter_ratio(*(SimpleNamespace(config=PRESETS[name]) for name in (draft, target)))
+
+
+DRAFTERS = (("1558M", "124M", 0.09, preset_c_prior("124M", "1558M")), ("1558M", "lookup", 0.0, 0.0),
+            ("355M", "124M", 0.3, preset_c_prior("124M", "355M")), ("355M", "lookup", 0.0, 0.0))
+# target, drafter, c as measured, and c_prior: the c the drafter assumes until it times a draft (lookup: 0)
 C_PRIOR = DRAFTERS[0][3]  # a 124M ModelDrafter's for a 1558M target
 
 

@@ -46,6 +46,7 @@ from ..decoding.drafters import parameter_ratio
 from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_cost, make_policy
 from ..decoding.theory import expected_speedups_under_belief
 from ..model.config import PRESETS
+from .batch_simulation import log_noise, noise_arg
 
 
 PROMPT_LEN = 8  # the bench's policies section's prompt (bench.common's spec_prompt_len): its replays' prompt_len
@@ -95,7 +96,7 @@ def prompt_coins(n, alpha, seed, prompt_len=0):  # -> [n] beta at the prompt's p
 
 
 def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False, prompt=0, prompt_len=0,
-                    c_prior=None):
+                    c_prior=None, noise=None):
     """Run `policy` for n_tokens: {"speedup" over plain decoding, "K_counts", "rounds"}.
 
     v: {M: cost of an M-token target call in one-token calls}, M = 1..K_max + 1. As in the real
@@ -110,8 +111,14 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     policies.READ_PROMPT set; the read costs PROMPT_READ_COST. prompt_len > 0: the bench's coins for this seed
     after a prompt of that length (forced_coins, prompt_coins). c_prior: the c the policy assumes until the
     drafter's first call is timed (default c; a ModelDrafter assumes its parameter ratio: C_PRIOR).
+    noise: None, every reading is its true cost (times the drift); a log-standard deviation, or "spiky"
+    (batch_simulation.SPIKES: late far more often than early, as this EPYC's 1558M rounds read), for each
+    round's target call and drafting cost as the policy reads them, drawn from the seed's second stream
+    (the coins and the costs counted stay as they are).
     """
     accepted = forced_coins(n_tokens, alpha, seed, prompt_len)  # [n_tokens]
+    readings, log = np.random.default_rng([seed, 1]), log_noise(noise)
+    read = (lambda x: x * float(np.exp(log(readings)))) if log else (lambda x: x)  # what the policy reads of x
     past = Measurements(c_prior=c if c_prior is None else c_prior)
     past.v_shape = probed_shape(v, seed) if probe else None
     reads = prompt and hasattr(policy, "prompt_positions")  # auto, whether or not READ_PROMPT is set for real runs
@@ -126,9 +133,9 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
         debt = catch_up_cost(c, v, past.owed) if K else 0.0   # the plain rounds' tokens, fed by its first call
         if K_counts:                                          # not the first round (the prompt's, or after its prefill)
             seen = drift(sum(K_counts.values())) if drift else 1.0
-            past.add_target_call(K + 1, v[K + 1] * seen)
+            past.add_target_call(K + 1, read(v[K + 1] * seen))
             if K and past.owed <= 1:                          # as speculative.observe: no c from a catch-up
-                past.add_draft_cost(c * seen)
+                past.add_draft_cost(read(c * seen))
         past.owed = 0 if K else past.owed + 1
         K_counts[K] = K_counts.get(K, 0) + 1
         emitted, cost = emitted + n_ok + 1, cost + K * c + v[K + 1] + debt
@@ -200,7 +207,10 @@ class ToldCostsAutoK(AutoK):
 # Zen4, an AMD EPYC of family 25 (AVX-512), the same command (2026-11-28, sessions 39 and 40): the weights as stored
 # (column-major), and "Zen4 panels", the weights in panels, as a model loads under SkylakeX since session 40
 # (`--order panels` today): v(2) under 1 (one row is padded to two there), 6 rows no dearer than 5, 8 than 7, and a
-# step at 9 (PERFORMANCE.md, "K policies, eleventh look"). Every other SkylakeX curve here is the stored order's.
+# step at 9 (PERFORMANCE.md, "K policies, eleventh look"). "Zen4 panels s57", the same machine and command with
+# `--order panels` two days on (2026-11-30, session 57), each size the median of three runs (seeds 0-2): flatter to
+# 6 rows (v(5) 1.01), 7 rows the step (1.10, 1.47, 1.31 in the three), 9 rows 1.17-1.36. Every other SkylakeX curve
+# here is the stored order's.
 MEASURED_V = {
     ("EPYC", "SkylakeX", "1558M"): (1.2, 1.27, 1.35, 1.42, 1.49, 1.56, 1.63, 1.7),
     ("EPYC", "Haswell", "1558M"): (1.36, 1.52, 1.69, 1.85, 1.98, 2.1, 2.23, 2.35),
@@ -212,6 +222,7 @@ MEASURED_V = {
     ("Zen5", "Haswell", "1558M"): (1.30, 1.46, 1.42, 1.56, 1.82, 2.01, 2.04, 2.37),
     ("Zen4", "SkylakeX", "1558M"): (1.15, 1.28, 1.25, 1.41, 1.36, 1.46, 1.55, 1.65),
     ("Zen4 panels", "SkylakeX", "1558M"): (0.93, 1.11, 1.18, 1.21, 1.18, 1.30, 1.26, 1.52),
+    ("Zen4 panels s57", "SkylakeX", "1558M"): (0.99, 1.08, 1.07, 1.01, 1.06, 1.31, 1.14, 1.33),
 }
 
 
@@ -235,12 +246,12 @@ def measured_v(kernel, target, cpu="EPYC"):
     return {1: 1.0, **{M: x for M, x in enumerate(MEASURED_V[cpu, kernel, target], start=2)}}
 
 
-def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0, prompt_len=0, c_prior=None):
+def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0, prompt_len=0, c_prior=None, noise=None):
     """A row for each policy: the best fixed K by median (0 = plain decoding, where no K beats it; the fixed Ks
     simulated once) and the policy's speedups over it seed by seed, and over plain decoding;
     probes: for each policy, whether its runs read the curve's shape first (default: none do); prompt: the
-    prompt positions there are to read; prompt_len, c_prior: the bench's coins and the drafter's first c
-    (simulate_policy)."""
+    prompt positions there are to read; prompt_len, c_prior, noise: the bench's coins, the drafter's first c and
+    the policies' readings (simulate_policy)."""
     runs = compare_policies(alpha, c, v, n_tokens, seeds, policies=(), prompt_len=prompt_len)
     medians = {K: np.median(s) for K, s in runs["fixed"].items()}
     best = max(medians, key=medians.get)
@@ -249,7 +260,8 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0, pr
     rows = []
     for policy, probe in zip(policies, probes or [False] * len(policies)):
         mine = np.array([simulate_policy(policy, alpha, c, v, n_tokens, s, probe=probe, prompt=prompt,
-                                         prompt_len=prompt_len, c_prior=c_prior)["speedup"] for s in seeds])  # [seeds]
+                                         prompt_len=prompt_len, c_prior=c_prior, noise=noise)["speedup"]
+                         for s in seeds])  # [seeds]
         ratio = mine / reference
         rows.append({"best_K": best, "best_median": float(np.median(reference)), "median": float(np.median(ratio)),
                      "p5": float(np.quantile(ratio, 0.05)), "worst": float(ratio.min()),
@@ -257,11 +269,12 @@ def table_rows(policies, alpha, c, v, n_tokens, seeds, probes=None, prompt=0, pr
     return rows
 
 
-def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), probe=True, prompt=0):
+def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), probe=True, prompt=0, noise=None):
     """The markdown table of `policy` against the best fixed K, every measured curve x drafter x tokens x alpha
     (probe: each run reads the curve's shape first, as a real one of these sizes does; prompt: a model drafter's
     runs read that many prompt positions first, as a draft model's do; prompt lookup reads none), on the bench's
-    coins after its prompt (PROMPT_LEN tokens, or one more than the positions read) with each drafter's c_prior."""
+    coins after its prompt (PROMPT_LEN tokens, or one more than the positions read) with each drafter's c_prior
+    (noise: the readings', simulate_policy)."""
     prompt_len = max(PROMPT_LEN, prompt + 1)
     print("| cpu | kernel | target | drafter (c) | tokens | alpha | best fixed K (median) | auto / best: median"
           " | 5 % of seeds | worst seed | auto / plain: worst seed |")
@@ -273,7 +286,7 @@ def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), pr
             for n_tokens in tokens:
                 for alpha in alphas:
                     r = table_rows((policy,), alpha, c, measured_v(kernel, target, cpu), n_tokens, seeds, (probe,),
-                                   prompt if drafter != "lookup" else 0, prompt_len, c_prior)[0]
+                                   prompt if drafter != "lookup" else 0, prompt_len, c_prior, noise)[0]
                     best = f"K={r['best_K']} {r['best_median']:.2f}" if r["best_K"] else "plain"
                     print(f"| {cpu} | {kernel} | {target} | {drafter} ({c}) | {n_tokens} | {alpha} | {best} "
                           f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
@@ -333,15 +346,17 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
 
 
 def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200), alphas=(0.3, 0.8, 1.0),
-                        tokens=(40, 100), prompt=0):
+                        tokens=(40, 100), prompt=0, noise=None):
     """auto without the curve's shape (a line through the sizes it times), auto with a probed shape (as a
     GPT2 target reads it: probed_shape) and ToldCostsAutoK, on one measured 1558M curve: each over the
     best fixed K (plain decoding where none beats it), median and worst seed; with 10 seeds or fewer,
     each seed's too. Every run replays the bench's policies section: its coins for seeds 0, 1, ... after its
     prompt (PROMPT_LEN tokens, or one more than the positions read), and the c its 124M drafter assumes
     until it times a draft (C_PRIOR).
-    prompt > 0: a fourth column, auto with a probed shape that also reads that many prompt positions first."""
-    v, bench = measured_v(kernel, "1558M", cpu), dict(prompt_len=max(PROMPT_LEN, prompt + 1), c_prior=C_PRIOR)
+    prompt > 0: a fourth column, auto with a probed shape that also reads that many prompt positions first.
+    noise: the readings every policy sees (simulate_policy; told v's only through c)."""
+    v = measured_v(kernel, "1558M", cpu)
+    bench = dict(prompt_len=max(PROMPT_LEN, prompt + 1), c_prior=C_PRIOR, noise=noise)
     read = f" | shape probed, {prompt} prompt positions read: median / worst" if prompt else ""
     print(f"| {cpu} {kernel} 1558M, c {c}: tokens | alpha | auto, no shape: median / worst "
           f"| auto, shape probed: median / worst{read} | told v: median / worst |")
@@ -360,7 +375,7 @@ def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200),
 
 def main(argv=None):
     """python -m gpt2np.teach.policy_simulation [--bound | --told-v | --no-probe] [--cpu CPU] [--seeds N]
-    [--prompt N]"""
+    [--prompt N] [--noise SIGMA | spiky]"""
     curves = sorted({cpu for cpu, _, _ in MEASURED_V})
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
     mode = p.add_mutually_exclusive_group()
@@ -375,16 +390,22 @@ def main(argv=None):
     p.add_argument("--prompt", type=int, default=0, help="prompt positions a draft model's auto reads before the run "
                    "(its prompt's length - 1, at most policies.PROMPT_POSITIONS; the bench's prompt: 7); default 0, "
                    "none (with --told-v: a fourth column; with --bound: the bound with that read)")
+    p.add_argument("--noise", type=noise_arg, default=None, help="the readings auto sees: a log-standard deviation, "
+                   "or 'spiky' for one-sided spikes as measured at 1558M (batch_simulation.SPIKES); default: none "
+                   "(not with --bound, whose policy reads no clock)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be at least 1, got {args.seeds}")
     if args.no_probe and (args.bound or args.told_v):
         p.error("--no-probe goes with the default table (--told-v shows both; --bound has no auto)")
+    if args.noise is not None and args.bound:
+        p.error("--noise goes with the default table or --told-v (--bound's policy reads no clock)")
     if args.prompt < 0:
         p.error(f"--prompt must be 0 or more, got {args.prompt}")
     seeds = range(args.seeds)
     if args.told_v:
-        print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds, prompt=args.prompt)
+        print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds, prompt=args.prompt,
+                            noise=args.noise)
     elif args.bound:
         runs = (("EPYC", "SkylakeX", 40), ("EPYC", "Haswell", 40), ("EPYC", "Haswell", 100),
                 ("Xeon", "SkylakeX", 40), ("Xeon", "Haswell", 40))
@@ -396,7 +417,7 @@ def main(argv=None):
     else:
         if args.cpu:
             p.error("--cpu goes with --bound or --told-v")
-        print_table(AutoK(8), seeds, probe=not args.no_probe, prompt=args.prompt)
+        print_table(AutoK(8), seeds, probe=not args.no_probe, prompt=args.prompt, noise=args.noise)
 
 
 if __name__ == "__main__":  # python -m gpt2np.teach.policy_simulation [--bound | --told-v] [--cpu CPU]: 200 seeds (~45 s)

@@ -39,6 +39,12 @@ a = alpha_hat of the run, c = median one-token draft call / t1, v(M) = mean M-to
 t1 measured in the run (policies.v_curve's line where a size was never timed), t1 the baseline's.
 For a fixed K whose run length is a multiple of K + 1 this is the (1 - a^(K+1))/((1 - a)(Kc + v)).
 
+Replay, per group (replays): every fixed K, the heuristic and auto of a forced drafter run again in the chain
+simulator (teach/policy_simulation.py) on the group's own coins and what its runs paid (group_costs: each call
+size's median, c from the one-row draft calls), auto planning with the shape its run's probe read. The report's
+"replayed" is auto / best of these, beside the measured one: the gap between the two is what the cost model
+leaves out (the host's stalls and spiked readings, a run that priced a size out on one slow reading).
+
 Also: the real n-gram drafter on the bundled Shakespeare pair, on a prompt whose continuation
 repeats earlier text (real alpha), against the bundled draft model (bundled_lookup()).
 """
@@ -51,6 +57,7 @@ from gpt2np.decoding import policies
 from gpt2np.decoding.policies import v_curve
 from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.theory import expected_tokens_per_round
+from gpt2np.teach.policy_simulation import simulate_policy
 
 from .common import StreamSide, lockstep, log, median, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft, ForcedChoices, wanted_sequence
@@ -212,7 +219,7 @@ def timed_group(target, prompt, N, runs):
     after = baseline_run(target, prompt, N)
     group = calls_by_size(records)
     return ([measured(r, baseline_at(before, after, r["when"]), group) for r in records],
-            after["steady"] / before["steady"])
+            after["steady"] / before["steady"], (records, median([before["t1"], after["t1"]])))
 
 
 def lockstep_group(target, prompt, N, runs):
@@ -225,7 +232,46 @@ def lockstep_group(target, prompt, N, runs):
     drift = median(calls[len(calls) // 2:]) / median(calls[:len(calls) // 2]) if len(calls) > 1 else 1.0
     baseline, records = plain.record(seconds[0], None), [side.record(s, None) for side, s in zip(sides, seconds[1:])]
     group = calls_by_size(records)
-    return [measured(r, baseline, group) for r in records], drift
+    return [measured(r, baseline, group) for r in records], drift, (records, baseline["t1"])
+
+
+def group_costs(records, t1, K_max, shape=None):  # -> ({M: v(M)}, M = 1..K_max + 1; c): what a group's runs paid
+    """The costs a replay charges: v(M), each size's median over the group's steady target calls in the
+    baseline's one-token call t1, a size no run timed on the line through them (policies.v_curve: along
+    the shape a run's probe read, where one did); c, the median one-row draft call over t1 (a drafter
+    without a draft model: its seconds per drafted token).
+
+    >>> from types import SimpleNamespace
+    >>> result = SimpleNamespace(stats=SimpleNamespace(prompt_positions=0))  # a run that read no prompt first
+    >>> runs = [{"calls": [(9, 9.0), (4, 1.1), (4, 1.3), (1, 5.0)], "ks": [3, 3, 3], "result": result,
+    ...          "draft_calls": [(8, 1.0), (1, 0.1), (1, 0.3)], "cost_per_token": 0.2}]
+    >>> v, c = group_costs(runs, 1.0, 3)
+    >>> {M: round(x, 2) for M, x in v.items()}, round(c, 2)  # 4 rows: the median; 2-3 on a line through it
+    ({1: 1.0, 2: 1.04, 3: 1.12, 4: 1.2}, 0.2)
+    """
+    sizes = {n: seconds for n, seconds in calls_by_size(records).items() if n > 1}
+    v = v_curve({1: [t1], **sizes}, K_max + 1, shape)
+    one_row = [s for r in records for n, s in r["draft_calls"] if n == 1]
+    per_token = [r["cost_per_token"] for r in records if r["cost_per_token"]]
+    return v, (median(one_row) if one_row else median(per_token) if per_token else 0.0) / t1
+
+
+def replays(alpha, seed, n_tokens, prompt_len, Ks, K_max, v, c, c_prior, shape=None):  # -> {str(K): speedup}
+    """Every fixed K, the heuristic and auto of one group replayed in the chain simulator
+    (teach/policy_simulation.py) on the group's own coins (ForcedChoices' seed, after the prompt) and costs
+    (group_costs), auto planning with the shape its run's probe read: what the cost model says the runs
+    should have measured. Where a run reads well under its replay, the difference is the host's (a stall,
+    a slow minute, a reading that spiked and was never read again), which the model leaves out."""
+    def replayed(K, **more):
+        policy = policies.make_policy(K, K_max)
+        return simulate_policy(policy, alpha, c, v, n_tokens, seed, prompt_len=prompt_len, **more)["speedup"]
+    return {**{str(K): replayed(K) for K in Ks}, "heuristic": replayed("heuristic"),
+            "auto": replayed("auto", c_prior=c_prior, shape=shape)}
+
+
+def probed_shape(target, K_max):  # -> the cost shape auto read last ({M: v_shape(M)}, M = 1..K_max + 1), or None
+    shapes = [shape for key, (_, shape) in getattr(target, "cost_shapes", {}).items() if key[0] == K_max + 1]
+    return shapes[-1] if shapes else None
 
 
 def pooled(runs):
@@ -251,6 +297,8 @@ def combine(runs):
     out = pooled(runs)
     out["speedups"] = [r["speedup"] for r in runs]  # one per coin seed, in seed order
     out["spreads"] = [r.get("spread") for r in runs]  # per seed: [lowest, highest] of its runs
+    if all("replayed" in r for r in runs):
+        out["replays"] = [r["replayed"] for r in runs]  # per seed: what the chain simulator replays (replays)
     out["speedup"] = median(out["speedups"])
     out["refined_error"] = None if out["predicted_refined"] is None else out["speedup"] / out["predicted_refined"] - 1
     return out
@@ -306,9 +354,11 @@ def run(target, plan, draft_model):
                 log(f"policies: seed {r + 1}/{plan.policy_repeats}, run {i + 1}/{n_runs}, {what}: "
                     + (f"{len(group)} runs and plain decoding in lockstep" if plan.policy_lockstep
                        else f"baseline, {len(group)} runs, baseline"))
-                rows, drift = (lockstep_group if plan.policy_lockstep else timed_group)(
+                rows, drift, (records, t1) = (lockstep_group if plan.policy_lockstep else timed_group)(
                     target, prompt, N, [one for _, one in group])
                 drifts.append(drift)
+                replayed_group(group, rows, records, t1, r, len(prompt), N, Ks, K_max, c_prior,
+                               probed_shape(target, K_max))
                 for (key, _), row in zip(group, rows):
                     runs.setdefault(key, {}).setdefault(r, []).append(row)
     rows = [{"drafter": name, "alpha_nominal": a, **combine([per_seed(rs) for _, rs in sorted(by_seed.items())]),
@@ -317,6 +367,19 @@ def run(target, plan, draft_model):
     return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows,
             "drifts": drifts, "runs_per_seed": n_runs, "lockstep": plan.policy_lockstep,
             "fresh_probe": plan.policy_fresh_probe}
+
+
+def replayed_group(group, rows, records, t1, seed, prompt_len, N, Ks, K_max, c_prior, shape):
+    """Each forced drafter's runs of a group get their replay (row["replayed"]: replays on the group's costs,
+    v from all its runs, c from that drafter's); the target drafting for itself has no coins to replay."""
+    fixed, v = [K for K in Ks if isinstance(K, int)], group_costs(records, t1, K_max, shape)[0]
+    for name in dict.fromkeys(key[0] for key, _ in group if key[0] != "self"):
+        mine = [record for (key, _), record in zip(group, records) if key[0] == name]
+        alpha, c = next(key[1] for key, _ in group if key[0] == name), group_costs(mine, t1, K_max, shape)[1]
+        replay = replays(alpha, seed, N, prompt_len, fixed, K_max, v, c, c_prior if name == "model" else 0.0, shape)
+        for (key, _), row in zip(group, rows):
+            if key[0] == name and key[2] in replay:
+                row["replayed"] = replay[key[2]]
 
 
 READ = "auto read"  # --policy-read: auto with policies.READ_PROMPT set, reading the prompt before its first round
@@ -336,6 +399,8 @@ def per_seed(runs):
     out = pooled(runs)
     speedups = [r["speedup"] for r in runs]
     out["speedup"], out["spread"] = median(speedups), [min(speedups), max(speedups)]
+    if all("replayed" in r for r in runs):
+        out["replayed"] = median([r["replayed"] for r in runs])  # the replays of the seed's runs (replays)
     return out
 
 
@@ -370,12 +435,13 @@ def by_drafter_and_alpha(rows):
     return by
 
 
-def against_best_fixed(group, Ks, name):
+def against_best_fixed(group, Ks, name, field="speedups"):
     """(median, worst) over seeds of policy `name`'s speedup / the best fixed K's on the same coins
-    (the best fixed K: the best median; plain decoding, 1.0, where no fixed K beats it)."""
+    (the best fixed K: the best median; plain decoding, 1.0, where no fixed K beats it); field="replays":
+    the same of the runs' replays, the best fixed K still the measured one."""
     best = max(Ks, key=lambda K: group[str(K)]["speedup"])
-    reference = group[str(best)]["speedups"] if group[str(best)]["speedup"] > 1 else [1.0] * len(group[name]["speedups"])
-    ratios = [x / y for x, y in zip(group[name]["speedups"], reference)]
+    reference = group[str(best)][field] if group[str(best)]["speedup"] > 1 else [1.0] * len(group[name][field])
+    ratios = [x / y for x, y in zip(group[name][field], reference)]
     return median(ratios), min(ratios)
 
 
@@ -389,8 +455,9 @@ def print_report(result):
         auto_med, auto_worst = against_best_fixed(g, Ks, "auto")
         heuristic_med, heuristic_worst = against_best_fixed(g, Ks, "heuristic")
         read = [*against_best_fixed(g, Ks, READ), min(g[READ]["speedups"])] if READ in g else []
+        replay = list(against_best_fixed(g, Ks, "auto", "replays")) if "replays" in g["auto"] else [None, None]
         rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], max(max(fixed), 1.0),
-                     heuristic_med, heuristic_worst, auto_med, auto_worst, min(g["auto"]["speedups"]), *read,
+                     heuristic_med, heuristic_worst, auto_med, auto_worst, min(g["auto"]["speedups"]), *replay, *read,
                      " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
                      worst_err, all(r["exact"] for r in g.values())])
     read = any(str(r["K"]) == READ for r in result["rows"])
@@ -416,13 +483,17 @@ def print_report(result):
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s){each}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
-                 "auto/best", "worst seed", "auto's worst",
+                 "auto/best", "worst seed", "auto's worst", "replayed", "worst seed",
                  *(["read/best", "worst seed", "read's worst"] if read else []),
                  "auto's K:rounds (all seeds)", "max |err|", "exact"], rows,
                 note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
                      "(c ~ 0); self: the target\ndrafting for itself (alpha 1, c ~ 1); best: the best fixed K's "
                      "median, or plain decoding (1.0) if no fixed K beats it;\nheur/best, auto/best and worst seed: "
-                     "the median and the worst over seeds of the policy / best, seed by seed on the same coins;\nmax |err|: the largest |measured / refined prediction - 1| over the row's runs" + drift)
+                     "the median and the worst over seeds of the policy / best, seed by seed on the same coins;\n"
+                     "replayed: the same as the chain simulator replays the runs on their coins and their group's costs "
+                     "(replays; - without coins):\nauto/best well below it is the host's (stalls, spiked readings) or "
+                     "what the cost model leaves out (Python's time a round, on small models);\n"
+                     "max |err|: the largest |measured / refined prediction - 1| over the row's runs" + drift)
 
 
 def print_bundled(result):

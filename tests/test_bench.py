@@ -133,6 +133,10 @@ def test_policy_sweep_and_bundled_prompt_lookup(results):
         assert sum(row["K_counts"].values()) == row["rounds"]
     for row in (r for r in sweep["rows"] if r["drafter"] == "self" and r["K"] != "auto"):
         assert row["alpha_hat"] == 1.0 and row["c"] > 0.3, row  # every draft accepted; a draft costs a target call
+    for row in sweep["rows"]:  # each forced drafter's run replayed on its coins and its group's costs; self has no coins
+        replays = row.get("replays")
+        assert (replays is None) == (row["drafter"] == "self"), row
+        assert replays is None or (len(replays) == plan.policy_repeats and all(positive(x) for x in replays)), row
     at_one = [r for r in sweep["rows"] if r["alpha_nominal"] == 1.0 and r["K"] == 2]
     assert all(r["alpha_hat"] == 1.0 for r in at_one)  # forced alpha = 1: every draft accepted
     bundled = results["bundled_lookup"]
@@ -406,7 +410,8 @@ def test_policy_sweep_in_lockstep_measures_every_run_against_plain_decoding_besi
     full = next(r for r in sweep["rows"] if r["K"] == 3 and r["alpha_nominal"] == 1.0 and r["drafter"] == "lookup")
     assert full["K_counts"] == {3: 2 * -(-plan.policy_tokens // 4)}, full  # alpha 1: every round K = 3 (the
     policies.print_report(sweep)                                       # last one clamped to what is left)
-    assert "in lockstep with plain decoding" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "in lockstep with plain decoding" in out and "replayed" in out.split("## K policies")[1].splitlines()[1]
 
 
 def test_policy_sweep_reports_auto_s_reading_of_the_cost_shape_and_can_read_it_before_every_run(capsys, monkeypatch):

@@ -96,7 +96,7 @@ def prompt_coins(n, alpha, seed, prompt_len=0):  # -> [n] beta at the prompt's p
 
 
 def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False, prompt=0, prompt_len=0,
-                    c_prior=None, noise=None):
+                    c_prior=None, noise=None, shape=None):
     """Run `policy` for n_tokens: {"speedup" over plain decoding, "K_counts", "rounds"}.
 
     v: {M: cost of an M-token target call in one-token calls}, M = 1..K_max + 1. As in the real
@@ -114,13 +114,14 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
     noise: None, every reading is its true cost (times the drift); a log-standard deviation, or "spiky"
     (batch_simulation.SPIKES: late far more often than early, as this EPYC's 1558M rounds read), for each
     round's target call and drafting cost as the policy reads them, drawn from the seed's second stream
-    (the coins and the costs counted stay as they are).
+    (the coins and the costs counted stay as they are). shape: the cost shape the policy reads before the run, as a
+    real run's probe read it (bench/policies.py's replays), in place of probe's.
     """
     accepted = forced_coins(n_tokens, alpha, seed, prompt_len)  # [n_tokens]
     readings, log = np.random.default_rng([seed, 1]), log_noise(noise)
     read = (lambda x: x * float(np.exp(log(readings)))) if log else (lambda x: x)  # what the policy reads of x
     past = Measurements(c_prior=c if c_prior is None else c_prior)
-    past.v_shape = probed_shape(v, seed) if probe else None
+    past.v_shape = shape if shape is not None else probed_shape(v, seed) if probe else None
     reads = prompt and hasattr(policy, "prompt_positions")  # auto, whether or not READ_PROMPT is set for real runs
     past.prompt_overlaps = prompt_coins(min(prompt, PROMPT_POSITIONS), alpha, seed, prompt_len) if reads else []
     policy.reset()

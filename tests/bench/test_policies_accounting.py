@@ -5,6 +5,9 @@ count no prompt, so measured() takes the call less the price of a round of the f
 first round is often a size it never plays again (K = 5 first, then 7-8 at alpha 1). Priced on a curve in the
 prior's units (v_curve inferring the one-token call from v(8) ~ 1.8 when the run times no one-token call), that
 round cost more than the whole first call, and auto's speedup read 3-8 % low at 40 tokens (session 56).
+
+Beside each run, its replay: the chain simulator on the run's coins and the group's costs (replays,
+group_costs, replayed_group), what the cost model says the run should have measured.
 """
 import sys
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # bench/ is a top-level folder beside gpt2np/, not an installed package
 
-from bench.policies import calls_by_size, measured  # noqa: E402
+from bench.policies import calls_by_size, measured, replays  # noqa: E402
 
 FLAT, PROMPT, T_DRAFT = 1.05, 0.35, 0.1  # v(M) of every multi-row call, what the prompt adds, a draft token
 BASELINE = {"t1": 1.0, "steady": 40.0, "tokens": [0], "prefill": 1.0 + PROMPT}
@@ -50,3 +53,17 @@ def test_a_size_the_run_never_timed_is_priced_at_the_group_s_calls_of_that_size(
     assert sorted(group) == [6, 8]
     assert prompt_removed(auto, group) == pytest.approx(PROMPT, abs=1e-9)
     assert prompt_removed(auto, calls_by_size([auto, fixed_7])) != pytest.approx(PROMPT, abs=1e-3)  # no 6-row call
+
+
+def test_a_replay_plans_with_the_shape_its_run_read_and_charges_the_group_s_costs():
+    """replays: on a steep curve (v(M) = 1 + 0.5 (M - 1): K = 1 the best) at alpha 0.8, auto told that curve's own
+    shape plays short rounds; told the flat shape a misread probe could give, it tries long ones and replays slower. A
+    fixed K charges the costs given: K = 1 at c 0.1, every round one or two tokens at 0.1 + v(2) = 1.6 one-token calls.
+    Mutated to ignore the shape, auto's two replays are equal."""
+    steep = {M: 1.0 + 0.5 * (M - 1) for M in range(1, 10)}
+    flat = {M: 1.0 + 0.01 * (M - 1) for M in range(1, 10)}
+    told, misled = (replays(0.8, seed, 40, 8, [1, 3], 8, steep, 0.1, 0.08, shape)
+                    for seed, shape in ((0, steep), (0, flat)))
+    assert set(told) == {"1", "3", "heuristic", "auto"}
+    assert misled["auto"] < told["auto"] - 0.02, (told, misled)
+    assert told["1"] == misled["1"] and 40 / (40 * 1.6) <= told["1"] <= 2 * 40 / (40 * 1.6), told

@@ -299,6 +299,8 @@ def combine(runs):
     out["spreads"] = [r.get("spread") for r in runs]  # per seed: [lowest, highest] of its runs
     if all("replayed" in r for r in runs):
         out["replays"] = [r["replayed"] for r in runs]  # per seed: what the chain simulator replays (replays)
+    if all("replay_costs" in r for r in runs):
+        out["replay_costs"] = [r["replay_costs"] for r in runs]  # per seed: the costs and shape auto's replay had
     out["speedup"] = median(out["speedups"])
     out["refined_error"] = None if out["predicted_refined"] is None else out["speedup"] / out["predicted_refined"] - 1
     return out
@@ -380,6 +382,8 @@ def replayed_group(group, rows, records, t1, seed, prompt_len, N, Ks, K_max, c_p
         for (key, _), row in zip(group, rows):
             if key[0] == name and key[2] in replay:
                 row["replayed"] = replay[key[2]]
+            if key[0] == name and key[2] == "auto":  # what the replay charged, for the JSON (the first run a seed)
+                row["replay_costs"] = {"v": v, "c": c, "shape": shape}
 
 
 READ = "auto read"  # --policy-read: auto with policies.READ_PROMPT set, reading the prompt before its first round

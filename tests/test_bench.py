@@ -137,6 +137,9 @@ def test_policy_sweep_and_bundled_prompt_lookup(results):
         replays = row.get("replays")
         assert (replays is None) == (row["drafter"] == "self"), row
         assert replays is None or (len(replays) == plan.policy_repeats and all(positive(x) for x in replays)), row
+        if row["K"] == "auto" and replays is not None:  # what auto's replay charged, seed by seed (the JSON: keys str)
+            assert [sorted(map(int, costs["v"])) for costs in row["replay_costs"]] == [list(range(1, plan.policy_K_max + 2))] * \
+                plan.policy_repeats and all(positive(costs["c"]) for costs in row["replay_costs"]), row["replay_costs"]
     at_one = [r for r in sweep["rows"] if r["alpha_nominal"] == 1.0 and r["K"] == 2]
     assert all(r["alpha_hat"] == 1.0 for r in at_one)  # forced alpha = 1: every draft accepted
     bundled = results["bundled_lookup"]

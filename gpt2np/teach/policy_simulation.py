@@ -44,6 +44,7 @@ import numpy as np
 
 from ..decoding.drafters import parameter_ratio
 from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_cost, make_policy
+from ..decoding.stream import RoundEvent
 from ..decoding.theory import expected_speedups_under_belief
 from ..model.config import PRESETS
 from .batch_simulation import log_noise, noise_arg
@@ -130,7 +131,10 @@ def simulate_policy(policy, alpha, c, v, n_tokens, seed, drift=None, probe=False
         past.tokens_left = n_tokens - emitted
         K = min(policy.choose(past), n_tokens - emitted - 1)  # clamped: never past n_tokens
         n_ok = first_failure(accepted[emitted:emitted + K])
-        past.overlaps += [1.0] * n_ok + [0.0] * (n_ok < K)    # the positions the round examined
+        decisions = [True] * n_ok + [False] * (n_ok < K)      # the positions the round examined
+        past.overlaps += [float(d) for d in decisions]
+        policy.update(RoundEvent(tokens=[0] * (n_ok + 1), provenance=[], K=K, n_emitted=emitted + n_ok + 1,
+                                 drafts=[0] * K, decisions=decisions))  # what the heuristic learns from
         debt = catch_up_cost(c, v, past.owed) if K else 0.0   # the plain rounds' tokens, fed by its first call
         if K_counts:                                          # not the first round (the prompt's, or after its prefill)
             seen = drift(sum(K_counts.values())) if drift else 1.0

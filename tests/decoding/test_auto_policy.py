@@ -253,6 +253,18 @@ def test_on_the_bench_s_coins_at_alpha_08_a_probed_shape_or_told_v_meets_issue_2
     assert row.count("(") == 3 and all(len(part.split(",")) == 5 for part in row.split("(")[1:]), row
 
 
+def test_the_simulated_heuristic_follows_its_schedule():
+    """simulate_policy hands each round to the policy's update, as the loop does: the heuristic (start K = 5) drafts
+    2 more after a round whose drafts were all accepted and 1 fewer otherwise, within 1..8. At alpha 1 it plays 5, 7,
+    then 8; at alpha 0, 5, 4, 3, 2, then 1. Before session 57 the simulator never called update, and its heuristic
+    played K = 5 throughout."""
+    v = measured_v("SkylakeX", "1558M", "Zen4 panels")
+    ones = simulate_policy(policies.make_policy("heuristic"), 1.0, 0.09, v, 60, 0)["K_counts"]
+    zeros = simulate_policy(policies.make_policy("heuristic"), 0.0, 0.09, v, 12, 0)["K_counts"]
+    assert ones == {0: 1, 5: 1, 7: 1, 8: 5}, ones  # 6 + 8 + 5 x 9 = 59 tokens, then one token left: K clamped to 0
+    assert zeros == {0: 1, 1: 7, 2: 1, 3: 1, 4: 1, 5: 1}, zeros  # a token a round, the last clamped to 0
+
+
 class Watching(AutoK):
     """auto, keeping the Measurements it was last shown (what it read of each call)."""
 

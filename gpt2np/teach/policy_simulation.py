@@ -25,7 +25,8 @@ after plain ones also pays the draft's catch-up: its first call feeds the plain 
 `python -m gpt2np.teach.policy_simulation` prints auto against the best fixed K for both kernels'
 measured v on three CPUs (MEASURED_V), 40 and 100 tokens, alpha 0.3-1 and the drafters of DRAFTERS, 200 seeds;
 with --bound, what a Bayes-optimal policy that knows c, v, the length and a five-point prior over
-alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins;
+alpha gets (bayes_optimal_costs): the most any policy can hope for from the first rounds' coins (with --seeds 10
+or fewer, also that policy played on each of the bench's coin sequences: BayesOptimalK);
 with --told-v, auto with no shape of the curve, with the shape a probe reads before the run
 (probed_shape), and told the true v(M) from its first round (ToldCostsAutoK): what learning the
 cost curve costs it on the Xeon's 1558M curve. The default table and --told-v run on the bench's own
@@ -297,11 +298,34 @@ def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), pr
                           f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
 
 
+def bayes_optimal_plan(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (expected cost [A], K)
+    """The Bayes-optimal K policy for a prior over the given alphas only, which knows c and v: plan(n, s, f),
+    with n tokens left and s accepted and f rejected positions seen, gives the expected cost (one-token calls)
+    of the rest of the run at each alpha and the K that achieves it (dynamic programming; cached)."""
+    alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
+
+    @lru_cache(maxsize=None)
+    def plan(n, s, f):  # -> ([A], K)
+        if n == 0:
+            return np.zeros(len(alphas)), 0
+        belief = prior * alphas ** s * (1 - alphas) ** f
+        belief = belief / belief.sum() if belief.sum() > 0 else prior  # the posterior ([A]; any, where impossible)
+        best, best_K = None, 0
+        for K in range(min(K_max, n - 1) + 1):
+            total = np.full(len(alphas), K * c + v[K + 1])
+            for j in range(K + 1):  # j drafts accepted: probability alpha^j (1 - alpha) or alpha^K
+                total = total + alphas ** j * ((1 - alphas) if j < K else 1) * plan(n - j - 1, s + j, f + (j < K))[0]
+            if best is None or belief @ total < belief @ best - 1e-12:
+                best, best_K = total, K
+        return best, best_K
+
+    return plan
+
+
 def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8, prompt=0):
     """Expected cost (one-token calls) of n_tokens at each alpha under the Bayes-optimal K policy for a
-    prior over the given alphas only, which knows c, v and n_tokens: a bound no causal policy beats
-    on average over that prior (dynamic programming over tokens left and the successes and failures
-    seen). [len(alphas)]
+    prior over the given alphas only, which knows c, v and n_tokens (bayes_optimal_plan): a bound no
+    causal policy beats on average over that prior. [len(alphas)]
 
     prompt > 0: the policy first reads that many prompt positions, each accepted with probability
     alpha (prompt_coins), free of cost: the run starts from their successes and failures, and its
@@ -314,31 +338,36 @@ def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8, prompt=0):
     >>> [round(float(x), 2) for x in no_read - read]  # what the read saves: at alpha 0.3, the early tries
     [0.28, 0.0]
     """
-    alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
+    alphas, plan = np.array(alphas, dtype=float), bayes_optimal_plan(alphas, prior, c, v, K_max)  # [A]
+    return sum(comb(prompt, s) * alphas ** s * (1 - alphas) ** (prompt - s) * plan(n_tokens, s, prompt - s)[0]
+               for s in range(prompt + 1))  # [A]: with no read (prompt 0) plan(n_tokens, 0, 0)
 
-    @lru_cache(maxsize=None)
-    def cost(n, s, f):  # n tokens left, s accepted and f rejected positions seen -> [A]
-        if n == 0:
-            return np.zeros(len(alphas))
-        belief = prior * alphas ** s * (1 - alphas) ** f
-        belief = belief / belief.sum() if belief.sum() > 0 else prior  # the posterior ([A]; any, where impossible)
-        best = None
-        for K in range(min(K_max, n - 1) + 1):
-            total = np.full(len(alphas), K * c + v[K + 1])
-            for j in range(K + 1):  # j drafts accepted: probability alpha^j (1 - alpha) or alpha^K
-                total = total + alphas ** j * ((1 - alphas) if j < K else 1) * cost(n - j - 1, s + j, f + (j < K))
-            if best is None or belief @ total < belief @ best - 1e-12:
-                best = total
-        return best
 
-    return sum(comb(prompt, s) * alphas ** s * (1 - alphas) ** (prompt - s) * cost(n_tokens, s, prompt - s)
-               for s in range(prompt + 1))  # [A]: with no read (prompt 0) cost(n_tokens, 0, 0)
+class BayesOptimalK:
+    """The Bayes-optimal policy (bayes_optimal_plan) as a K policy, for the simulator only: it is told c, v and
+    the run's length, so no real run can play it. Played on given coins it says what the best any learner of
+    alpha could do on those coins, where the bound says it on average (print_bound, seed by seed)."""
+
+    def __init__(self, alphas, prior, c, v, K_max=8):
+        self.plan, self.name = bayes_optimal_plan(alphas, prior, c, v, K_max), "Bayes-optimal"
+
+    def reset(self):
+        pass
+
+    def choose(self, past):
+        s = round(sum(past.overlaps))  # the simulator's overlaps are 1 or 0
+        return self.plan(past.tokens_left, s, len(past.overlaps) - s)[1]
+
+    def update(self, event):
+        pass
 
 
 def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range(200), cpu="EPYC", prompt=0):
     """The Bayes-optimal policy's expected cost against the best fixed K's (or plain decoding's), per
     alpha, for a 124M draft into 1558M under `kernel` and a uniform prior over `alphas`; prompt > 0: the
-    policy reads that many prompt positions first (bayes_optimal_costs), at PROMPT_READ_COST."""
+    policy reads that many prompt positions first (bayes_optimal_costs), at PROMPT_READ_COST. With 10 seeds or
+    fewer and no read, also the policy played on the bench's coins for those seeds (BayesOptimalK), seed by seed
+    over the fixed K with the best median there: what any learner of alpha could hope for on those very coins."""
     v, c = measured_v(kernel, "1558M", cpu), 0.09
     optimal = bayes_optimal_costs(alphas, [1.0] * len(alphas), c, v, n_tokens, prompt=prompt) + \
         (PROMPT_READ_COST if prompt else 0.0)  # [A]
@@ -346,8 +375,15 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
         fixed = compare_policies(alpha, c, v, n_tokens, seeds, policies=())["fixed"]
         reference = min([n_tokens] + [np.mean([n_tokens / x for x in s]) for s in fixed.values()])
         read = f", {prompt} prompt positions read" if prompt else ""
+        each = ""
+        if len(seeds) <= 10 and not prompt:
+            row = table_rows((BayesOptimalK(alphas, [1.0] * len(alphas), c, v),), alpha, c, v, n_tokens, seeds,
+                             prompt_len=PROMPT_LEN)[0]
+            best = f"K = {row['best_K']}" if row["best_K"] else "plain decoding"
+            each = (f"; on the bench's coins, over {best}: " + ", ".join(f"{x:.3f}" for x in row["ratios"])
+                    + f" (median {row['median']:.3f})")
         print(f"{cpu} {kernel}, {n_tokens} tokens{read}, alpha {alpha}: Bayes-optimal / best (expected cost) "
-              f"{reference / cost:.3f}")
+              f"{reference / cost:.3f}{each}")
 
 
 def print_learning_cost(cpu="Xeon", kernel="SkylakeX", c=0.09, seeds=range(200), alphas=(0.3, 0.8, 1.0),

@@ -40,8 +40,8 @@ t1 measured in the run (policies.v_curve's line where a size was never timed), t
 For a fixed K whose run length is a multiple of K + 1 this is the (1 - a^(K+1))/((1 - a)(Kc + v)).
 
 Replay, per group (replays): every fixed K, the heuristic and auto of a forced drafter run again in the chain
-simulator (teach/policy_simulation.py) on the group's own coins and what its runs paid (group_costs: each call
-size's median, c from the one-row draft calls), auto planning with the shape its run's probe read. The report's
+simulator (teach/policy_simulation.py) on the group's own coins and what its runs paid (group_v: each call
+size's median; draft_c: c from the one-row draft calls), auto planning with the shape its run's probe read. The report's
 "replayed" is auto / best of these, beside the measured one: the gap between the two is what the cost model
 leaves out (the host's stalls and spiked readings, a run that priced a size out on one slow reading).
 
@@ -235,31 +235,35 @@ def lockstep_group(target, prompt, N, runs):
     return [measured(r, baseline, group) for r in records], drift, (records, baseline["t1"])
 
 
-def group_costs(records, t1, K_max, shape=None):  # -> ({M: v(M)}, M = 1..K_max + 1; c): what a group's runs paid
-    """The costs a replay charges: v(M), each size's median over the group's steady target calls in the
-    baseline's one-token call t1, a size no run timed on the line through them (policies.v_curve: along
-    the shape a run's probe read, where one did); c, the median one-row draft call over t1 (a drafter
-    without a draft model: its seconds per drafted token).
+def group_v(records, t1, K_max, shape=None):  # -> {M: v(M)}, M = 1..K_max + 1: what a group's target calls cost
+    """The v a replay charges: each size's median over the group's steady target calls in the baseline's
+    one-token call t1, a size no run timed on the line through them (policies.v_curve: along the shape a
+    run's probe read, where one did).
 
     >>> from types import SimpleNamespace
     >>> result = SimpleNamespace(stats=SimpleNamespace(prompt_positions=0))  # a run that read no prompt first
     >>> runs = [{"calls": [(9, 9.0), (4, 1.1), (4, 1.3), (1, 5.0)], "ks": [3, 3, 3], "result": result,
     ...          "draft_calls": [(8, 1.0), (1, 0.1), (1, 0.3)], "cost_per_token": 0.2}]
-    >>> v, c = group_costs(runs, 1.0, 3)
-    >>> {M: round(x, 2) for M, x in v.items()}, round(c, 2)  # 4 rows: the median; 2-3 on a line through it
-    ({1: 1.0, 2: 1.04, 3: 1.12, 4: 1.2}, 0.2)
+    >>> {M: round(x, 2) for M, x in group_v(runs, 1.0, 3).items()}  # 4 rows: the median; 2-3 on a line through it
+    {1: 1.0, 2: 1.04, 3: 1.12, 4: 1.2}
+    >>> round(draft_c(runs, 1.0), 2)  # the one-row draft calls' median
+    0.2
     """
     sizes = {n: seconds for n, seconds in calls_by_size(records).items() if n > 1}
-    v = v_curve({1: [t1], **sizes}, K_max + 1, shape)
+    return v_curve({1: [t1], **sizes}, K_max + 1, shape)
+
+
+def draft_c(records, t1):  # -> the c a replay charges: a drafter's runs' median one-row draft call over t1
+    """(A drafter without a draft model, whose runs made no draft call: its seconds per drafted token.)"""
     one_row = [s for r in records for n, s in r["draft_calls"] if n == 1]
     per_token = [r["cost_per_token"] for r in records if r["cost_per_token"]]
-    return v, (median(one_row) if one_row else median(per_token) if per_token else 0.0) / t1
+    return (median(one_row) if one_row else median(per_token) if per_token else 0.0) / t1
 
 
 def replays(alpha, seed, n_tokens, prompt_len, Ks, K_max, v, c, c_prior, shape=None):  # -> {str(K): speedup}
     """Every fixed K, the heuristic and auto of one group replayed in the chain simulator
     (teach/policy_simulation.py) on the group's own coins (ForcedChoices' seed, after the prompt) and costs
-    (group_costs), auto planning with the shape its run's probe read: what the cost model says the runs
+    (group_v, draft_c), auto planning with the shape its run's probe read: what the cost model says the runs
     should have measured. Where a run reads well under its replay, the difference is the host's (a stall,
     a slow minute, a reading that spiked and was never read again), which the model leaves out."""
     def replayed(K, **more):
@@ -269,7 +273,7 @@ def replays(alpha, seed, n_tokens, prompt_len, Ks, K_max, v, c, c_prior, shape=N
             "auto": replayed("auto", c_prior=c_prior, shape=shape)}
 
 
-def probed_shape(target, K_max):  # -> the cost shape auto read last ({M: v_shape(M)}, M = 1..K_max + 1), or None
+def cost_shape_read(target, K_max):  # -> the cost shape auto read last ({M: v_shape(M)}, M = 1..K_max + 1), or None
     shapes = [shape for key, (_, shape) in getattr(target, "cost_shapes", {}).items() if key[0] == K_max + 1]
     return shapes[-1] if shapes else None
 
@@ -360,7 +364,7 @@ def run(target, plan, draft_model):
                     target, prompt, N, [one for _, one in group])
                 drifts.append(drift)
                 replayed_group(group, rows, records, t1, r, len(prompt), N, Ks, K_max, c_prior,
-                               probed_shape(target, K_max))
+                               cost_shape_read(target, K_max))
                 for (key, _), row in zip(group, rows):
                     runs.setdefault(key, {}).setdefault(r, []).append(row)
     rows = [{"drafter": name, "alpha_nominal": a, **combine([per_seed(rs) for _, rs in sorted(by_seed.items())]),
@@ -374,10 +378,10 @@ def run(target, plan, draft_model):
 def replayed_group(group, rows, records, t1, seed, prompt_len, N, Ks, K_max, c_prior, shape):
     """Each forced drafter's runs of a group get their replay (row["replayed"]: replays on the group's costs,
     v from all its runs, c from that drafter's); the target drafting for itself has no coins to replay."""
-    fixed, v = [K for K in Ks if isinstance(K, int)], group_costs(records, t1, K_max, shape)[0]
+    fixed, v = [K for K in Ks if isinstance(K, int)], group_v(records, t1, K_max, shape)
     for name in dict.fromkeys(key[0] for key, _ in group if key[0] != "self"):
         mine = [record for (key, _), record in zip(group, records) if key[0] == name]
-        alpha, c = next(key[1] for key, _ in group if key[0] == name), group_costs(mine, t1, K_max, shape)[1]
+        alpha, c = next(key[1] for key, _ in group if key[0] == name), draft_c(mine, t1)
         replay = replays(alpha, seed, N, prompt_len, fixed, K_max, v, c, c_prior if name == "model" else 0.0, shape)
         for (key, _), row in zip(group, rows):
             if key[0] == name and key[2] in replay:

@@ -322,14 +322,15 @@ def bayes_optimal_plan(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (ex
     return plan
 
 
-def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8, prompt=0):
+def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8, prompt=0, plan=None):
     """Expected cost (one-token calls) of n_tokens at each alpha under the Bayes-optimal K policy for a
     prior over the given alphas only, which knows c, v and n_tokens (bayes_optimal_plan): a bound no
     causal policy beats on average over that prior. [len(alphas)]
 
     prompt > 0: the policy first reads that many prompt positions, each accepted with probability
     alpha (prompt_coins), free of cost: the run starts from their successes and failures, and its
-    expected cost is averaged over the binomial law of those.
+    expected cost is averaged over the binomial law of those. plan: bayes_optimal_plan's for these alphas, prior,
+    c, v and K_max, where the caller has one already (the dynamic programme is then not solved again).
 
     >>> v = {M: 1.0 if M == 1 else 1.3 + 0.08 * (M - 2) for M in range(1, 10)}
     >>> [round(float(x), 2) for x in bayes_optimal_costs([1.0], [1.0], 0.1, v, 10)]  # K = 8, then plain
@@ -338,7 +339,7 @@ def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8, prompt=0):
     >>> [round(float(x), 2) for x in no_read - read]  # what the read saves: at alpha 0.3, the early tries
     [0.28, 0.0]
     """
-    alphas, plan = np.array(alphas, dtype=float), bayes_optimal_plan(alphas, prior, c, v, K_max)  # [A]
+    alphas, plan = np.array(alphas, dtype=float), plan or bayes_optimal_plan(alphas, prior, c, v, K_max)  # [A]
     return sum(comb(prompt, s) * alphas ** s * (1 - alphas) ** (prompt - s) * plan(n_tokens, s, prompt - s)[0]
                for s in range(prompt + 1))  # [A]: with no read (prompt 0) plan(n_tokens, 0, 0)
 
@@ -348,8 +349,8 @@ class BayesOptimalK:
     the run's length, so no real run can play it. Played on given coins it says what the best any learner of
     alpha could do on those coins, where the bound says it on average (print_bound, seed by seed)."""
 
-    def __init__(self, alphas, prior, c, v, K_max=8):
-        self.plan, self.name = bayes_optimal_plan(alphas, prior, c, v, K_max), "Bayes-optimal"
+    def __init__(self, alphas, prior, c, v, K_max=8, plan=None):  # plan: bayes_optimal_plan's, where one is at hand
+        self.plan, self.name = plan or bayes_optimal_plan(alphas, prior, c, v, K_max), "Bayes-optimal"
 
     def reset(self):
         pass
@@ -368,8 +369,9 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
     policy reads that many prompt positions first (bayes_optimal_costs), at PROMPT_READ_COST. With 10 seeds or
     fewer and no read, also the policy played on the bench's coins for those seeds (BayesOptimalK), seed by seed
     over the fixed K with the best median there: what any learner of alpha could hope for on those very coins."""
-    v, c = measured_v(kernel, "1558M", cpu), 0.09
-    optimal = bayes_optimal_costs(alphas, [1.0] * len(alphas), c, v, n_tokens, prompt=prompt) + \
+    v, c, prior = measured_v(kernel, "1558M", cpu), 0.09, [1.0] * len(alphas)
+    plan = bayes_optimal_plan(alphas, prior, c, v)  # solved once: for the bound and for the policy on the coins
+    optimal = bayes_optimal_costs(alphas, prior, c, v, n_tokens, prompt=prompt, plan=plan) + \
         (PROMPT_READ_COST if prompt else 0.0)  # [A]
     for alpha, cost in zip(alphas, optimal):
         fixed = compare_policies(alpha, c, v, n_tokens, seeds, policies=())["fixed"]
@@ -377,7 +379,7 @@ def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range
         read = f", {prompt} prompt positions read" if prompt else ""
         each = ""
         if len(seeds) <= 10 and not prompt:
-            row = table_rows((BayesOptimalK(alphas, [1.0] * len(alphas), c, v),), alpha, c, v, n_tokens, seeds,
+            row = table_rows((BayesOptimalK(alphas, prior, c, v, plan=plan),), alpha, c, v, n_tokens, seeds,
                              prompt_len=PROMPT_LEN)[0]
             best = f"K = {row['best_K']}" if row["best_K"] else "plain decoding"
             each = (f"; on the bench's coins, over {best}: " + ", ".join(f"{x:.3f}" for x in row["ratios"])

@@ -7,7 +7,7 @@ prior's units (v_curve inferring the one-token call from v(8) ~ 1.8 when the run
 round cost more than the whole first call, and auto's speedup read 3-8 % low at 40 tokens (session 56).
 
 Beside each run, its replay: the chain simulator on the run's coins and the group's costs (replays,
-group_costs, replayed_group), what the cost model says the run should have measured.
+group_v, draft_c, replayed_group), what the cost model says the run should have measured.
 """
 import sys
 from pathlib import Path

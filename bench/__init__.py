@@ -77,7 +77,10 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               policies.rows[]: {drafter (model|lookup), alpha_nominal, K (1..8|heuristic|auto|auto read),
               speedup, predicted_refined, refined_error, alpha_hat, c, rounds and K_counts (summed over repeats),
               exact, speedups (one per coin seed), probes (the cost shape's reading's share of each run),
-              prompt_reads ([positions, mean beta, share of the run's time] of each run that read the prompt)},
+              prompt_reads ([positions, mean beta, share of the run's time] of each run that read the prompt),
+              replays (per seed: the chain simulator on the runs' coins and their group's costs; not for self),
+              on auto's rows replay_costs ({v, c, shape} each seed's replay charged) and bayes_replays (per seed:
+              the Bayes-optimal policy, told c, v and the length, replayed on the same coins and costs)},
               Ks (the fixed Ks)
   bundled_lookup  rows[] of the same shape: prompt lookup vs the bundled draft model, real alpha
   reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated

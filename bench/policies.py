@@ -43,7 +43,11 @@ Replay, per group (replays): every fixed K, the heuristic and auto of a forced d
 simulator (teach/policy_simulation.py) on the group's own coins and what its runs paid (group_v: each call
 size's median; draft_c: c from the one-row draft calls), auto planning with the shape its run's probe read. The report's
 "replayed" is auto / best of these, beside the measured one: the gap between the two is what the cost model
-leaves out (the host's stalls and spiked readings, a run that priced a size out on one slow reading).
+leaves out (the host's stalls and spiked readings, a run that priced a size out on one slow reading). Beside
+it, "Bayes": the Bayes-optimal policy (policy_simulation.BayesOptimalK) replayed on the same coins and costs,
+told c, v and the run's length, learning alpha from a uniform prior over BOUND_ALPHAS: the learner that is
+best on average over that prior, on these very coins. Where it reads under a goal, a policy that must learn
+alpha meets the goal there only by a luckier guess than the best one.
 
 Also: the real n-gram drafter on the bundled Shakespeare pair, on a prompt whose continuation
 repeats earlier text (real alpha), against the bundled draft model (bundled_lookup()).
@@ -57,7 +61,7 @@ from gpt2np.decoding import policies
 from gpt2np.decoding.policies import v_curve
 from gpt2np.decoding.speculative import speculative_stream
 from gpt2np.decoding.theory import expected_tokens_per_round
-from gpt2np.teach.policy_simulation import simulate_policy
+from gpt2np.teach.policy_simulation import BOUND_ALPHAS, BayesOptimalK, simulate_policy
 
 from .common import StreamSide, lockstep, log, median, print_table, random_ids, ratio
 from .forced_draft import ForcedAcceptanceDraft, ForcedChoices, wanted_sequence
@@ -265,12 +269,14 @@ def replays(alpha, seed, n_tokens, prompt_len, Ks, K_max, v, c, c_prior, shape=N
     (teach/policy_simulation.py) on the group's own coins (ForcedChoices' seed, after the prompt) and costs
     (group_v, draft_c), auto planning with the shape its run's probe read: what the cost model says the runs
     should have measured. Where a run reads well under its replay, the difference is the host's (a stall,
-    a slow minute, a reading that spiked and was never read again), which the model leaves out."""
+    a slow minute, a reading that spiked and was never read again), which the model leaves out.
+    "bayes": the Bayes-optimal policy over BOUND_ALPHAS on the same coins, told c, v and n_tokens (BayesOptimalK)."""
     def replayed(K, **more):
-        policy = policies.make_policy(K, K_max)
+        policy = K if isinstance(K, BayesOptimalK) else policies.make_policy(K, K_max)
         return simulate_policy(policy, alpha, c, v, n_tokens, seed, prompt_len=prompt_len, **more)["speedup"]
+    bayes = BayesOptimalK(BOUND_ALPHAS, [1.0] * len(BOUND_ALPHAS), c, v, K_max)
     return {**{str(K): replayed(K) for K in Ks}, "heuristic": replayed("heuristic"),
-            "auto": replayed("auto", c_prior=c_prior, shape=shape)}
+            "auto": replayed("auto", c_prior=c_prior, shape=shape), "bayes": replayed(bayes)}
 
 
 def cost_shape_read(target, K_max):  # -> the cost shape auto read last ({M: v_shape(M)}, M = 1..K_max + 1), or None
@@ -303,6 +309,8 @@ def combine(runs):
     out["spreads"] = [r.get("spread") for r in runs]  # per seed: [lowest, highest] of its runs
     if all("replayed" in r for r in runs):
         out["replays"] = [r["replayed"] for r in runs]  # per seed: what the chain simulator replays (replays)
+    if all("bayes_replayed" in r for r in runs):
+        out["bayes_replays"] = [r["bayes_replayed"] for r in runs]  # per seed: the Bayes-optimal policy's replay
     if all("replay_costs" in r for r in runs):
         out["replay_costs"] = [r["replay_costs"] for r in runs]  # per seed: the costs and shape auto's replay had
     out["speedup"] = median(out["speedups"])
@@ -388,6 +396,7 @@ def replayed_group(group, rows, records, t1, seed, prompt_len, N, Ks, K_max, c_p
                 row["replayed"] = replay[key[2]]
             if key[0] == name and key[2] == "auto":  # what the replay charged, for the JSON (the first run a seed)
                 row["replay_costs"] = {"v": v, "c": c, "shape": shape}
+                row["bayes_replayed"] = replay["bayes"]  # what a learner of alpha could do on these coins and costs
 
 
 READ = "auto read"  # --policy-read: auto with policies.READ_PROMPT set, reading the prompt before its first round
@@ -409,6 +418,8 @@ def per_seed(runs):
     out["speedup"], out["spread"] = median(speedups), [min(speedups), max(speedups)]
     if all("replayed" in r for r in runs):
         out["replayed"] = median([r["replayed"] for r in runs])  # the replays of the seed's runs (replays)
+    if all("bayes_replayed" in r for r in runs):
+        out["bayes_replayed"] = median([r["bayes_replayed"] for r in runs])
     return out
 
 
@@ -443,12 +454,14 @@ def by_drafter_and_alpha(rows):
     return by
 
 
-def against_best_fixed(group, Ks, name, field="speedups"):
+def against_best_fixed(group, Ks, name, field="speedups", reference_field=None):
     """(median, worst) over seeds of policy `name`'s speedup / the best fixed K's on the same coins
     (the best fixed K: the best median; plain decoding, 1.0, where no fixed K beats it); field="replays":
-    the same of the runs' replays, the best fixed K still the measured one."""
+    the same of the runs' replays, the best fixed K still the measured one; field="bayes_replays",
+    reference_field="replays": the Bayes-optimal policy's replays over the best fixed K's."""
     best = max(Ks, key=lambda K: group[str(K)]["speedup"])
-    reference = group[str(best)][field] if group[str(best)]["speedup"] > 1 else [1.0] * len(group[name][field])
+    reference = group[str(best)][reference_field or field] if group[str(best)]["speedup"] > 1 else \
+        [1.0] * len(group[name][field])
     ratios = [x / y for x, y in zip(group[name][field], reference)]
     return median(ratios), min(ratios)
 
@@ -464,6 +477,8 @@ def print_report(result):
         heuristic_med, heuristic_worst = against_best_fixed(g, Ks, "heuristic")
         read = [*against_best_fixed(g, Ks, READ), min(g[READ]["speedups"])] if READ in g else []
         replay = list(against_best_fixed(g, Ks, "auto", "replays")) if "replays" in g["auto"] else [None, None]
+        bayes = "bayes_replays" in g["auto"]  # the Bayes-optimal policy's replays, over the best fixed K's replays
+        replay += list(against_best_fixed(g, Ks, "auto", "bayes_replays", "replays")) if bayes else [None, None]
         rows.append([name, a, *fixed, g["heuristic"]["speedup"], g["auto"]["speedup"], max(max(fixed), 1.0),
                      heuristic_med, heuristic_worst, auto_med, auto_worst, min(g["auto"]["speedups"]), *replay, *read,
                      " ".join(f"{k}:{n}" for k, n in g["auto"]["K_counts"].items()),
@@ -491,7 +506,7 @@ def print_report(result):
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
                 f"{seeds} coin seed(s){each}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
-                 "auto/best", "worst seed", "auto's worst", "replayed", "worst seed",
+                 "auto/best", "worst seed", "auto's worst", "replayed", "worst seed", "Bayes", "worst seed",
                  *(["read/best", "worst seed", "read's worst"] if read else []),
                  "auto's K:rounds (all seeds)", "max |err|", "exact"], rows,
                 note="model: the pair's draft with forced acceptance; lookup: a drafter of prompt lookup's cost "
@@ -500,7 +515,10 @@ def print_report(result):
                      "the median and the worst over seeds of the policy / best, seed by seed on the same coins;\n"
                      "replayed: the same as the chain simulator replays the runs on their coins and their group's costs "
                      "(replays; - without coins):\nauto/best well below it is the host's (stalls, spiked readings) or "
-                     "what the cost model leaves out (Python's time a round, on small models);\n"
+                     "what the cost model leaves out (Python's time a round, on small models);\nBayes: the same of "
+                     "the Bayes-optimal policy, told c, v and the length, learning alpha from a uniform prior\nover "
+                     f"{', '.join(map(str, BOUND_ALPHAS))}: the learner best on average, on these coins "
+                     "(a goal above it is met there only by luckier guessing);\n"
                      "max |err|: the largest |measured / refined prediction - 1| over the row's runs" + drift)
 
 

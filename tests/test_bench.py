@@ -140,6 +140,7 @@ def test_policy_sweep_and_bundled_prompt_lookup(results):
         if row["K"] == "auto" and replays is not None:  # what auto's replay charged, seed by seed (the JSON: keys str)
             assert [sorted(map(int, costs["v"])) for costs in row["replay_costs"]] == [list(range(1, plan.policy_K_max + 2))] * \
                 plan.policy_repeats and all(positive(costs["c"]) for costs in row["replay_costs"]), row["replay_costs"]
+            assert len(row["bayes_replays"]) == plan.policy_repeats and all(map(positive, row["bayes_replays"])), row
     at_one = [r for r in sweep["rows"] if r["alpha_nominal"] == 1.0 and r["K"] == 2]
     assert all(r["alpha_hat"] == 1.0 for r in at_one)  # forced alpha = 1: every draft accepted
     bundled = results["bundled_lookup"]
@@ -414,7 +415,8 @@ def test_policy_sweep_in_lockstep_measures_every_run_against_plain_decoding_besi
     assert full["K_counts"] == {3: 2 * -(-plan.policy_tokens // 4)}, full  # alpha 1: every round K = 3 (the
     policies.print_report(sweep)                                       # last one clamped to what is left)
     out = capsys.readouterr().out
-    assert "in lockstep with plain decoding" in out and "replayed" in out.split("## K policies")[1].splitlines()[1]
+    header = out.split("## K policies")[1].splitlines()[1]
+    assert "in lockstep with plain decoding" in out and "replayed" in header and "Bayes" in header, header
 
 
 def test_policy_sweep_reports_auto_s_reading_of_the_cost_shape_and_can_read_it_before_every_run(capsys, monkeypatch):

@@ -52,6 +52,8 @@ from .batch_simulation import log_noise, noise_arg
 
 
 PROMPT_LEN = 8  # the bench's policies section's prompt (bench.common's spec_prompt_len): its replays' prompt_len
+BOUND_ALPHAS = (0.3, 0.45, 0.6, 0.8, 1.0)  # the Bayes-optimal policy's prior: these alphas, each as likely (--bound,
+                                           # the bench's "Bayes" replay)
 
 
 def forced_coins(n_tokens, alpha, seed, prompt_len=0):
@@ -298,10 +300,11 @@ def print_table(policy, seeds, alphas=(0.3, 0.6, 0.8, 1.0), tokens=(40, 100), pr
                           f"| {r['median']:.3f} | {r['p5']:.3f} | {r['worst']:.3f} | {r['worst_of_plain']:.3f} |")
 
 
-def bayes_optimal_plan(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (expected cost [A], K)
+def bayes_optimal_plan_reference(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (expected cost [A], K)
     """The Bayes-optimal K policy for a prior over the given alphas only, which knows c and v: plan(n, s, f),
     with n tokens left and s accepted and f rejected positions seen, gives the expected cost (one-token calls)
-    of the rest of the run at each alpha and the K that achieves it (dynamic programming; cached)."""
+    of the rest of the run at each alpha and the K that achieves it (dynamic programming, by recursion; cached).
+    The slow reference of bayes_optimal_plan: a state at a time, as the recurrence reads."""
     alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
 
     @lru_cache(maxsize=None)
@@ -318,6 +321,72 @@ def bayes_optimal_plan(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (ex
             if best is None or belief @ total < belief @ best - 1e-12:
                 best, best_K = total, K
         return best, best_K
+
+    return plan
+
+
+def bayes_optimal_plan(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (expected cost [A], K)
+    """bayes_optimal_plan_reference's plan, solved a level of tokens left at a time over every (s, f) at once.
+
+    With N tokens in all, n left, s accepted and f rejected positions seen satisfy s + f <= N - n (each
+    rejection ends a round, and a round emits a token more than it accepts), so level n's table is
+    [A, N - n + 1, N - n + 1]; a round of K drafts at level n reads levels n - 1 .. n - K - 1 at (s + j, f + 1)
+    and (s + K, f), inside theirs. The work is ~N^3 / 3 states x 45 terms as array arithmetic: 100 tokens in
+    well under a second where the recursion takes half a minute. A state past the levels solved (a longer run,
+    or a prompt's positions read first: n + s + f > N) solves them again for N = n + s + f.
+
+    >>> v = {M: 1.0 if M == 1 else 1.3 + 0.08 * (M - 2) for M in range(1, 10)}
+    >>> fast, slow = (solve([0.3, 0.8, 1.0], [1, 1, 1], 0.1, v) for solve in (bayes_optimal_plan,
+    ...                                                                       bayes_optimal_plan_reference))
+    >>> [(fast(12, s, f)[1], slow(12, s, f)[1]) for s, f in ((0, 0), (3, 0), (0, 3))]  # the K of each state
+    [(3, 3), (5, 5), (0, 0)]
+    >>> float(abs(fast(12, 0, 0)[0] - slow(12, 0, 0)[0]).max()) < 1e-12
+    True
+    """
+    alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
+    a = alphas[:, None, None]                                                     # [A, 1, 1]
+    with np.errstate(divide="ignore"):
+        log_a, log_b, log_prior = np.log(alphas), np.log(1 - alphas), np.log(prior)  # [A] each (-inf at 0)
+    solved = {"N": -1}
+
+    def belief(g):  # -> [A, g, g]: the posterior over alphas after s accepted and f rejected positions
+        s, f = np.arange(g)[:, None], np.arange(g)[None, :]                        # [g, 1], [1, g]
+        with np.errstate(invalid="ignore"):
+            log_w = log_prior[:, None, None] + np.where(s > 0, s * log_a[:, None, None], 0.0) \
+                + np.where(f > 0, f * log_b[:, None, None], 0.0)                  # [A, g, g] (0 log 0 = 0)
+        top = log_w.max(axis=0)                                                   # [g, g]
+        w = np.exp(log_w - np.where(np.isfinite(top), top, 0.0))                  # [A, g, g]
+        total = w.sum(axis=0)                                                     # [g, g]
+        impossible = total == 0                                                   # every alpha ruled out
+        return np.where(impossible, (prior / prior.sum())[:, None, None], w / np.where(impossible, 1.0, total))
+
+    def solve(N):
+        costs, Ks = [np.zeros((len(alphas), N + 1, N + 1))], [np.zeros((N + 1, N + 1), dtype=int)]
+        for n in range(1, N + 1):
+            g = N - n + 1                                                         # s, f = 0 .. N - n
+            w = belief(g)                                                         # [A, g, g]
+            best, best_K, best_mean = None, np.zeros((g, g), dtype=int), None
+            for K in range(min(K_max, n - 1) + 1):
+                total = np.full((len(alphas), g, g), K * c + v[K + 1])            # [A, g, g]
+                for j in range(K + 1):  # j drafts accepted: probability alpha^j (1 - alpha), or alpha^K
+                    rejected = j < K
+                    later = costs[n - j - 1][:, j:j + g, int(rejected):int(rejected) + g]  # [A, g, g]
+                    total = total + a ** j * ((1 - a) if rejected else 1) * later
+                mean = (w * total).sum(axis=0)                                    # [g, g]
+                if best is None:
+                    best, best_mean = total, mean
+                    continue
+                better = mean < best_mean - 1e-12                                 # the first minimum: fewest drafts
+                best, best_mean = np.where(better, total, best), np.where(better, mean, best_mean)
+                best_K = np.where(better, K, best_K)
+            costs.append(best)
+            Ks.append(best_K)
+        solved.update(N=N, costs=costs, Ks=Ks)
+
+    def plan(n, s, f):  # -> ([A], K)
+        if n + s + f > solved["N"]:
+            solve(n + s + f)
+        return solved["costs"][n][:, s, f], int(solved["Ks"][n][s, f])
 
     return plan
 
@@ -363,7 +432,7 @@ class BayesOptimalK:
         pass
 
 
-def print_bound(kernel, n_tokens, alphas=(0.3, 0.45, 0.6, 0.8, 1.0), seeds=range(200), cpu="EPYC", prompt=0):
+def print_bound(kernel, n_tokens, alphas=BOUND_ALPHAS, seeds=range(200), cpu="EPYC", prompt=0):
     """The Bayes-optimal policy's expected cost against the best fixed K's (or plain decoding's), per
     alpha, for a 124M draft into 1558M under `kernel` and a uniform prior over `alphas`; prompt > 0: the
     policy reads that many prompt positions first (bayes_optimal_costs), at PROMPT_READ_COST. With 10 seeds or

@@ -64,6 +64,21 @@ def test_a_replay_plans_with_the_shape_its_run_read_and_charges_the_group_s_cost
     flat = {M: 1.0 + 0.01 * (M - 1) for M in range(1, 10)}
     told, misled = (replays(0.8, seed, 40, 8, [1, 3], 8, steep, 0.1, 0.08, shape)
                     for seed, shape in ((0, steep), (0, flat)))
-    assert set(told) == {"1", "3", "heuristic", "auto"}
+    assert set(told) == {"1", "3", "heuristic", "auto", "bayes"}
     assert misled["auto"] < told["auto"] - 0.02, (told, misled)
     assert told["1"] == misled["1"] and 40 / (40 * 1.6) <= told["1"] <= 2 * 40 / (40 * 1.6), told
+
+
+def test_the_bayes_replay_is_told_the_group_s_costs():
+    """replays' "bayes": the Bayes-optimal policy over BOUND_ALPHAS on the run's coins, told the group's c and v.
+    Where every row costs a full one-token call (v(M) = M) and a draft half of one, no round that drafts can pay at
+    any alpha: told so, it never drafts and replays at exactly plain decoding's speed, where auto, which must
+    learn the curve, tries drafting on its prior and loses. Where rows and drafts cost nothing beyond the first
+    (v = 1, c = 0), it replays at 2x or more at alpha 0.8, within a tenth of K = 8, the best fixed K there (measured:
+    equal to it on seeds 0-2). Mutated to plan on the prior's curve in place of the group's, the first case drafts."""
+    linear, free = {M: float(M) for M in range(1, 10)}, {M: 1.0 for M in range(1, 10)}
+    for seed in range(3):
+        costly = replays(0.8, seed, 40, 8, [1, 8], 8, linear, 0.5, 0.5)
+        assert costly["bayes"] == 1.0 and costly["auto"] < 1.0, costly
+        cheap = replays(0.8, seed, 40, 8, [1, 8], 8, free, 0.0, 0.0)
+        assert cheap["bayes"] >= 2.0 and cheap["bayes"] >= 0.9 * cheap["8"], cheap

@@ -188,22 +188,34 @@ for name, sweep in sweeps.items():
 # the draft model's own clock stands in for timing a plain step where the two agree.
 # `python -m gpt2np.teach.policy_simulation` prints the whole table: both kernels, 40 and 100
 # tokens, α 0.3 to 1, model and lookup drafters at 355M and 1558M.
+#
+# The last box is a yardstick, not a policy a run can play: the Bayes-optimal policy
+# (`BayesOptimalK`), told *c*, v and the run's length, with a uniform prior over five values of α
+# (`BOUND_ALPHAS`). Each round it picks the *K* that minimises the expected cost of the rest of
+# the run averaged over its posterior, counting what a round will teach it (dynamic programming
+# over tokens left and positions accepted and rejected, solved once in a fraction of a second).
+# Averaged over that prior no policy that must learn α does better. At one α, a fixed *K* chosen
+# knowing that α can (the first box): the Bayes-optimal policy still pays for finding α out, and
+# what `auto` pays beyond it is what its rules cost.
 
 # %%
-from gpt2np.teach.policy_simulation import GreedyAutoK, compare_policies, measured_v, simulate_policy
+from gpt2np.teach.policy_simulation import (BOUND_ALPHAS, BayesOptimalK, GreedyAutoK, compare_policies, measured_v,
+                                           simulate_policy)
 
 v_1558 = measured_v("SkylakeX", "1558M")  # {M: v(M)}: 1.2 at two tokens, 1.42 at five, 1.7 at nine
 seeds = range(100)
+bayes = BayesOptimalK(BOUND_ALPHAS, [1.0] * len(BOUND_ALPHAS), 0.09, v_1558)  # one plan, for every alpha and seed
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), sharey=True)
 for ax, a in zip(axes, [0.3, 0.6, 0.8]):
     runs = compare_policies(a, 0.09, v_1558, 100, seeds, policies=("auto", "heuristic"))
     greedy = [simulate_policy(GreedyAutoK(8), a, 0.09, v_1558, 100, s)["speedup"] for s in seeds]
+    optimal = [simulate_policy(bayes, a, 0.09, v_1558, 100, s)["speedup"] for s in seeds]
     medians = {K: np.median(speedups) for K, speedups in runs["fixed"].items()}
     best = max(medians, key=medians.get)
     series = {f"fixed K = {best}": runs["fixed"][best], "auto": runs["auto"], "heuristic": runs["heuristic"],
-              "no optimism": greedy}
+              "no optimism": greedy, "Bayes-optimal": optimal}
     ax.boxplot(list(series.values()), showfliers=True)
-    ax.set_xticks(range(1, 5), list(series), rotation=20)
+    ax.set_xticks(range(1, 6), list(series), rotation=20)
     ax.axhline(1, color="grey", lw=0.8)
     ax.set(title=f"alpha {a}", ylabel="speedup over plain (simulated)")
     print(f"alpha {a}: " + ", ".join(f"{k} median {np.median(x):.2f} worst {np.min(x):.2f}" for k, x in series.items()))

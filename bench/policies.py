@@ -271,12 +271,13 @@ def replays(alpha, seed, n_tokens, prompt_len, Ks, K_max, v, c, c_prior, shape=N
     should have measured. Where a run reads well under its replay, the difference is the host's (a stall,
     a slow minute, a reading that spiked and was never read again), which the model leaves out.
     "bayes": the Bayes-optimal policy over BOUND_ALPHAS on the same coins, told c, v and n_tokens (BayesOptimalK)."""
-    def replayed(K, **more):
-        policy = K if isinstance(K, BayesOptimalK) else policies.make_policy(K, K_max)
+    def replayed(policy, **more):
         return simulate_policy(policy, alpha, c, v, n_tokens, seed, prompt_len=prompt_len, **more)["speedup"]
-    bayes = BayesOptimalK(BOUND_ALPHAS, [1.0] * len(BOUND_ALPHAS), c, v, K_max)
-    return {**{str(K): replayed(K) for K in Ks}, "heuristic": replayed("heuristic"),
-            "auto": replayed("auto", c_prior=c_prior, shape=shape), "bayes": replayed(bayes)}
+    def made(K):
+        return policies.make_policy(K, K_max)
+    return {**{str(K): replayed(made(K)) for K in Ks}, "heuristic": replayed(made("heuristic")),
+            "auto": replayed(made("auto"), c_prior=c_prior, shape=shape),
+            "bayes": replayed(BayesOptimalK(BOUND_ALPHAS, [1.0] * len(BOUND_ALPHAS), c, v, K_max))}
 
 
 def cost_shape_read(target, K_max):  # -> the cost shape auto read last ({M: v_shape(M)}, M = 1..K_max + 1), or None

@@ -415,8 +415,8 @@ def bayes_optimal_costs(alphas, prior, c, v, n_tokens, K_max=8, prompt=0, plan=N
 
 class BayesOptimalK:
     """The Bayes-optimal policy (bayes_optimal_plan) as a K policy, for the simulator only: it is told c, v and
-    the run's length, so no real run can play it. Played on given coins it says what the best any learner of
-    alpha could do on those coins, where the bound says it on average (print_bound, seed by seed)."""
+    the run's length, so no real run can play it. Played on given coins it says what the learner of alpha that is
+    best on average does on those coins, where the bound says it over the prior (print_bound, seed by seed)."""
 
     def __init__(self, alphas, prior, c, v, K_max=8, plan=None):  # plan: bayes_optimal_plan's, where one is at hand
         self.plan, self.name = plan or bayes_optimal_plan(alphas, prior, c, v, K_max), "Bayes-optimal"

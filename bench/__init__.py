@@ -41,7 +41,8 @@ One file per section:
                   prediction (this run's c and v(M)), each against the best chain (trees_report.py: rates,
                   predictions, tables; forced_tree_draft.py: the drafter, the real draft's call per tree
                   level, children forced so that acceptance by depth and rank follows rates measured on
-                  real pairs: python -m bench.trees prints them)
+                  real pairs: python -m bench.trees prints them, then the bundled pair's bound: every
+                  shape priced on the bundled target's own c and v(M) at those rates, o = 0)
   baseline.py     the slow reference path (no cache) vs the fast path, 64 tokens after 128 at 124M
   overhead.py     Python overhead per forward call and per token (bundled tiny pair if present)
   memory.py       peak RSS and load time of 124M + 355M in a fresh process, from a checkpoint

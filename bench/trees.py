@@ -261,8 +261,43 @@ def run_section(plan, results, threads=None):
     add_section(results, "trees", run(plan, threads))
 
 
+# ---- the bundled pair's bound (python -m bench.trees) ------------------------------------------------
+
+BOUND_SHAPES = (8, 4, 40)  # candidate_shapes' depth, width and nodes for the bound: past AutoTree's own (MAX_NODES)
+BOUND_CONTEXT = 64         # the cached positions c and v(M) are timed at: the middle of the profiles' runs
+
+
+def bundled_bound(counts, repeats=3 * COST_REPEATS, threads=1):
+    """For the bundled pair (counts: {temperature: count_by_rank's counts}): c and v(M) of its 2.6M target,
+    timed here with `threads` BLAS threads (main.py's default for it), and at each temperature the best
+    chain, the best shape of any candidate and the shape with the most tokens per call, each at the
+    pooled rate of every rank at every depth (trees_report.shape_bound: o = 0, in trees' favour).
+    Prints them; returns {"kernel", "c", "v", "bounds": {temperature: shape_bound's dict}}."""
+    from gpt2np.decoding.tree_shape import candidate_shapes
+    target, draft = gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
+    prompt = [t for text in trees_report.BUNDLED_TEXTS for t in target.tokenizer.encode(text)][:BOUND_CONTEXT]
+    depth, width, nodes = BOUND_SHAPES
+    with blas_limits(threads) or nullcontext():
+        costs = measure_costs(target, draft, prompt, list(range(1, nodes + 2)), repeats)
+        kernel = gpt2np.blas_kernel()
+    out = {"kernel": kernel, "c": costs["c"], "v": costs["v"], "bounds": {}}
+    print(f"\nbundled target's own costs ({kernel}; {threads} BLAS thread(s), {len(prompt)} positions cached): "
+          f"c {costs['c']:.3f}, v(M) " + " ".join(f"{M}:{costs['v'][M]:.2f}" for M in (2, 4, 8, 12, 16, 24, 32, 41)))
+    for T, count in counts.items():
+        pooled, _ = trees_report.pooled_ratios(count)
+        known = [accepted / tried for tried, accepted in pooled if tried]  # ranks tried at least once
+        shapes = [w for w in candidate_shapes(depth, min(width, len(known)), nodes)]
+        b = trees_report.shape_bound([known] * depth, costs["c"], costs["v"], shapes)
+        out["bounds"][T] = b
+        print(f"  temperature {T}: best chain {trees_report.label(b['chain'])} {b['chain_speedup']:.2f}x plain; "
+              f"best shape {trees_report.label(b['shape'])} {b['speedup']:.2f}x, {b['ratio']:.3f} of the chain; "
+              f"most tokens per call {trees_report.label(b['most_tokens'])}: {b['most_tokens_per_call']:.2f}x the "
+              f"chain's, at {b['most_tokens_speedup']:.2f}x its speed (predicted, o = 0)")
+    return out
+
+
 if __name__ == "__main__":  # python -m bench.trees [FIXTURES_DIR]: the rate profiles of trees_report.PROFILES
     import sys
     from pathlib import Path
     shared_fixtures = Path(__file__).resolve().parents[2] / "shared" / "fixtures"  # ../shared beside the repository
-    trees_report.measure_profiles(sys.argv[1] if len(sys.argv) > 1 else shared_fixtures)
+    bundled_bound(trees_report.measure_profiles(sys.argv[1] if len(sys.argv) > 1 else shared_fixtures))

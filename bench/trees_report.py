@@ -25,7 +25,7 @@ import statistics
 import numpy as np
 
 from gpt2np.decoding.tree_policy import AutoTree
-from gpt2np.decoding.tree_shape import best_shape, expected_tokens, tree_size, tree_speedup
+from gpt2np.decoding.tree_shape import best_shape, candidate_shapes, expected_tokens, tree_size, tree_speedup
 from gpt2np.teach.tree_simulation import FixedShape, simulate_tree_policy
 
 from .common import log, print_table
@@ -74,6 +74,29 @@ def predictions(shapes, rates, c, v, auto_shapes):
         best, speedup = best_shape(rates, c, v, auto_shapes)
         out["auto"] = {"shape": list(best), "tokens_per_call": expected_tokens(best, rates), "speedup": speedup}
     return out
+
+
+def shape_bound(rates, c, v, shapes):
+    """The best chain and the best of `shapes` (chains included) by tree_speedup with o = 0, and the
+    most tokens per call: what any shape could give a target of this c and v(M), at these rates.
+
+    o = 0 leaves out every round's work besides the two models' calls (a tree's is larger: a softmax
+    row of q and of p per node, the kernel's tries), and a level's draft call costs c whatever its
+    rows: both in trees' favour, so a measured tree / chain ratio lies at or under `ratio`.
+
+    >>> flat = {M: 1.0 for M in range(1, 17)}  # rows free: a second child that passes half the time pays
+    >>> bound = shape_bound([[0.5, 0.5]] * 2, 0.1, flat, candidate_shapes(2, 2, 6))
+    >>> bound["chain"], bound["shape"], round(bound["ratio"], 3)  # (1 + 0.75 + 0.5625) / (1 + 0.5 + 0.25)
+    ((1, 1), (2, 2), 1.321)
+    """
+    chains = [w for w in shapes if max(w) == 1]
+    chain, chain_speedup = best_shape(rates, c, v, chains)
+    shape, speedup = best_shape(rates, c, v, shapes)
+    most = max(shapes, key=lambda w: (expected_tokens(w, rates), -tree_size(w)))  # the most tokens per call
+    return {"chain": chain, "chain_speedup": chain_speedup, "shape": shape, "speedup": speedup,
+            "ratio": speedup / chain_speedup, "most_tokens": most,
+            "most_tokens_per_call": expected_tokens(most, rates) / expected_tokens(chain, rates),
+            "most_tokens_speedup": tree_speedup(most, rates, c, v) / chain_speedup}
 
 
 def mismatch(tokens, reference):  # -> None, or where the run's tokens leave the baseline's
@@ -265,7 +288,7 @@ def print_profile(name, counts):
 def measure_profiles(fixtures_dir):
     """Prints the profiles: the bundled pair with tree (4,3,2,2), 120 tokens after each of 8 lines, and
     the fixtures (gpt2-tiny-a -> gpt2-tiny-b) with tree (4,3,2), 20 tokens after 40 random 10-token
-    prompts (n_ctx 64), each at temperature 0 and 0.8."""
+    prompts (n_ctx 64), each at temperature 0 and 0.8. Returns the bundled pair's counts by temperature."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -273,11 +296,12 @@ def measure_profiles(fixtures_dir):
     import gpt2np
     target, draft = gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
     prompts = [target.tokenizer.encode(text) for text in BUNDLED_TEXTS]
-    for T in (0, 0.8):
-        print_profile(f"bundled, temperature {T}", count_by_rank(target, draft, prompts, 120, (4, 3, 2, 2), T))
+    bundled = {T: count_by_rank(target, draft, prompts, 120, (4, 3, 2, 2), T) for T in (0, 0.8)}
+    for T, counts in bundled.items():
+        print_profile(f"bundled, temperature {T}", counts)
     if not (Path(fixtures_dir) / "gpt2-tiny-b" / "encoder.json").is_file():
         print(f"\nfixtures skipped: no {fixtures_dir}/gpt2-tiny-a, gpt2-tiny-b with their encoder.json")
-        return
+        return bundled
     with tempfile.TemporaryDirectory() as tmp:  # a copy: loading writes a cache beside the checkpoint
         models = []
         for name in ("gpt2-tiny-b", "gpt2-tiny-a"):
@@ -286,3 +310,4 @@ def measure_profiles(fixtures_dir):
         prompts = [np.random.default_rng(i).integers(0, models[0].n_vocab, 10).tolist() for i in range(40)]
         for T in (0, 0.8):
             print_profile(f"fixtures, temperature {T}", count_by_rank(*models, prompts, 20, (4, 3, 2), T))
+    return bundled

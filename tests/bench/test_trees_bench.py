@@ -419,3 +419,41 @@ def test_the_forced_drafters_caches_are_sized_to_the_run_as_a_draft_model_s(pair
         assert request_cache(forced, 52).n_ctx == 52 and forced.new_cache().n_ctx == draft.n_ctx
         run = gpt2np.speculative_generate(target, forced, prompt, 40, K=3, temperature=0)
         assert run.tokens == baseline[:40]
+
+
+# ---- the bundled pair's bound (python -m bench.trees) -------------------------------------------
+
+def test_the_bound_is_the_best_chain_and_the_best_shape_by_tree_speedup():
+    """shape_bound against tree_speedup shape by shape: on a flat curve a second child that passes half the
+    time pays (a tree ahead of every chain), on a compute-bound curve (each row a fifth of a call) no tree
+    does; the most tokens per call come from the largest tree, whatever its speed."""
+    from gpt2np.decoding.tree_shape import candidate_shapes
+    shapes = candidate_shapes(4, 3, 20)
+    rates = [[0.6, 0.5, 0.4]] * 4
+    flat, steep = {M: 1.0 for M in range(1, 22)}, {M: 1 + 0.2 * (M - 1) for M in range(1, 22)}
+    for v, tree_wins in ((flat, True), (steep, False)):
+        bound = trees_report.shape_bound(rates, 0.1, v, shapes)
+        speed = {w: tree_speedup(w, rates, 0.1, v) for w in shapes}
+        best_chain = max((w for w in shapes if max(w) == 1), key=speed.get)
+        assert bound["chain"] == best_chain and bound["chain_speedup"] == pytest.approx(speed[best_chain])
+        assert bound["speedup"] == pytest.approx(max(speed.values())), (bound, max(speed.values()))
+        assert (max(bound["shape"]) > 1) == tree_wins and (bound["ratio"] > 1.05) == tree_wins, bound
+        assert bound["ratio"] == pytest.approx(bound["speedup"] / bound["chain_speedup"])
+        most = bound["most_tokens"]
+        assert expected_tokens(most, rates) == pytest.approx(max(expected_tokens(w, rates) for w in shapes))
+        assert bound["most_tokens_per_call"] == pytest.approx(expected_tokens(most, rates)
+                                                             / expected_tokens(best_chain, rates))
+        assert bound["most_tokens_speedup"] == pytest.approx(speed[most] / speed[best_chain])
+
+
+def test_the_bundled_bound_times_the_bundled_target_and_prices_every_shape(capsys):
+    """bundled_bound on made-up counts: c and v(M) of the bundled target timed up to the largest candidate's
+    rows, a rank never tried left out of the shapes (no rate to price it), one line per temperature."""
+    counts = {0: {(0, 0): [100, 70], (0, 1): [30, 15], (1, 0): [70, 50], (1, 1): [20, 8], (0, 2): [0, 0]}}
+    out = trees.bundled_bound(counts, repeats=1)
+    depth, width, nodes = trees.BOUND_SHAPES
+    assert sorted(out["v"]) == list(range(1, nodes + 2)) and out["v"][1] == 1.0 and out["c"] > 0
+    bound = out["bounds"][0]
+    assert max(bound["most_tokens"]) == 2 and bound["ratio"] >= 1.0  # ranks 0 and 1 only; chains are shapes too
+    printed = capsys.readouterr().out
+    assert out["kernel"] in printed and "temperature 0: best chain" in printed, printed

@@ -35,7 +35,9 @@ B 1-8, alpha 0.5 / 0.8, 32 tokens after 16 (--tokens N: N): the median and the 1
 seeds of auto's seconds over the best fixed K's median seconds (above 1: auto is faster); --noise spiky gives the
 readings the one-sided spikes measured (SPIKES) in place of log-normal noise. With --bound, for one
 sequence, what the Bayes-optimal policy for a prior over alpha gets (expected_seconds): what any policy
-that must learn alpha in a run of that length can hope for.
+that must learn alpha in a run of that length can hope for (solved a level of tokens left at a time: the
+whole --bound --tokens 100 table in about 15 seconds, where the recursion, expected_seconds_reference,
+took over 15 minutes for its first six rows).
 """
 import argparse
 import math
@@ -182,6 +184,85 @@ def compare(B, alpha, c, target_seconds, seeds, Ks=(0, 1, 2, 4), prompt_len=16, 
 
 
 def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=None, K_max=4):
+    """expected_seconds_reference's expected seconds [len(alphas)], its programme solved a level of tokens
+    left at a time, every state of a level as one array.
+
+    After the first round (the prompt's, at n_tokens left) every round feeds the target one row beyond its
+    drafts. With N tokens and n left, the positions seen satisfy s + f <= N - n (a rejection ends a round, a
+    round emits one token more than it accepts), and the draft's lag is at most prompt_len + N - n - 1 (every
+    plain round adds one; a drafting round leaves 0, or 1 where all its drafts passed). So level n's table
+    is [A, g, g, L] with g = N - n + 1 and L = prompt_len + N - n. A drafting round's cost depends on the lag
+    only through its first draft call and its later seconds not at all (lag 0 or 1 after it), so each K's
+    total is that call plus an [A, g, g] table; only plain rounds read the whole of level n - 1, whose
+    table holds theirs ([A, g + 1, g + 1, L + 1]). 100 tokens take seconds where the recursion takes minutes.
+
+    >>> costs = row_costs(v2=1.25, v16=2.3)
+    >>> fast, slow = (solve([0.3, 0.8, 1.0], [1, 1, 1], 0.35, costs, 4, 14) for solve in (expected_seconds,
+    ...                                                                                 expected_seconds_reference))
+    >>> float(abs(fast / slow - 1).max()) < 1e-12
+    True
+    """
+    alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
+    A, N, P, T = len(alphas), n_tokens, prompt_len, target_seconds
+    a = alphas[:, None, None]                                                     # [A, 1, 1]
+    prior_belief = prior / prior.sum()
+
+    def belief(g):  # -> [A, g, g]: the posterior after s accepted and f rejected positions (s, f < g)
+        s, f = np.arange(g)[None, :, None], np.arange(g)[None, None, :]         # [1, g, 1], [1, 1, g]
+        w = prior[:, None, None] * np.where(s > 0, a ** s, 1.0) * np.where(f > 0, (1 - a) ** f, 1.0)  # [A, g, g]
+        total = w.sum(axis=0)                                                     # [g, g]
+        impossible = total == 0                                                   # any, where the coins were
+        return np.where(impossible, prior_belief[:, None, None], w / np.where(impossible, 1.0, total))
+
+    def choices(n):
+        return [min(K, n - 1)] if K is not None else range(min(K_max, n - 1) + 1)
+
+    def drafted(k, n, s0, g, later):  # -> [A, g, g]: a round of k drafts' seconds after its first draft call
+        total = np.full((A, g, g), (k - 1) * c * T(1) + T(k + 1))                # later draft steps, the target
+        for j in range(k + 1):  # j drafts accepted: probability alpha^j (1 - alpha), or alpha^k for all
+            rejected = j < k
+            nxt = later[n - j - 1]                                                # [A, g', g', 2]: lag 0 and 1
+            total = total + a ** j * ((1 - a) if rejected else 1) * \
+                nxt[:, s0 + j:s0 + j + g, int(rejected):int(rejected) + g, 0 if rejected else 1]
+        return total
+
+    level = np.zeros((A, N + 1, N + 1, P + N + 1))  # the level below, whole (what a plain round reads)
+    later = {0: level[..., :2]}                     # level -> its table at lag 0 and 1 (what drafting rounds read)
+    first = np.array([c * T(lag + 1) for lag in range(P + N)])                    # [P + N]: a try's first draft call
+    for n in range(1, N):                          # every state but the first round's
+        g, L = N - n + 1, P + N - n
+        w = belief(g)                                                             # [A, g, g]
+        plain = T(1) + level[:, :g, :g, 1:L + 1]                                  # [A, g, g, L]: lag + 1 below
+        best, best_mean = None, None
+        for k in choices(n):
+            if k == 0:
+                total = plain
+                mean = np.einsum("asf,asfl->sfl", w, plain)                        # [g, g, L]
+            else:
+                rest = drafted(k, n, 0, g, later)                                 # [A, g, g]
+                total = rest[..., None] + first[:L]                               # [A, g, g, L]
+                mean = np.einsum("asf,asf->sf", w, rest)[..., None] + first[:L]   # [g, g, L] (w sums to 1)
+            if best is None:
+                best, best_mean = total, mean
+                continue
+            better = mean < best_mean - 1e-12                                     # the first minimum: fewest drafts
+            best, best_mean = np.where(better, total, best), np.where(better, mean, best_mean)
+        level = best                                                              # [A, g, g, L]
+        later[n] = level[..., :2]
+    # the first round: n_tokens left, nothing seen, the prompt to feed (P rows) and the draft owing P - 1
+    best, best_mean = None, None
+    for k in choices(N):
+        if k == 0:
+            total = T(P) + level[:, 0, 0, P]
+        else:
+            total = c * T(P) + drafted(k, N, 0, 1, later)[:, 0, 0] + T(P - 1 + k + 1) - T(k + 1)
+        mean = prior_belief @ total
+        if best is None or mean < best_mean - 1e-12:
+            best, best_mean = total, mean
+    return best
+
+
+def expected_seconds_reference(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=None, K_max=4):
     """Expected seconds of one sequence (B = 1) at each alpha, run as simulate() runs it (the draft's
     catch-up included) with no timing noise, under a fixed K (K=None: the Bayes-optimal policy for a
     prior over `alphas` only, which knows c, the cost curve and the run's length). [len(alphas)]
@@ -191,8 +272,11 @@ def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=N
     draft's cache lacks beyond one: every plain round adds one, and a try pays them all in its first
     draft call). Against a fixed K it says what learning alpha must cost in a short run.
 
+    expected_seconds solves the same programme a level of tokens left at a time; this recursion is its
+    slow reference (memoised state by state: 100 tokens take minutes).
+
     >>> costs = row_costs(v2=1.25, v16=2.3)  # v(3) = 1.325: a free draft, alpha 1, K = 2, a one-token prompt:
-    >>> [round(float(x / costs(1)), 3) for x in expected_seconds([1.0], [1.0], 0.0, costs, 1, 6, K=2)]  # 2 x v(3)
+    >>> [round(float(x / costs(1)), 3) for x in expected_seconds_reference([1.0], [1.0], 0.0, costs, 1, 6, K=2)]
     [2.65]
     """
     alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]

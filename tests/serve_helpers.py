@@ -15,10 +15,11 @@ import gpt2np
 TARGET, DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 
 
-def bundled_engine(max_queue=16):
+def bundled_engine(max_queue=16, max_batch=8):
     from gpt2np.serve.engine import Engine
     target, drafter = gpt2np.load_model(TARGET), gpt2np.load_drafter(DRAFT)
-    return Engine(target, {drafter.name: drafter, "ngram": gpt2np.NgramDrafter()}, max_queue=max_queue)
+    return Engine(target, {drafter.name: drafter, "ngram": gpt2np.NgramDrafter()}, max_queue=max_queue,
+                  max_batch=max_batch)
 
 
 @contextlib.contextmanager

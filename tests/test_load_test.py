@@ -253,6 +253,13 @@ def test_compare_max_batch(tmp_path):
     (["--stream_fraction", "1.5"], "--stream_fraction"),
     (["--extra", "{not json"], "--extra"),
     (["--extra", "[1, 2]"], "--extra"),
+    (["--extra", '{"K": 2, "max_tokens": 64}'], "--max_tokens"),  # the tool's own fields: refused, not overridden
+    (["--extra", '{"stream": false}'], "--stream_fraction"),
+    (["--extra", '{"prompt": "x"}'], "--prompt"),
+    (["--extra", '{"temperature": 1}'], "--temperature"),
+    (["--extra", '{"seed": 1}'], "--seed"),
+    (["--extra", '{"model": "gpt2"}'], "'model'"),
+    (["--extra", '{"max_length": 9}'], "--max_tokens"),
     (["--url", "http://127.0.0.1:9", "--serve", ""], "--url"),
     (["--url", "localhost:8000"], "--url"),
     (["--serve", "--port 8000"], "--port"),

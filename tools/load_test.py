@@ -42,6 +42,11 @@ from load_test_stats import level_summary, level_table, outcome, overview, reque
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo", "KING HENRY:\nOnce more", "First Citizen:\nBefore we"]
 OWN_FLAGS = ("--host", "--port")  # the tool chooses these for the servers it starts
+# request fields the tool sets itself, and the flag that sets each: --extra must not override them
+# silently (a stream or max_tokens of --extra's would make the measures lie about what was asked)
+OWN_FIELDS = {"prompt": "--prompt", "max_tokens": "--max_tokens", "max_new_tokens": "--max_tokens",
+              "max_length": "--max_tokens", "stream": "--stream_fraction", "stream_options": "--stream_fraction",
+              "temperature": "--temperature", "seed": "--seed", "model": "none: the tool sends the served model's id"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -83,7 +88,8 @@ def parse_args(argv):
     p.add_argument("--stream_fraction", type=float, default=0.5, help="fraction of clients streaming (default: half)")
     p.add_argument("--temperature", type=float, default=0.0, help="default 0: greedy")
     p.add_argument("--seed", type=int, default=None, help="with sampling: request i gets seed + i")
-    p.add_argument("--extra", type=json_object, default={}, help='more request fields, e.g. \'{"K": "auto"}\'')
+    p.add_argument("--extra", type=json_object, default={}, help='more request fields, e.g. \'{"K": "auto"}\' (not '
+                   'the fields the flags set: prompt, max_tokens, stream, temperature, seed, model)')
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: four Shakespeare openings)")
     p.add_argument("--retry_busy", action="store_true", help="retry a 429 after its Retry-After (default: count it)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per request (default: %(default)s)")
@@ -102,6 +108,9 @@ def check_args(args):
         return "--requests_per_client and --max_tokens must be at least 1"
     if not 0 <= args.stream_fraction <= 1 or args.temperature < 0 or args.timeout <= 0 or args.start_timeout <= 0:
         return "--stream_fraction must be in [0, 1], --temperature >= 0, --timeout and --start_timeout > 0"
+    own = [key for key in args.extra if key in OWN_FIELDS]
+    if own:
+        return f"--extra: {own[0]!r} is the tool's own field (flag: {OWN_FIELDS[own[0]]}); leave it out of --extra"
     if args.compare and args.compare_max_batch:
         return "--compare and --compare-max-batch: give one of them"
     if args.url and (args.serve or args.compare or args.compare_max_batch):

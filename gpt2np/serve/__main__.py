@@ -13,7 +13,9 @@ this command's flags, exit status 2.
 
 Up to --max_batch generations run at once (continuous batching, engine.py): plain requests share one
 forward pass per token, speculative ones are packed with each other (a round each, one more pass per
-step); more wait in a queue of --max_queue, and past that the server answers 429 with Retry-After.
+step); up to --max_queue more wait, and past max_batch + max_queue in all the server answers 429
+with Retry-After (a request that arrives while a step runs waits for the next step boundary, but a
+free batch slot is room: it is never refused for it).
 With --max_batch above 1 the weights take the memory order that passes over many rows want under
 NumPy's BLAS kernel (row-major under the Haswell kernels, panels under SkylakeX:
 gpt2np/model/fast/layout.py); the startup line names it.
@@ -46,7 +48,8 @@ def parse_args(argv):
                    help="the most prompt tokens a newly admitted request feeds per step, so the running ones "
                         "are not held up long by a long prompt (default: %(default)s)")
     p.add_argument("--max_queue", type=int, default=16,
-                   help="requests waiting beyond the running ones; more are answered 429 (default: %(default)s)")
+                   help="requests waiting beyond --max_batch running; past max_batch + max_queue in all, requests "
+                        "are answered 429 (default: %(default)s)")
     p.add_argument("--max_body_bytes", type=int, default=256 * 1024, help="larger request bodies get 413")
     p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: as main.py)")
     return p.parse_args(argv)

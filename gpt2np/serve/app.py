@@ -1,7 +1,8 @@
 """The FastAPI application: `create_app(engine)`, the routes below reading the engine from app.state.
 
 Routes: POST /predict (the seed's curl-able interface), POST /v1/completions (OpenAI's, streaming
-with server-sent events), GET /v1/models, GET /health, GET / (the playground), and FastAPI's /docs.
+with server-sent events), GET /v1/models, GET /health, GET / (the playground), and FastAPI's /docs;
+HEAD wherever this module allows GET (a proxy's or a monitor's health check may send HEAD).
 Every error is JSON in OpenAI's shape, {"error": {"message", "type", "param", "code"}}, with a
 4xx status for anything the client can fix; no traceback and no local path ever reaches a client.
 """
@@ -31,8 +32,9 @@ def error(status, message, param=None, kind="invalid_request_error", code=None, 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def validation_message(errors, path="this route"):
-    """pydantic's errors -> (field, one line): the first field at fault, in words."""
+def validation_message(errors, path="this route", content_type=None):
+    """pydantic's errors -> (field, one line): the first field at fault, in words. content_type: the
+    request's Content-Type header (None: there was none)."""
     first = errors[0]
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     if first.get("type") == "json_invalid":
@@ -40,6 +42,9 @@ def validation_message(errors, path="this route"):
     if not loc:  # the body itself, or a check across fields ("echo: ...")
         msg = first.get("msg", "invalid request").removeprefix("Value error, ")
         field = msg.split(":")[0] if ":" in msg else None
+        if isinstance(first.get("input"), bytes):  # FastAPI parses JSON only when the header says JSON
+            return None, (f"the request body must be JSON sent with Content-Type: application/json "
+                          f"({'got ' + repr(content_type) if content_type else 'none was sent'})")
         if first.get("type") == "missing":
             return None, "the request body is empty: send a JSON object"
         return field, msg if field else f"the request body must be a JSON object ({msg})"
@@ -50,6 +55,8 @@ def validation_message(errors, path="this route"):
         return field, f"{field}: {FIELD_HELP[field]}"
     if first.get("type") == "none_required":
         return field, f"{field}: not supported by this server (leave it out or null)"
+    if first.get("type") == "finite_number":
+        return field, f"{'.'.join(loc)}: must be a finite number, got {first.get('input')!r}"
     where = ".".join(loc[:1] + [x for x in loc[1:] if x.isdigit()])
     return field, f"{where}: {first.get('msg', 'invalid value')}"
 
@@ -94,13 +101,14 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 async def invalid(request, exc):
-    field, message = validation_message(exc.errors(), request.url.path)
+    field, message = validation_message(exc.errors(), request.url.path, request.headers.get("content-type"))
     return error(400, message, param=field)
 
 
 async def http_error(request, exc):
-    detail = f"invalid request body: {exc.detail}" if exc.status_code == 400 else str(exc.detail)
-    return error(exc.status_code, detail, kind="not_found" if exc.status_code == 404 else "http_error")
+    if exc.status_code == 400:  # FastAPI's one 400 of its own: a body json.loads could not decode at all
+        return error(400, f"the request body must be UTF-8 JSON ({exc.detail})")
+    return error(exc.status_code, str(exc.detail), kind="not_found" if exc.status_code == 404 else "http_error")
 
 
 async def crashed(request, exc):  # a bug, never the client's fault: logged here, not sent
@@ -172,7 +180,16 @@ async def run(engine, g, completion, request):
                 return error(message[1], message[2], kind="server_error" if message[1] >= 500 else
                              "invalid_request_error")
     finally:
-        job.cancel()  # done, stopped by a stop string, or the request was cancelled
+        stop_early(job, completion)  # done, stopped by a stop string, or the request was cancelled
+
+
+def stop_early(job, completion):
+    """The request is over: a stop string ended it (finish: served), or its client left (cancel). After
+    the job's own end ("done", "error") this changes nothing; before it, the worker stops the job."""
+    if completion.done:
+        job.finish()
+    else:
+        job.cancel()
 
 
 async def events(engine, job, completion):
@@ -183,7 +200,7 @@ async def events(engine, job, completion):
             if message[0] == "round":
                 text, entries = completion.add_round(*message[1:], engine.target.eot_id)
                 if completion.done:
-                    yield sse(completion.last_chunk(text))
+                    yield sse(completion.last_chunk(text, entries))
                     break
                 yield sse(completion.chunk(text, entries, completion.rounds[-1]))
             elif message[0] == "done":
@@ -197,7 +214,7 @@ async def events(engine, job, completion):
                 return
         yield SSE_DONE
     finally:
-        job.cancel()  # after the end this changes nothing; before it, the worker stops the stream
+        stop_early(job, completion)
 
 
 def refused(e):
@@ -262,15 +279,20 @@ async def models(request: Request):
 @routes.get("/health", summary="Liveness: the worker is running; generations active and queued")
 async def health(request: Request):
     """For a reverse proxy: 200 while the worker runs (503 when not); active of max_batch running,
-    queued of max_queue waiting (a full queue answers 429)."""
+    queued waiting for a step boundary (429 once active + queued reach max_batch + max_queue); served:
+    answered (max_tokens, <|endoftext|> or a stop string), cancelled: the client left, failed: errors."""
     engine = request.app.state.engine
     body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
             "active": engine.active, "max_batch": engine.max_batch, "queued": engine.queued,
             "max_queue": engine.max_queue, "busy": engine.busy, "served": engine.served,
-            "cancelled": engine.cancelled}
+            "cancelled": engine.cancelled, "failed": engine.failed}
     return JSONResponse(body, status_code=200 if engine.alive else 503)
 
 
 @routes.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def page():
     return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+
+for _path, _endpoint in (("/v1/models", models), ("/health", health), ("/", page)):  # HEAD where GET is: the
+    routes.add_api_route(_path, _endpoint, methods=["HEAD"], include_in_schema=False)  # headers, no body (uvicorn)

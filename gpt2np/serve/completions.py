@@ -38,10 +38,12 @@ def stats_dict(result):
     return finite({name: getattr(result.stats, name) for name in STATS_FIELDS})
 
 
-def batched_stats(generation, live):
-    """A drafting job that ran in a packed batch (engine.py): what its own rounds measured. Its target
-    passes and draft calls were shared with the other jobs, so the per-job costs (calls, seconds, c, v)
-    and the predictions built on them are null; "batched" says why."""
+def batched_stats(generation, live, why="batched"):
+    """A drafting job that ran in a packed batch (engine.py), or one a stop string ended: what its own
+    rounds measured. A batched job's target passes and draft calls were shared with the other jobs; a
+    stopped job's decoder never returned, and the full statistics (SpeculativeStats: calls, seconds,
+    c, v) exist only at its end. So the per-job costs and the predictions built on them are null, and
+    `why` ("batched" or "stopped") says why."""
     if generation.drafter is None or live is None:
         return None
     own = {name: live[name] for name in STATS_FIELDS if name in live}
@@ -51,7 +53,7 @@ def batched_stats(generation, live):
         K_counts = {generation.K: live["rounds"]}
     K = max(K_counts, key=K_counts.get, default=None)  # the K used most, as SpeculativeStats.K
     return finite({**dict.fromkeys(STATS_FIELDS), **own, "drafter": generation.drafter, "K": K, "K_counts": K_counts,
-                   "policy": "auto" if generation.K == "auto" else "fixed", "batched": True})
+                   "policy": "auto" if generation.K == "auto" else "fixed", why: True})
 
 
 class StopText:
@@ -108,15 +110,25 @@ class Completion:
         self.live, self.stats, self.finish_reason, self.eot = None, None, None, None
 
     def add_round(self, event, pieces, live, eot_id):
-        """Take one round; returns (new text, this round's token entries)."""
-        entries = token_entries(event, pieces)
-        self.tokens += event.tokens
-        self.provenance += event.provenance
+        """Take one round; returns (new text, this round's token entries). A round that completes a stop
+        string keeps its tokens up to the one whose text completed it: the tokens, provenance and
+        usage are the same whether rounds bring one token (plain) or several (speculative)."""
+        new, kept = "", len(pieces)
+        for i, piece in enumerate(pieces):
+            new += self.text.add(piece)
+            if self.text.stopped:
+                kept = i + 1
+                break
+        entries = token_entries(event, pieces)[:kept]
+        self.tokens += event.tokens[:kept]
+        self.provenance += event.provenance[:kept]
         self.entries += entries
-        self.rounds.append(round_entry(event))
+        self.rounds.append(round_entry(event))  # the round as it ran (its drafts, decisions, n_emitted)
         self.live = live
-        new = "".join(self.text.add(p) for p in pieces)
-        if self.text.stopped or eot_id in event.tokens:
+        if self.text.stopped:
+            self.finish_reason = "stop"
+            self.stats = batched_stats(self.generation, live, "stopped")
+        elif eot_id in event.tokens:
             self.finish_reason = "stop"
         return new, entries
 
@@ -136,9 +148,13 @@ class Completion:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
 
     def extension(self, **extra):
+        """gpt2np's object: how the completion was decoded. A tree run drafts by its tree, not by K: its K
+        is null (each round's K, the nodes it drafted, is in the rounds)."""
         g = self.generation
         return {"speculative": g.drafter is not None, "drafter": g.drafter,
-                "K": g.K if g.drafter else None, "seed": g.seed, "live": self.live, **extra}
+                "K": g.K if g.drafter and g.tree is None else None,
+                "tree": list(g.tree) if isinstance(g.tree, tuple) else g.tree, "seed": g.seed, "live": self.live,
+                **extra}
 
     def chunk(self, text, entries, round_):
         """One streamed event: the new text and the round's tokens with their provenance."""
@@ -146,12 +162,16 @@ class Completion:
                 "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}],
                 "gpt2np": self.extension(tokens=entries, round=round_)}
 
-    def last_chunk(self, text):
-        """The closing event: finish_reason, usage and the full statistics."""
+    def last_chunk(self, text, entries=None):
+        """The closing event: finish_reason, usage and the full statistics; entries: the tokens of the
+        round it closes, when a stop string ended that round (its tokens are sent nowhere else)."""
         body = self.final()
         body["choices"][0]["text"] = text
-        body["gpt2np"].pop("tokens")
         body["gpt2np"].pop("rounds")
+        if entries is None:
+            body["gpt2np"].pop("tokens")
+        else:
+            body["gpt2np"]["tokens"] = entries
         return body
 
     def final(self):

@@ -19,6 +19,11 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
     statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs).
 
+Capacity is max_batch + max_queue generations, running and waiting together: a request is refused
+(429) only when that many are in already. Jobs join the batch at step boundaries only, so a burst that
+arrives during a step waits in the queue for slots that are free; counting the queue alone against
+max_queue would refuse it although slots are free.
+
 Each round becomes a message for the request that asked for it, as it comes. Every job gets the
 tokens it would get alone: each sequence of the packed pass keeps its own cache, options and rng.
 `open_stream` (speculative, alone) and `_add_to_batch` (packed) are the places that call the decoders.
@@ -61,12 +66,15 @@ class Engine:
         self.model_id = served_name(model_id or getattr(target, "name", "gpt2np"))
         self.tokenizer, self.n_ctx = target.tokenizer, target.n_ctx
         self.max_queue, self.max_batch, self.prefill_chunk = max_queue, max_batch, prefill_chunk
-        self._waiting = queue.Queue(maxsize=max_queue)
+        self._waiting = queue.Queue()  # unbounded: submit() bounds running + waiting (self._taken)
+        self._taken, self._lock = 0, threading.Lock()  # jobs submitted and not yet gone: at most capacity
         self._thread, self._stopping = None, False
         self._active, self._members = {}, {}  # job -> Active; (batch, handle) -> its job
         self._new_batches()
         self._seconds_per_job = 1.0  # running mean, for Retry-After
-        self.served = self.cancelled = 0  # generations run; generations stopped or skipped: their client left
+        # answered (to max_tokens, <|endoftext|> or a stop string); their client left (running or waiting);
+        # ended by an error (500, or a 400 the checks missed)
+        self.served = self.cancelled = self.failed = 0
 
     def _new_batches(self):
         """The packed batches, empty: plain jobs in one, drafting jobs in one per served draft model."""
@@ -119,6 +127,7 @@ class Engine:
             if job is not None:
                 job.cancel()
                 job.put(("error", 503, "the server is shutting down"))
+                self._release()
         if self._thread is not None:
             self._waiting.put(None)
             self._thread.join(timeout=10)
@@ -140,6 +149,11 @@ class Engine:
     @property
     def busy(self):
         return bool(self._active)
+
+    @property
+    def capacity(self):
+        """Generations the server takes at once: max_batch running, max_queue more waiting."""
+        return self.max_batch + self.max_queue
 
     # requests -----------------------------------------------------------------------------------
     def encode(self, prompt):
@@ -176,15 +190,23 @@ class Engine:
             raise RequestError(_field_named(str(e)), str(e).splitlines()[0]) from None
 
     def submit(self, generation, loop):
-        """Queue a checked generation; returns its Job. QueueFull when the queue is full."""
+        """Queue a checked generation; returns its Job. QueueFull when max_batch + max_queue generations
+        are running or waiting already: a free batch slot is room, even before the worker's next step
+        boundary admits the job into it."""
         job = Job(generation, loop)
         if not self.alive:
             raise QueueFull(self.retry_after(), status=503)
-        try:
-            self._waiting.put_nowait(job)
-        except queue.Full:
-            raise QueueFull(self.retry_after()) from None
+        with self._lock:  # request threads submit, the worker releases: one count for both
+            if self._taken >= self.capacity:
+                raise QueueFull(self.retry_after())
+            self._taken += 1
+        self._waiting.put(job)
         return job
+
+    def _release(self):
+        """A submitted job is gone (answered, cancelled, failed or refused at shutdown): its room is free."""
+        with self._lock:
+            self._taken -= 1
 
     def retry_after(self):
         """Whole seconds until a slot is likely free (max_batch jobs end per mean job time): at least 1."""
@@ -222,6 +244,7 @@ class Engine:
                 self._stopping = True  # stop(): finish what runs, admit nothing more
             elif job.cancelled.is_set():  # its client left while it waited
                 self.cancelled += 1
+                self._release()
             else:
                 self._open(job)
         return bool(self._active) or not self._stopping
@@ -245,6 +268,8 @@ class Engine:
                 active.stream = self.open_stream(g)
         except ValueError as e:  # check() should have caught it; still the client's error
             job.put(("error", 400, str(e).splitlines()[0]))
+            self.failed += 1
+            self._release()
             return
         self._active[job] = active
 
@@ -253,7 +278,7 @@ class Engine:
         packed round per drafting batch, one round of each other speculative job; every round goes to
         its request as it comes."""
         for job in [job for job in self._active if job.cancelled.is_set()]:
-            self._leave(job, ("cancelled",))
+            self._leave(job, ("stopped",) if job.satisfied else ("cancelled",))
         for batch in (b for b in (self._batch, *self._drafting.values()) if len(b)):
             for handle, event in batch.step():
                 job = self._members[batch, handle]
@@ -277,8 +302,9 @@ class Engine:
         job.put(("round", event, pieces, active.live.as_dict()))
 
     def _leave(self, job, message):
-        """The job leaves the active set at once: done (its tail and live statistics added),
-        cancelled (its decoder stopped where it is), or failed."""
+        """The job leaves the active set at once: done (its tail and live statistics added), stopped
+        (its request has its answer: a stop string), cancelled (its client left), or failed; for the
+        last three its decoder stops where it is. The counters: served for done and stopped."""
         active = self._active.pop(job)
         if active.batch is not None:
             active.batch.cancel(active.handle)
@@ -287,10 +313,14 @@ class Engine:
             active.stream.close()
         if message[0] == "done":
             message = (*message, active.texts.flush(), active.live.as_dict())
+        if message[0] in ("done", "stopped"):
+            self.served += 1
         elif message[0] == "cancelled":
             self.cancelled += 1
+        else:
+            self.failed += 1
         job.put(message)
-        self.served += 1
+        self._release()
         self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * (time.perf_counter() - active.started)
 
 

@@ -49,13 +49,18 @@ class Job:
     """A generation and the channel its messages go back on (an asyncio queue of the request's loop).
 
     Messages: ("round", event, pieces, live) per round, then ("done", result, tail, live), or
-    ("error", status, message), or ("cancelled",).
+    ("error", status, message), or ("cancelled",) / ("stopped",) (after cancel() / finish()).
+
+    `cancelled` tells the worker to stop the job; `satisfied` says why: False, its client left
+    (counted as cancelled), True, its request had its answer before the decoder ended (a stop
+    string: counted as served).
     """
 
     def __init__(self, generation, loop):
         self.generation, self.loop = generation, loop
         self.messages = asyncio.Queue()
         self.cancelled = threading.Event()
+        self.satisfied = False
 
     def put(self, message):
         try:
@@ -64,6 +69,13 @@ class Job:
             self.cancelled.set()
 
     def cancel(self):
+        """The client left (or the request ended otherwise): stop generating."""
+        self.cancelled.set()
+
+    def finish(self):
+        """The request has its answer (a stop string): stop generating, counted as served."""
+        if not self.cancelled.is_set():
+            self.satisfied = True
         self.cancelled.set()
 
 

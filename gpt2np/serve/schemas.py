@@ -18,9 +18,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from gpt2np.report import TREE_MAX_NODES, tree_nodes
 from .engine import RequestError
 
-Float = Annotated[float, Field(strict=True)]  # strict float still takes ints (1 means 1.0)
+# strict float still takes ints (1 means 1.0); NaN and infinity (Python's json reads NaN, Infinity) are
+# refused as such, before a bound would call NaN "greater than 100"
+Float = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for subnormal t: NaN probabilities
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 KValue = Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"]
@@ -34,7 +37,8 @@ FIELD_HELP = {
     "K": "must be an integer from 1 to 32, 'heuristic' or 'auto'",
     "gamma": "must be an integer from 1 to 32, 'heuristic' or 'auto' (gamma is another name of K)",
     "stop": "must be a string or a list of at most 4 non-empty strings",
-    "tree": "must be a list of 1 to 8 integers from 1 to 8 (children per depth, e.g. [3, 2, 1]) or 'auto'",
+    "tree": "must be a list of 1 to 8 integers from 1 to 8 (children per depth, e.g. [3, 2, 1], at most 64 nodes "
+            "in all) or 'auto'",
 }
 # other repositories' names for our fields (Leviathan et al.'s gamma; Hugging Face's max_new_tokens);
 # max_length (prompt + new tokens, Hugging Face's meaning) needs the prompt's length: new_tokens()
@@ -83,6 +87,9 @@ class SamplingFields(Strict):
             said = "K" if "K" in self.model_fields_set else "gamma"
             raise ValueError(f"tree: a tree fixes each round's drafts: leave {said} out (a tree round's K is the "
                              f"nodes it drafts)")
+        if isinstance(self.tree, list) and tree_nodes(self.tree) > TREE_MAX_NODES:
+            raise ValueError(f"tree: at most {TREE_MAX_NODES} nodes in all (the rows the loop keeps for a tree; "
+                             f"[3, 2, 1] drafts 15), got {self.tree} with {tree_nodes(self.tree)}")
         if 0 < self.temperature < MIN_TEMPERATURE:
             raise ValueError(f"temperature: must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature!r}")
         for alias, name in ALIASES.items():

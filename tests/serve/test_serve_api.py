@@ -19,6 +19,7 @@ import requests  # noqa: E402
 
 import gpt2np  # noqa: E402
 from serve_helpers import DRAFT, TARGET, bundled_engine, running_server  # noqa: E402
+from test_serve_load import wait_until  # noqa: E402
 
 PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
 
@@ -121,6 +122,40 @@ def test_stop_text_ignores_what_follows_a_stop_inside_one_round(stop_at):
     text = StopText([stop, "@@"])
     sent = "".join(text.add(p) for p in pieces) + text.flush()
     assert text.stopped and sent == full[:full.index(stop)], (stop, sent)
+
+
+def streamed_or_whole(url, body, stream):
+    """One completion -> (usage, the token entries, the stats), from the body or from every event."""
+    answer = requests.post(url + "/v1/completions", json={**body, "stream": stream}, stream=stream, timeout=60)
+    assert answer.status_code == 200, answer.text
+    if not stream:
+        extension = answer.json()["gpt2np"]
+        return answer.json()["usage"], extension["tokens"], extension["stats"]
+    events = [json.loads(line[6:]) for line in answer.iter_lines(decode_unicode=True)
+              if line.startswith("data: ") and line != "data: [DONE]"]
+    tokens = [t for e in events for t in e["gpt2np"].get("tokens", [])]
+    return events[-1]["usage"], tokens, events[-1]["gpt2np"]["stats"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_cuts_tokens_and_usage_alike_in_every_mode(server, local, stream):
+    """A speculative round brings several tokens: the tokens (and usage) end at the one whose text completes
+    the stop string, as a plain run's do, and the run's statistics are still reported; /health counts
+    each run served, none cancelled (its client did not leave)."""
+    (url, engine), (target, _) = server, local
+    body = {"model": TARGET, "prompt": "ROMEO:", "max_tokens": 16, "temperature": 0, "stop": "wil"}
+    before = (engine.served, engine.cancelled)
+    modes = [{}, {"speculative": False}, {"tree": [2, 1]}, {"drafter": "ngram"}]
+    answers = [streamed_or_whole(url, {**body, **mode}, stream) for mode in modes]
+    ids = [[t["id"] for t in tokens] for _, tokens, _ in answers]
+    assert all(i == ids[0] for i in ids), ids
+    text = target.tokenizer.decode(ids[0])
+    assert "wil" in text and "wil" not in target.tokenizer.decode(ids[0][:-1]), text
+    assert all(usage["completion_tokens"] == len(ids[0]) for usage, _, _ in answers), answers
+    stats = [stats for _, _, stats in answers]
+    assert stats[1] is None and all(stats[i] and stats[i]["rounds"] >= 1 for i in (0, 2, 3)), stats
+    assert wait_until(lambda: engine.served - before[0] == len(modes)), (engine.served, before)
+    assert engine.cancelled == before[1]
 
 
 def test_token_id_prompt_equals_text_prompt(client, local):

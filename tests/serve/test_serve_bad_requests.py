@@ -16,6 +16,7 @@ from serve_helpers import TARGET, bundled_engine, running_server  # noqa: E402
 
 MAX_BODY = 64 * 1024
 GOOD = {"model": TARGET, "prompt": "KING:", "max_tokens": 8}
+GOOD_TEXT = '{"prompt": "KING:", "max_tokens": 8}'
 
 
 def with_(**fields):
@@ -102,11 +103,44 @@ def test_bad_request_is_a_4xx_json_error_naming_the_field(server, case, path, bo
         assert error["param"] == field and field in error["message"], f"{case}: {error}"
 
 
+# (case, body, Content-Type, what the message must say, the field it names)
+SAID = [
+    ("temperature NaN", GOOD_TEXT.replace("}", ', "temperature": NaN}'), "application/json",
+     "temperature: must be a finite number", "temperature"),
+    ("top_p Infinity", GOOD_TEXT.replace("}", ', "top_p": Infinity}'), "application/json",
+     "top_p: must be a finite number", "top_p"),
+    ("a logit_bias NaN", GOOD_TEXT.replace("}", ', "logit_bias": {"5": NaN}}'), "application/json",
+     "must be a finite number", "logit_bias"),
+    ("JSON sent as text/plain", GOOD_TEXT, "text/plain", "Content-Type: application/json (got 'text/plain')", None),
+    ("JSON sent as a form", GOOD_TEXT, "application/x-www-form-urlencoded", "Content-Type: application/json", None),
+    ("JSON without a Content-Type", GOOD_TEXT, None, "Content-Type: application/json (none was sent)", None),
+    ("invalid UTF-8", b'{"prompt": "\xff\xfe", "max_tokens": 8}', "application/json", "must be UTF-8 JSON", None),
+]
+
+
+@pytest.mark.parametrize("case, body, content_type, says, field", SAID, ids=[c[0] for c in SAID])
+def test_the_message_says_what_is_wrong(server, case, body, content_type, says, field):
+    url, _ = server
+    headers = {"Content-Type": content_type} if content_type else {}
+    answer = requests.post(url + "/v1/completions", data=body, headers=headers, timeout=30)
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and says in error["message"], f"{case}: {error}"
+    assert error["param"] == field and error["type"] == "invalid_request_error", f"{case}: {error}"
+
+
 def test_wrong_method_and_path_are_json_errors(server):
     url, _ = server
     for answer, status in ((requests.get(url + "/v1/completions", timeout=10), 405),
                            (requests.get(url + "/nowhere", timeout=10), 404)):
         assert answer.status_code == status and answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/", "/health", "/v1/models"])
+def test_head_is_allowed_where_get_is(server, path):
+    url, _ = server
+    got, head = requests.get(url + path, timeout=10), requests.head(url + path, timeout=10)
+    assert (head.status_code, head.content) == (200, b"") and got.status_code == 200
+    assert head.headers["content-type"] == got.headers["content-type"]
 
 
 def test_healthy_and_correct_after_the_table(server):

@@ -149,6 +149,56 @@ def test_a_full_queue_answers_busy_while_four_run(reference, caplog):
     assert not logged_errors(caplog)
 
 
+def burst(pool, url, bodies):
+    """Send every body at once (a barrier releases the clients together) -> their futures."""
+    barrier = threading.Barrier(len(bodies))
+
+    def client(i, body):
+        barrier.wait(timeout=30)
+        return complete(url, body, i % 2 == 1)
+    return [pool.submit(client, i, body) for i, body in enumerate(bodies)]
+
+
+def test_a_burst_while_a_step_runs_fills_the_free_slots_before_it_is_busy(reference, caplog):
+    """max_batch 4, max_queue 1: while 1 runs (its step held, so nobody joins), a burst of 4 all wait for
+    the 3 free slots and the queue's 1 (running + waiting reach max_batch + max_queue, none refused);
+    a second burst of 3 is then all 429; every admitted request is answered with generate's text."""
+    engine = batching_engine(max_batch=4, max_queue=1)
+    held = HeldSteps(engine)
+    bodies = [{"prompt": p, "max_tokens": 8, "temperature": 0, "speculative": False} for p in PROMPTS[:5]]
+    with running_server(engine) as url, ThreadPoolExecutor(8) as pool:
+        sent = [pool.submit(complete, url, bodies[0], False)]
+        assert wait_until(lambda: len(held.seen) == 1)                    # 1 running, its step held
+        sent += burst(pool, url, bodies[1:])
+        assert wait_until(lambda: engine.queued == 4 or any(f.done() for f in sent[1:]))
+        refused = [f.result(timeout=60) for f in burst(pool, url, bodies[:3])]
+        assert [status for status, _, _ in refused] == [429] * 3, refused
+        assert all(error["error"]["code"] == "queue_full" for _, error, _ in refused)
+        held.free()
+        answers = [f.result(timeout=60) for f in sent]
+        health = requests.get(url + "/health", timeout=10).json()
+    texts = [expected(reference, b["prompt"], b["max_tokens"]) for b in bodies]
+    assert [(status, text) for status, text, _ in answers] == [(200, t) for t in texts], answers
+    assert (health["served"], health["cancelled"], health["failed"]) == (5, 0, 0), health
+    assert not logged_errors(caplog)
+
+
+def test_a_burst_beyond_capacity_loses_nothing(reference):
+    """9 requests at once on max_batch 4, max_queue 1: at least the first 5 in are served; each of the
+    others is served or answered 429 (never lost, never an error), and /health counts the served ones."""
+    engine = batching_engine(max_batch=4, max_queue=1)
+    bodies = [{"prompt": PROMPTS[i % 8], "max_tokens": 16, "temperature": 0, "speculative": False} for i in range(9)]
+    with running_server(engine) as url, ThreadPoolExecutor(9) as pool:
+        answers = [f.result(timeout=120) for f in burst(pool, url, bodies)]
+        health = requests.get(url + "/health", timeout=10).json()
+    served = [(body, text) for body, (status, text, _) in zip(bodies, answers) if status == 200]
+    busy = [error for status, error, _ in answers if status == 429]
+    assert len(served) + len(busy) == 9 and len(served) >= 5, answers
+    assert all(text == expected(reference, b["prompt"], b["max_tokens"]) for b, text in served)
+    assert all(error["error"]["code"] == "queue_full" for error in busy)
+    assert (health["served"], health["cancelled"], health["failed"], health["active"]) == (len(served), 0, 0, 0)
+
+
 def test_a_streaming_client_leaving_does_not_disturb_the_others(reference, caplog):
     engine = batching_engine()
     held = HeldSteps(engine, delay=0.01)  # 200 tokens take > 2 s: the leaver is still running when it leaves
@@ -171,7 +221,7 @@ def test_a_streaming_client_leaving_does_not_disturb_the_others(reference, caplo
     assert max(size for size, _ in held.seen) == 4 and held.seen[-1][0] < 4, held.seen
     texts = [expected(reference, b["prompt"], b["max_tokens"]) for b in bodies]
     assert [(status, text) for status, text, _ in answers] == [(200, t) for t in texts]
-    assert engine.served == 4 and not logged_errors(caplog)
+    assert (engine.served, engine.cancelled, engine.failed) == (3, 1, 0) and not logged_errors(caplog)
 
 
 def test_speculative_requests_run_a_round_each_beside_the_packed_step(reference, caplog):
@@ -276,7 +326,9 @@ def test_a_failing_packed_step_answers_500_and_the_server_goes_on(reference, cap
         status, error, _ = complete(url, body, False)
         assert status == 500 and error["error"]["type"] == "server_error" and "Traceback" not in str(error)
         assert complete(url, body, True)[:2] == (200, expected(reference, "KING:", 12))
-        assert requests.get(url + "/health", timeout=10).json()["status"] == "ok"
+        health = requests.get(url + "/health", timeout=10).json()
+        assert health["status"] == "ok"
+        assert (health["served"], health["cancelled"], health["failed"]) == (1, 0, 1), health
     assert any("generation failed" in m for m in logged_errors(caplog))
 
 

@@ -149,7 +149,12 @@ def test_tree_field_drafts_trees_and_reports_each_round_s_tree(client, local):
         completion = client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=20, temperature=0,
                                                extra_body={"tree": tree})
         assert completion.choices[0].text == want, (tree, completion.choices[0].text)
-        rounds = completion.model_extra["gpt2np"]["rounds"]
+        rounds, extension = completion.model_extra["gpt2np"]["rounds"], completion.model_extra["gpt2np"]
+        assert (extension["K"], extension["tree"]) == (None, tree), "a tree run reported a K it did not use"
+        streamed = list(client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=20, temperature=0,
+                                                  stream=True, extra_body={"tree": tree}))
+        assert {(c.model_extra["gpt2np"]["K"], str(c.model_extra["gpt2np"]["tree"])) for c in streamed} == \
+            {(None, str(tree))}
         if tree == [3, 2]:
             assert rounds[0]["parents"] == [-1, 0, 0, 0, 1, 1, 2, 2, 3, 3], rounds[0]
             assert all(len(r["path"]) <= 2 for r in rounds if "path" in r), rounds
@@ -162,6 +167,8 @@ def test_tree_field_drafts_trees_and_reports_each_round_s_tree(client, local):
     ({"tree": [2], "gamma": 3}, "leave gamma out"),
     ({"tree": [2], "speculative": False}, "tree: a token tree is drafted: leave speculative true"),
     ({"tree": "auto", "drafter": "ngram"}, "tree: 'auto' picks the shapes a draft model grows"),
+    ({"tree": [8, 8]}, "tree: at most 64 nodes in all"),           # 72 nodes: past the rows kept for a tree
+    ({"tree": [8] * 8}, "tree: at most 64 nodes in all"),          # 19 million nodes, once cut to 64 a round
 ])
 def test_bad_tree_fields_are_a_400_naming_tree(server, fields, message):
     status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=5, **fields)

@@ -1,10 +1,10 @@
 """gpt2np.serve under load: many clients at once, a full queue, clients that leave mid-stream.
 
-The worker runs one generation at a time; these tests check that every request is answered with
-the right text (none lost, none mixed up), that a full queue answers 429 with Retry-After, and
-that a client that disconnects stops its generation instead of holding the worker. Where timing
-would decide the outcome, the worker is held on a gate (serve_helpers.slow_down) so the test
-is deterministic; no test asserts a duration.
+These tests check that every request is answered with the right text (none lost, none mixed up),
+that a full server (max_batch running, max_queue waiting) answers 429 with Retry-After, and that a
+client that disconnects stops its generation instead of holding the worker. Where timing would
+decide the outcome, the worker is held on a gate (serve_helpers.slow_down) so the test is
+deterministic; no test asserts a duration.
 """
 import json
 import threading
@@ -112,7 +112,8 @@ def test_32_concurrent_clients_every_request_answered_correctly():
 
 
 def test_a_full_queue_answers_429_with_retry_after_then_recovers():
-    engine, gate = bundled_engine(max_queue=2), threading.Event()
+    """One at a time (max_batch 1: a free batch slot would be room too) with a queue of 2."""
+    engine, gate = bundled_engine(max_queue=2, max_batch=1), threading.Event()
     slow_down(engine, gate=gate)
     body = {"prompt": "ROMEO:\n", "max_tokens": 10, "temperature": 0}
     with running_server(engine) as url, ThreadPoolExecutor(3) as pool:
@@ -146,7 +147,9 @@ def test_a_client_leaving_mid_stream_stops_its_generation_and_frees_the_worker()
         target = gpt2np.load_model(TARGET)
         expected = target.tokenizer.decode(gpt2np.generate(target, target.tokenizer.encode("KING:"), 12, temperature=0))
         assert status == 200 and text == expected
-        assert not requests.get(url + "/health", timeout=10).json()["busy"]
+        health = requests.get(url + "/health", timeout=10).json()
+        assert not health["busy"]
+        assert (health["served"], health["cancelled"], health["failed"]) == (1, 1, 0), "the leaver counted as served"
 
 
 def test_a_client_leaving_while_queued_is_skipped():

@@ -13,10 +13,11 @@ Traceback (most recent call last):
 gpt2np.console.commands.CommandError: temperature must be a finite number >= 0 (0 means greedy), got -1.0
 """
 import math
+import re
 from dataclasses import dataclass, replace
 
 from gpt2np import check_sampling_options, is_greedy, make_policy
-from gpt2np.report import tree_from_text
+from gpt2np.report import TREE_MAX_NODES, TREE_MAX_WIDTH, tree_from_text, tree_nodes
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")
@@ -103,42 +104,78 @@ def exactly(args, n, usage):
     return args
 
 
-def checked(settings):
-    """settings, if the sampling options and K policy are valid; else the one-line CommandError."""
+def checked(settings, spell=str):
+    """settings, if the sampling options and K policy are valid; else the one-line CommandError,
+    the setting named as the user typed it: spell("top_p") is "--top_p" for a flag, "top_p" here."""
     try:
         check_sampling_options(**settings.sampling)
         make_policy(settings.K, settings.K_max)
     except ValueError as e:
-        raise CommandError(str(e)) from None
+        raise CommandError(re.sub(r"^(temperature|top_k|top_p|K_max)\b", lambda m: spell(m[1]), str(e))) from None
     return settings
+
+
+def K_value(text, flag):
+    """K as typed after `flag` (--K on the command line, :K here): an integer >= 1, heuristic or auto.
+    The one place K's error is worded, so that it names what the user typed."""
+    if text in ("heuristic", "auto"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        got = repr(text) if value is None else value
+        raise CommandError(f"{flag} must be an integer >= 1, 'heuristic' or 'auto', got {got}")
+    return value
+
+
+def check_tree_drafter(tree, drafter, spell):
+    """Prompt lookup proposes earlier matches as a trie of the shape given: it grows no shapes for
+    tree auto to choose among (speculative.py would refuse it at every prompt, in the API's words)."""
+    if tree == "auto" and drafter == "ngram":
+        raise CommandError(f"{spell('tree')} auto picks the shapes a draft model grows; prompt lookup takes a "
+                           f"fixed shape, e.g. {spell('tree')} 3,1")
 
 
 # ---- the commands ---------------------------------------------------------------------------------
 
 def set_K(s, args):
+    """K drafts a chain: it turns a tree off (describe_change says "tree: off"), as --K and --tree
+    are refused together on the command line; a tree set after it keeps K for when it is off."""
     if not 1 <= len(args) <= 2:
         raise CommandError("usage: :K N | heuristic [K_max] | auto [K_max]")
+    s = replace(s, tree=None)
     if args[0] in ("heuristic", "auto"):
         K_max = integer(args[1], "K_max", 1) if len(args) == 2 else s.K_max
         return replace(s, K=args[0], K_max=K_max)
     if len(args) == 2:
         raise CommandError("K_max bounds :K heuristic or :K auto only (a fixed K is its own bound)")
-    return replace(s, K=integer(args[0], "K (draft tokens per round; or heuristic / auto)", 1))
+    return replace(s, K=K_value(args[0], ":K"))
 
 
 def tree_widths(text):
-    """A tree as :tree and --tree take it: '3,2,1' -> (3, 2, 1), 'auto', or 'off' / 'none' -> None."""
+    """A tree as :tree and --tree take it: '3,2,1' -> (3, 2, 1), 'auto', or 'off' / 'none' -> None; a
+    typed tree within report's caps (TREE_MAX_WIDTH children a node, TREE_MAX_NODES nodes), as main.py's."""
     if text.lower() in ("off", "none"):
         return None
     try:
-        return tree_from_text(text.lower() if text.lower() == "auto" else text)
+        tree = tree_from_text(text.lower() if text.lower() == "auto" else text)
     except ValueError:
         raise CommandError(f"tree must be children per depth, comma-separated integers >= 1 (e.g. 3,2,1), "
                            f"auto or off, got {text!r}") from None
+    if tree != "auto" and (max(tree) > TREE_MAX_WIDTH or tree_nodes(tree) > TREE_MAX_NODES):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        got = f"{max(tree)} children a node" if max(tree) > TREE_MAX_WIDTH else f"{tree_nodes(tree)} nodes"
+        raise CommandError(f"tree {shown!r} is too big: at most {TREE_MAX_WIDTH} children a node and "
+                           f"{TREE_MAX_NODES} nodes in all (3,2,1 drafts 15), got {got}")
+    return tree
 
 
 def set_tree(s, args):
-    return replace(s, tree=tree_widths(exactly(args, 1, ":tree W1,W2,...|auto|off")[0]))
+    tree = tree_widths(exactly(args, 1, ":tree W1,W2,...|auto|off")[0])
+    check_tree_drafter(tree, s.drafter, lambda name: f":{name}")
+    return replace(s, tree=tree)
 
 
 def optional(args, name, parse):
@@ -251,7 +288,9 @@ def parse_command(line, settings):
     if name in ACTIONS:
         if name == "drafter":  # the rest of the line: a folder's name may hold spaces
             exactly(args[:1], 1, ACTIONS[name][0])
-            return Outcome(settings, action=name, argument=line[1:].split(None, 1)[1].strip())
+            drafter = line[1:].split(None, 1)[1].strip()
+            check_tree_drafter(settings.tree, drafter, lambda name: f":{name}")  # before loading it
+            return Outcome(settings, action=name, argument=drafter)
         exactly(args, 0, ACTIONS[name][0])
         return Outcome(settings, action=name)
     if name not in COMMANDS:

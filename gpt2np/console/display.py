@@ -5,6 +5,14 @@ The trace shows Leviathan et al.'s acceptance rule (Algorithm 1; speculative_ker
 draft x is accepted with probability min(1, p(x) / q(x)), p the target's distribution, q the
 draft's. At temperature 0 both are one-hot (argmax), so the probability is 1 or 0. Prompt lookup
 (the ngram drafter) proposes with certainty: q(x) = 1, so x is accepted with probability p(x).
+
+A token tree (tree_kernel.py) is traced by the nodes the kernel tried (RoundEvent.tried), in the
+order it tried them, never by every drafted node: a sibling tried after a rejected one is tested
+against the target's residual (and, without replacement, q without the rejected tokens), not the
+p(x) and q(x) shown, so its line says so instead of min(1, p/q); at temperature 0 every node is
+accepted when it is the target's argmax (p one-hot: min(1, p/q) is 1 or 0 where q(x) > 0). The
+round ends with a bonus only when the accepted path reached a leaf, else with the target's
+resample after the last node's children were rejected.
 """
 
 
@@ -13,19 +21,49 @@ def token_label(tokenizer, token):
     return repr(tokenizer.decode_bytes([token]).decode("utf-8", errors="replace"))
 
 
-def trace_lines(event, n_round, tokenizer):
-    """One speculative round for the debug trace: the drafts, each accept / reject, the last token."""
+def trace_lines(event, n_round, tokenizer, greedy=False):
+    """One speculative round for the debug trace: the drafts, each accept / reject, the last token.
+    greedy (temperature 0): a tree's later siblings face the argmax too, not a residual."""
     label = lambda t: token_label(tokenizer, t)  # noqa: E731
     first = event.n_emitted - len(event.tokens) + 1
     head = f"  round {n_round} (tokens {first}-{event.n_emitted}): "
     if not event.drafts:  # a plain step: K = 0 chosen, or prompt lookup found nothing to propose
         return [head + f"no drafts (K=0), target token {label(event.tokens[-1])}"]
+    if not is_chain(event.parents):
+        return [head + f"tree of {len(event.drafts)} nodes, drafted "
+                + " ".join(f"{i}:{label(x)}" for i, x in enumerate(event.drafts, 1)),
+                *tree_trace_lines(event, label, greedy)]
     lines = [head + f"K={len(event.drafts)}, drafted " + " ".join(label(t) for t in event.drafts)]
     for x, p, q, accepted in zip(event.drafts, event.p_at_drafts, event.q_at_drafts, event.decisions):
         lines.append(f"    {label(x):<8} p(x)={p:.4f}  q(x)={q:.4f}  min(1, p/q)={min(1.0, p / q):.4f}  "
                      + ("accepted" if accepted else "rejected"))
     kind = event.provenance[-1]
     lines.append(f"    {kind} {label(event.tokens[-1])}" + ("  (all drafts accepted)" if kind == "bonus" else ""))
+    return lines
+
+
+def is_chain(parents):
+    """A chain's parents are (-1, 0, 1, ..., k-1); an event without them (built by hand) is one too."""
+    return tuple(parents) in ((), tuple(range(-1, len(parents) - 1)))
+
+
+def tree_trace_lines(event, label, greedy):
+    """A tree round's tried nodes, in the order the kernel tried them, then its last token."""
+    lines, previous = [], None
+    where = lambda node: "the root" if node == 0 else f"node {node}"  # noqa: E731  (0: the context's newest token)
+    for node, accepted in event.tried:
+        x, p, q, parent = event.drafts[node - 1], event.p_at_drafts[node - 1], event.q_at_drafts[node - 1], \
+            event.parents[node]
+        later_sibling = previous is not None and event.parents[previous] == parent  # one was rejected before it
+        test = ("tested against the residual" if later_sibling and not greedy
+                else f"min(1, p/q)={min(1.0, p / q):.4f}" if q > 0 else "argmax test")  # q 0: greedy's later siblings
+        lines.append(f"    node {node} {label(x):<8} (under {where(parent)})  p(x)={p:.4f}  q(x)={q:.4f}  {test}  "
+                     + ("accepted" if accepted else "rejected"))
+        previous = node
+    kind, last = event.provenance[-1], event.path[-1] if event.path else 0
+    why = {"bonus": f"  ({where(last)} is a leaf: its path accepted)",
+           "resample": f"  (every child of {where(last)} rejected)"}.get(kind, "")
+    lines.append(f"    {kind} {label(event.tokens[-1])}{why}")
     return lines
 
 

@@ -2,7 +2,7 @@
 --mirror, --hf_endpoint as every command has them), and the first settings they give."""
 import argparse
 
-from .commands import Settings, checked, tree_widths
+from .commands import Settings, K_value, check_tree_drafter, checked, tree_widths
 from gpt2np import bundled_models
 from ..report import OneLineErrorParser, add_loading_flags
 
@@ -27,7 +27,7 @@ def parse_args(argv):
                         f"default target: {DEFAULT_DRAFT}; with another target: none until :drafter)")
     p.add_argument("--ngram_max", type=int, default=3, help="prompt lookup's longest n-gram")
     add_loading_flags(p)
-    p.add_argument("--K", default="4", help="draft tokens per round, or 'heuristic' / 'auto'")
+    p.add_argument("--K", default=None, help="draft tokens per round, or 'heuristic' / 'auto' (default: 4)")
     p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
     p.add_argument("--tree", default=None, metavar="W1,W2,...|auto",
                    help="draft a token tree each round instead of K drafts: children per depth (3,2,1), or 'auto' "
@@ -43,21 +43,40 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def flag(name):
+    """A setting as the command line spells it, for errors that name what the user typed."""
+    return f"--{name}"
+
+
 def initial_settings(args):
     """Settings from the flags, checked like the commands that change them (one-line ValueError)."""
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.ngram_max < 1:
         raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
+    if args.seed < 0:  # np.random.default_rng refuses it too, but only at the first prompt, in NumPy's words
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
     drafter = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
+    check_drafting_flags(args, drafter)
     n_tokens = args.n_tokens_to_generate
     if n_tokens is None:
         n_tokens = 200 if args.target_model_size is None else 40
     if n_tokens < 1:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {n_tokens}")
-    K = args.K if args.K in ("heuristic", "auto") else int(args.K) if args.K.lstrip("-").isdigit() else args.K
+    K = K_value(args.K, "--K") if args.K is not None else Settings.K
     tree = tree_widths(args.tree) if args.tree is not None else None
+    check_tree_drafter(tree, drafter, flag)
     return checked(Settings(K=K, K_max=args.K_max, tree=tree, temperature=args.temperature, top_k=args.top_k,
                             top_p=args.top_p, seed=args.seed, n_tokens=n_tokens, drafter=drafter,
-                            speculative=drafter is not None, target=drafter is None))
+                            speculative=drafter is not None, target=drafter is None), flag)
+
+
+def check_drafting_flags(args, drafter):
+    """--K and --tree as main.py takes them: each needs a drafter, and a tree fixes each round's drafts
+    (a setting the run would drop is refused, not ignored). In the console, :K turns a tree off."""
+    if drafter is None and (args.K is not None or args.tree is not None):
+        raise ValueError(f"{'--K' if args.K is not None else '--tree'} needs a drafter: add --draft_model_size "
+                         "(a model name, or ngram)")
+    if args.K is not None and args.tree is not None:
+        raise ValueError("--tree fixes each round's drafts: leave --K out (a tree round's K is the nodes it drafts)")
 

@@ -146,7 +146,7 @@ class Console:
             self.out.write(coloured(texts.pieces(event.tokens), event.provenance, self.colour))
             self.out.flush()
             if s.trace and generator == "speculative" and use_cache:  # the no-cache run repeats it
-                traces.append(trace_lines(event, len(traces) + 1, self.target.tokenizer))
+                traces.append(trace_lines(event, len(traces) + 1, self.target.tokenizer, is_greedy(s.temperature)))
         seconds = consume(stream, show)
         self.write(texts.flush())
         if traces:

@@ -130,8 +130,8 @@ def test_every_setting_command_answers_with_what_changed_and_help_shows_it():
     assert "\033" not in out.stdout and "never run" not in out.stdout  # no escapes into a pipe; quit quits
 
 
-BAD = [(":bogus", "unknown command :bogus"), (":", "empty command"), (":K 0", "K (draft tokens per round"),
-       (":K three", "K (draft tokens per round"), (":K 3 5", "K_max bounds"), (":K auto 0", "K_max must be"),
+BAD = [(":bogus", "unknown command :bogus"), (":", "empty command"), (":K 0", ":K must be an integer >= 1"),
+       (":K three", ":K must be an integer >= 1"), (":K 3 5", "K_max bounds"), (":K auto 0", "K_max must be"),
        (":temperature -1", "temperature must be a finite number >= 0"), (":temperature hot", "must be a number"),
        (":top_k 0", "top_k must be an integer >= 1"), (":top_p 1.5", "top_p must be in (0, 1]"),
        (":top_p nan", "finite"), (":sampling", "usage: :sampling"), (":sampling top_k", "usage: :sampling"),
@@ -291,8 +291,8 @@ def test_ctrl_c_stops_a_run_then_quits_at_the_prompt_without_a_traceback():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--K", "0"], "K (draft tokens per round) must be an integer >= 1"),
-    (["--temperature", "-2"], "temperature must be"),
+    (["--K", "0"], "--K must be an integer >= 1, 'heuristic' or 'auto', got 0"),
+    (["--temperature", "-2"], "--temperature must be"),
     (["--n_tokens_to_generate", "0"], "--n_tokens_to_generate must be positive"),
     (["--target_model_size", "999M"], "unknown model '999M'"),
     (["--draft_model_size", "nonsense"], "unknown model 'nonsense'"),

@@ -195,13 +195,23 @@ def test_a_failed_download_names_flags_the_console_accepts(capsys, tmp_path, mod
         assert named in help_text, (named, err)
 
 
-def test_the_console_passes_hf_endpoint_and_models_dir_to_the_loader(capsys, tmp_path):
-    """An hf: name is fetched from --hf_endpoint into --models_dir/owner/name (refused here: no server)."""
+def test_the_console_passes_hf_endpoint_and_models_dir_to_the_loader(capsys, tmp_path, monkeypatch):
+    """An hf: name is fetched from --hf_endpoint (refused here: no server), and a failed fetch leaves nothing in
+    --models_dir; the loader is handed --models_dir and the endpoint as given (recorded by a stand-in)."""
     url = f"http://127.0.0.1:{closed_port()}"
     assert main(["--target_model_size", "hf:someone/gpt2-small", "--models_dir", str(tmp_path),
                  "--hf_endpoint", url]) == 2
     assert url in capsys.readouterr().err
-    assert (tmp_path / "someone" / "gpt2-small").is_dir()
+    assert list(tmp_path.iterdir()) == []  # nothing half-made: the folders the attempt created are gone
+    calls = []
+
+    def loader(name, models_dir, **sources):
+        calls.append((name, models_dir, sources))
+        raise OSError("stand-in")
+    monkeypatch.setattr(gpt2np, "load_model", loader)
+    assert main(["--target_model_size", "hf:someone/gpt2-small", "--models_dir", str(tmp_path),
+                 "--hf_endpoint", url]) == 2
+    assert calls == [("hf:someone/gpt2-small", str(tmp_path), {"base_url": None, "hf_endpoint": url})], calls
 
 
 def test_seeded_speculative_runs_repeat_with_and_without_the_cache(pair):

@@ -8,6 +8,7 @@ import numpy as np
 
 from .checkpoints import download, hub
 from .decoding.policies import POLICIES
+from .decoding.tree_drafts import check_widths
 
 # ANSI colours for where each speculative token came from (see speculative.py); "rejected" is the
 # draft the target rejected in a round, shown before the target's replacement (struck through, dim)
@@ -17,9 +18,14 @@ PROVENANCE_LABELS = {"draft": "accepted draft token", "rejected": "draft the tar
                      "resample": "target resample (after a rejection)",
                      "bonus": "target bonus token (all K drafts accepted)",
                      "target": "target token, no drafts this round (plain step)"}
+TREE_BONUS_LABEL = "target bonus token (a whole path of the tree accepted, to a leaf)"  # a tree run's bonus
 # the same in plain text (a pipe, a file, NO_COLOR): labelled spans; a plain step stays unmarked
 PROVENANCE_MARKERS = {"draft": "accepted", "rejected": "rejected", "resample": "resampled", "bonus": "bonus"}
 RESET = "\033[0m"
+# a tree a command's user types: at most this many children a node, as the server's (serve/schemas.py), and this
+# many nodes a round: the target rows speculative.py keeps past the run for a tree (TREE_ROOM; a bigger tree would
+# be cut to them every round). tree auto's shapes stay within 4 and 15 (tree_policy.py).
+TREE_MAX_WIDTH, TREE_MAX_NODES = 8, 64
 # a library message names the environment variable; a command names its flag too (every command has both)
 COMMAND_HINTS = ((download.HINT, download.mirror_hint(f"--mirror (or ${download.MIRROR_ENV})")),
                  (hub.HINT, hub.hub_hint(f"--hf_endpoint (or ${hub.ENDPOINT_ENV})")))
@@ -47,6 +53,15 @@ def tree_from_text(text):  # -> "auto", or the widths per depth
     if min(widths) < 1:
         raise ValueError(f"tree widths must be >= 1, got {text!r}")
     return widths
+
+
+def tree_nodes(widths):  # -> the nodes a tree of these widths drafts: (3, 2, 1) -> 3 + 6 + 6 = 15
+    return int(sum(np.cumprod(widths, dtype=object)))  # Python ints: exact, however wide
+
+
+def check_tree_size(widths):  # -> widths, or a ValueError naming the caps
+    """A tree a command's user typed, within TREE_MAX_WIDTH and TREE_MAX_NODES. Each command words its own error."""
+    return check_widths(widths, TREE_MAX_WIDTH, TREE_MAX_NODES)
 
 
 def command_error_line(error):
@@ -161,13 +176,15 @@ def marked(pieces, provenance, style, rejected=None):
     return "".join(t for k, t in spans if k != "rejected")
 
 
-def provenance_legend(provenance, colour=True, markers=False, n_rejected=None):
+def provenance_legend(provenance, colour=True, markers=False, n_rejected=None, tree=False):
     """One line per kind of token, with its colour (or its plain-text marker) and how many tokens of
-    that kind there were; n_rejected: how many rejected drafts were shown (None: none were)."""
+    that kind there were; n_rejected: how many rejected drafts were shown (None: none were); tree:
+    the run drafted token trees (a bonus token follows a whole path, not K drafts)."""
     legend = []
     for kind, label in PROVENANCE_LABELS.items():
         if (kind == "target" and kind not in provenance) or (kind == "rejected" and n_rejected is None):
             continue  # only rounds without drafts make target tokens: no need to explain them otherwise
+        label = TREE_BONUS_LABEL if tree and kind == "bonus" else label
         swatch = f"{PROVENANCE_COLOURS[kind]}{kind}{RESET}" if colour and PROVENANCE_COLOURS[kind] else kind
         swatch = f"[{PROVENANCE_MARKERS[kind]}: ...]" if markers and kind in PROVENANCE_MARKERS else swatch
         count = n_rejected if kind == "rejected" else provenance.count(kind)
@@ -191,12 +208,23 @@ def _fmt(x, spec, unit=""):
     return "n/a" if x is None else format(x, spec) + unit
 
 
+def is_tree_run(stats):
+    """Whether a run drafted token trees: its drafter is a tree drafter (tree_drafters.py's names: a draft
+    model's "<name>, tree (3, 2, 1)" or "<name>, tree auto", prompt lookup's "ngram trie (...)")."""
+    return ", tree " in stats.drafter or stats.drafter.startswith("ngram trie") or stats.policy.endswith("tree")
+
+
 def K_usage(stats):
-    """"K=4" for a fixed K; "auto, K used 0:3 2:10 3:5 (rounds)" when a policy varied it."""
+    """"fixed K=4" for a fixed K; "auto, K used 0:3 2:10 3:5 (K:rounds)" when a policy varied it. A tree
+    run's K is the nodes a round drafted: "15 nodes/tree", or "nodes/tree 0:1 9:2 15:5 (nodes:rounds)"."""
+    counts = stats.K_counts or {}
+    if is_tree_run(stats):
+        nodes = f"{stats.K} nodes/tree" if len(counts) <= 1 else \
+            "nodes/tree " + " ".join(f"{K}:{n}" for K, n in counts.items()) + " (nodes:rounds)"
+        return nodes if stats.policy == "fixed" else f"{stats.policy}, {nodes}"
     if stats.policy == "fixed":
         return f"fixed K={stats.K}"
-    counts = " ".join(f"{K}:{n}" for K, n in (stats.K_counts or {}).items())
-    return f"{stats.policy}, K used {counts} (K:rounds)"
+    return f"{stats.policy}, K used {' '.join(f'{K}:{n}' for K, n in counts.items())} (K:rounds)"
 
 
 def stats_summary(stats, measured_speedup=None):

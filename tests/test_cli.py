@@ -1,4 +1,5 @@
 """main.py end to end, as a user runs it: real subprocesses, real exit codes, real stderr."""
+import os
 import re
 import shutil
 import subprocess
@@ -79,6 +80,13 @@ def test_verbose_colours_tokens_only_on_a_terminal(release_dirs):
     (["--ngram_max", "2"], "ngram only"),
     (["--target_model_size", "shakespeare-2.6M", "--K", "2"], "--K needs a drafter"),
     (["--no_such_flag"], "unrecognized"),
+    # each named as typed, not in the library's words (temperature, top_k, n_tokens)
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0 (0 means greedy), got -1.0"),
+    (["--temperature", "nan"], "--temperature must be a finite number >= 0"),
+    (["--top_k", "0"], "--top_k must be at least 1 (leave it out to keep every token), got 0"),
+    (["--top_p", "2"], "--top_p must be in (0, 1] (1, or leaving it out, keeps every token), got 2.0"),
+    (["--n_tokens_to_generate", "100000"], "the prompt (47 tokens) + --n_tokens_to_generate (100000) = 100047 "
+                                           "exceeds the context of 256 tokens; shorten --prompt or ask for fewer"),
 ])
 def test_bad_input_gives_one_line_and_exit_status_2(args, message):
     out = run_main(*args)
@@ -121,6 +129,52 @@ def test_unreachable_mirror_is_a_one_line_error(tmp_path):
     assert out.returncode == 2 and "cannot reach" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*.ckpt*"))  # nothing left under a final name
+
+
+@pytest.mark.parametrize("name, flag", [("hf:foo/bar", "--hf_endpoint"), ("distilgpt2", "--hf_endpoint"),
+                                        ("124M", "--mirror")])
+def test_a_failed_download_leaves_no_folder_behind(tmp_path, name, flag):
+    """Neither <models_dir>/foo/bar/ nor models_dir itself when this run made them; a folder the user had stays."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for models_dir in (tmp_path / "weights", mine):
+        out = run_main("--draft_model_size", name, "--models_dir", str(models_dir), flag, "http://127.0.0.1:9")
+        assert out.returncode == 2 and "cannot reach" in out.stderr and out.stdout == "", out.stderr
+    assert [p.name for p in tmp_path.rglob("*")] == ["mine"]
+
+
+def test_a_json_path_that_cannot_be_written_is_refused_before_any_run(tmp_path):
+    (tmp_path / "file").write_text("")
+    for path, says in ((tmp_path / "absent" / "x.json", f"the folder {tmp_path / 'absent'} does not exist"),
+                       (tmp_path, "is a folder: name a file in it"),
+                       (tmp_path / "file" / "x.json", f"{tmp_path / 'file'} is not a folder")):
+        out = run_main("--n_tokens_to_generate", "10", "--json", str(path))
+        assert out.returncode == 2 and f"error: --json {path}" in out.stderr and says in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""  # refused before any work
+
+
+def test_json_is_written_through_a_temporary_name_and_a_rename(tmp_path, monkeypatch):
+    """A write that fails leaves the file that was there, and no temporary file; one that works replaces it."""
+    from gpt2np.cli import compat
+    path = tmp_path / "runs.json"
+    path.write_text("the last run's\n")
+
+    def failing_rename(*args):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", failing_rename)
+    with pytest.raises(OSError, match="disk full"):
+        compat.write_atomically(path, "{}\n")
+    assert path.read_text() == "the last run's\n" and [p.name for p in tmp_path.iterdir()] == ["runs.json"]
+    monkeypatch.undo()
+    compat.write_atomically(path, "{}\n")
+    assert path.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["runs.json"]
+    assert path.stat().st_mode & 0o777 == 0o666 & ~current_umask()  # as open() makes it, not mkstemp's 0600
+
+
+def current_umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def test_corrupt_weights_are_a_one_line_error_naming_the_tensor(release_dirs, tmp_path):

@@ -176,6 +176,10 @@ def test_rejected_draft_is_recovered_from_each_round():
     (["--N", "-3"], "--N must be positive, got -3"),
     (["--num-runs", "0"], "--num-runs must be at least 1, got 0"),
     (["-g", "0"], "-g must be at least 1"),
+    (["--top-k", "0"], "--top-k must be at least 1 (leave it out to keep every token), got 0"),
+    (["--top-p", "2"], "--top-p must be in (0, 1]"),
+    (["--input-str", "Hi", "--N", "100000"], "the prompt (2 tokens) + --N (100000) = 100002 exceeds the context of "
+                                             "256 tokens; shorten --input-str or ask for fewer tokens"),
     (["--input", "x", "--N", "3"], "mix the spellings of LLMSpeculativeSampling's (--input) and speculative-sampling's (--N)"),
     (["--target-model", "bigscience/bloom-560m"], "GPT-2 family only"),
     (["--target_model_name", "meta-llama/Llama-2-7b-hf"], "GPT-2 family only"),

@@ -91,20 +91,39 @@ def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True, p
     preset: a PRESETS name that hparams.json must describe, checked before any other file.
     """
     model_dir = Path(model_dir)
-    created = not model_dir.exists()
-    model_dir.mkdir(parents=True, exist_ok=True)
+    created = make_folders(model_dir)
     try:
         config = _fetch_hparams(f"{url}/hparams.json", model_dir / "hparams.json", preset, progress)
+        for name in RELEASE_FILES:
+            if name != "hparams.json":
+                size = 4 * config.n_params() if name == DATA_FILE else None  # raw float32, no header
+                fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress,
+                           size=size, check=FORMAT_CHECKS.get(name))
     except BaseException:
-        if created and not any(model_dir.iterdir()):
-            model_dir.rmdir()  # refused before anything was kept: no trace left
+        remove_empty_folders(created)  # refused before anything was kept: no trace left
         raise
-    for name in RELEASE_FILES:
-        if name != "hparams.json":
-            size = 4 * config.n_params() if name == DATA_FILE else None  # raw float32, no header
-            fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress,
-                       size=size, check=FORMAT_CHECKS.get(name))
     return model_dir
+
+
+def make_folders(folder):  # -> the folders this call created, deepest first
+    """mkdir -p folder, remembering which folders did not exist, for remove_empty_folders."""
+    created, missing = [], Path(folder)
+    while not missing.exists() and missing != missing.parent:
+        created.append(missing)
+        missing = missing.parent
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def remove_empty_folders(created):
+    """After a failed download: the folders make_folders created, deepest first, while they are empty.
+    A folder that holds something (a checked file, a .part to resume) stays, and so do the ones above it;
+    a folder that was there before is never in `created`."""
+    for folder in created:
+        try:
+            folder.rmdir()  # only an empty folder: never anything in it
+        except OSError:
+            return
 
 
 def _fetch_hparams(url, dest, preset, progress):  # -> GPT2Config

@@ -76,14 +76,18 @@ def download_hub_model(name, models_dir="weights", endpoint=None, progress=True)
     missing = [f for f in HUB_FILES if not (folder / f).is_file()]
     if not missing:
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
+    created = download.make_folders(folder)
     endpoint, headers = resolve_endpoint(endpoint), auth_headers()
-    for file in missing:
-        url = file_url(endpoint, repo, revision, file)
-        try:
-            fetch_file(url, folder / file, server_sha256(url, headers), progress, headers=headers)
-        except DownloadError as e:  # download.py's messages point at OpenAI's release; point at the Hub
-            raise DownloadError(str(e).replace(download.HINT, HINT).replace("OpenAI's", "the server's")) from None
+    try:
+        for file in missing:
+            url = file_url(endpoint, repo, revision, file)
+            try:
+                fetch_file(url, folder / file, server_sha256(url, headers), progress, headers=headers)
+            except DownloadError as e:  # download.py's messages point at OpenAI's release; point at the Hub
+                raise DownloadError(str(e).replace(download.HINT, HINT).replace("OpenAI's", "the server's")) from None
+    except BaseException:
+        download.remove_empty_folders(created)  # nothing fetched: no empty <models_dir>/owner/name/ left
+        raise
     return folder
 
 

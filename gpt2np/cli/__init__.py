@@ -24,12 +24,13 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from gpt2np import POLICIES
 from gpt2np.report import format_stats, mean_std, run_command
 
 from .compat import benchmark_lines, rejection_lines, table, write_json
 from .flags import LLMSS, LLMSS_DEFAULTS, check_args, parse_args
 from .profile import format_profile, plain_profile, speculative_profile
-from .runs import load, run_plain, run_speculative, sampling, speculative_streams
+from .runs import drafts_label, load, run_plain, run_speculative, sampling, speculative_streams
 
 
 def main(argv=None):
@@ -40,8 +41,11 @@ def main(argv=None):
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
         threadpool_limits(limits=threads, user_api="blas")
+    drafts = dict(K=args.K) if args.tree is None else dict(tree=list(args.tree) if args.tree != "auto" else "auto")
+    if args.K in POLICIES[1:] or args.tree == "auto":
+        drafts["K_max"] = args.K_max  # what bounds them
     header = dict(target=target.name, drafter=drafter.name if drafter else None, prompt_tokens=len(prompt_ids),
-                  n_tokens=args.n_tokens_to_generate, K=args.K, seed=args.seed, **sampling(args))
+                  n_tokens=args.n_tokens_to_generate, **drafts, seed=args.seed, **sampling(args))
     print(f"target: {target.name}, drafter: {drafter.name if drafter else 'none'}, prompt: {len(prompt_ids)} "
           f"tokens, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
     if LLMSS in args.styles:
@@ -72,9 +76,9 @@ def print_profiles(args, target, drafter, prompt_ids):
     print("\n=== profile: one more run of each decoder ===\n"
           + format_profile(f"autoregressive ({target.name})", *plain_profile(target, plain)))
     if drafter is not None:
-        args_K = args.K if isinstance(args.K, int) else f"{args.K} <= {args.K_max}"
         stream = speculative_streams(args, target, drafter, prompt_ids, calibrate=False)(args.n_tokens_to_generate)
-        print(format_profile(f"speculative (drafter {drafter.name}, K {args_K})", *speculative_profile(stream)))
+        title = f"speculative (drafter {drafter.name}, {drafts_label(args, fixed_K='K {}')})"
+        print(format_profile(title, *speculative_profile(stream)))
 
 
 def run():

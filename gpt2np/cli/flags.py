@@ -11,10 +11,14 @@ spellings as aliases of its own (`--help` lists them under "compatible spellings
 An error names the flag as the user spelled it (args.spelled).
 """
 import argparse
+import math
+import os
+from pathlib import Path
 
 import gpt2np
 from gpt2np import POLICIES
-from gpt2np.report import K_from_text, OneLineErrorParser, add_loading_flags, tree_from_text
+from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, K_from_text, OneLineErrorParser, add_loading_flags,
+                           check_tree_size, tree_from_text, tree_nodes)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -89,12 +93,14 @@ def decoding_flags(p):
                         "(default: 4)")
     p.add_argument("--tree", type=tree_value, default=None, metavar="W1,W2,...|auto",
                    help="draft a token tree each round instead of a chain: W1 children under the newest token, W2 "
-                        "under each of those, ... (e.g. 3,2,1; a draft model draws them without replacement, prompt "
+                        f"under each of those, ... (e.g. 3,2,1; at most {TREE_MAX_WIDTH} children a node and "
+                        f"{TREE_MAX_NODES} nodes in all; a draft model draws them without replacement, prompt "
                         "lookup proposes up to W1*W2*... earlier matches as a trie); 'auto': each round the shape with the best "
                         "predicted speedup from this run's acceptance by depth and sibling rank and the measured "
                         "call times (a draft model only); replaces --K")
     p.add_argument("--K_max", type=int, default=None,
-                   help="the largest K the heuristic and auto policies may use (default: 8)")
+                   help="the largest K the heuristic and auto policies may use, and the deepest tree --tree auto "
+                        "may grow (default: 8)")
     p.add_argument("--temperature", type=float, default=None,
                    help=f"sampling temperature; 0 means greedy (argmax) (default: 0; 1 with {LLMSS}'s spellings)")
     p.add_argument("--top_k", type=int, default=None,
@@ -153,12 +159,19 @@ def K_value(text):
 
 
 def tree_value(text):
-    """--tree: children per depth, comma-separated (3,2,1), or auto."""
+    """--tree: children per depth, comma-separated (3,2,1), or auto; within report's caps on a typed tree."""
     try:
-        return tree_from_text(text)
+        tree = tree_from_text(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid tree {text!r}: children per depth, comma-separated integers >= 1, "
                                          "e.g. 3,2,1, or auto") from None
+    try:
+        return tree if tree == "auto" else check_tree_size(tree)
+    except ValueError:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        got = f"{max(tree)} children a node" if max(tree) > TREE_MAX_WIDTH else f"{tree_nodes(tree)} nodes"
+        raise argparse.ArgumentTypeError(f"tree {shown!r} is too big: at most {TREE_MAX_WIDTH} children a node and "
+                                         f"{TREE_MAX_NODES} nodes in all (3,2,1 drafts 15), got {got}") from None
 
 
 def flag(args, dest):
@@ -193,10 +206,14 @@ def check_drafting_args(args):
                          f"{flag(args, 'draft_model_size')} (a model name, or ngram)")
     if args.tree is not None and args.K is not None:
         raise ValueError(f"--tree fixes each round's drafts: leave {K} out (a tree round's K is the nodes it drafts)")
+    if args.tree == "auto" and args.draft_model_size == "ngram":  # the library says so only after the target-only run
+        raise ValueError(f"--tree auto picks the shapes a draft model grows; prompt lookup "
+                         f"({flag(args, 'draft_model_size')} ngram) takes a fixed shape, e.g. --tree 3,1")
     if args.ngram_max is not None and args.draft_model_size != "ngram":
         raise ValueError("--ngram_max applies to --draft_model_size ngram only")
-    if args.K_max is not None and args.K not in POLICIES[1:]:
-        raise ValueError(f"--K_max bounds {K} heuristic or {K} auto only (a fixed {K} is its own bound)")
+    if args.K_max is not None and args.K not in POLICIES[1:] and args.tree != "auto":
+        raise ValueError(f"--K_max bounds {K} heuristic, {K} auto or --tree auto only "
+                         f"(a fixed {K} is its own bound, and a fixed --tree's)")
     for dest, value in (("K", args.K), ("K_max", args.K_max), ("ngram_max", args.ngram_max)):
         if isinstance(value, int) and value < 1:
             raise ValueError(f"{flag(args, dest)} must be at least 1{' (or heuristic / auto)' if dest == 'K' else ''}, "
@@ -220,4 +237,36 @@ def check_args(args):
         if getattr(args, dest) is not None and not getattr(args, dest).strip():  # "" is not the default
             raise ValueError(f"{flag(args, dest)} is empty: name a model (a size, a bundled name or a folder), "
                              f"or leave the flag out")
-    gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)
+    check_sampling_flags(args)
+    if args.json is not None:
+        check_json_path(args.json)
+
+
+def check_sampling_flags(args):
+    """--temperature, --top_k, --top_p: the library's ranges (check_sampling_options), each named as typed."""
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0 means greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"{flag(args, 'top_k')} must be at least 1 (leave it out to keep every token), "
+                         f"got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"{flag(args, 'top_p')} must be in (0, 1] (1, or leaving it out, keeps every token), "
+                         f"got {args.top_p}")
+    gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)  # anything else the library refuses
+
+
+def check_json_path(path):
+    """--json is written after every run (compat.write_json): a path it cannot be written to is refused before."""
+    path = Path(path)
+    if path.is_dir() or not path.name:
+        raise ValueError(f"--json {path} is a folder: name a file in it, e.g. {path / 'runs.json'}")
+    if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written as it is
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"--json {path}: cannot write to it (permission denied)")
+        return
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"--json {path}: {folder} is not a folder" if folder.exists() else
+                         f"--json {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--json {path}: cannot write in the folder {folder} (permission denied)")

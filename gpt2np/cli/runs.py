@@ -10,7 +10,7 @@ import numpy as np
 from gpt2np import check_generation_request
 from gpt2np.report import TokenTexts, marked, mean_std, provenance_legend, rejected_draft
 
-from .flags import DEFAULT_DRAFT, DEFAULT_TARGET, WARMUP_TOKENS
+from .flags import DEFAULT_DRAFT, DEFAULT_TARGET, WARMUP_TOKENS, flag
 
 
 @dataclass
@@ -40,10 +40,23 @@ def load(args):
     drafter = load_drafter(args, target, sources)
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
     prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]
+    check_context(args, target, drafter, prompt_ids)
     check_generation_request(target, prompt_ids, args.n_tokens_to_generate)
     if drafter is not None:
         drafter.check(target, prompt_ids, args.n_tokens_to_generate)
     return target, drafter, prompt_ids
+
+
+def check_context(args, target, drafter, prompt_ids):
+    """The prompt and the tokens asked for fit the target's context (and a draft model's), named as typed."""
+    n_ctx, whose, n = target.n_ctx, "the context", args.n_tokens_to_generate
+    draft_ctx = getattr(getattr(drafter, "model", None), "n_ctx", n_ctx)  # a draft model's (ModelDrafter) too
+    if draft_ctx < n_ctx:
+        n_ctx, whose = draft_ctx, "the draft model's context"
+    if len(prompt_ids) + n > n_ctx:
+        raise ValueError(f"the prompt ({len(prompt_ids)} tokens) + {flag(args, 'n_tokens_to_generate')} ({n}) = "
+                         f"{len(prompt_ids) + n} exceeds {whose} of {n_ctx} tokens; shorten {flag(args, 'prompt')} "
+                         f"or ask for fewer tokens")
 
 
 def load_drafter(args, target, sources):
@@ -146,18 +159,28 @@ def speculative_streams(args, target, drafter, prompt_ids, calibrate=True):
     return speculative
 
 
+def tree_text(tree):  # -> "3,2,1" or "auto", as --tree takes it
+    return tree if tree == "auto" else ",".join(map(str, tree))
+
+
+def drafts_label(args, fixed_K="K={}"):
+    """What each round drafts: "tree 3,2,1", "tree auto, depth <= 8", "K=4" or "K auto <= 8"."""
+    if args.tree is not None:
+        return f"tree {tree_text(args.tree)}" + (f", depth <= {args.K_max}" if args.tree == "auto" else "")
+    return fixed_K.format(args.K) if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
+
+
 def run_speculative(args, target, drafter, prompt_ids):
     """Speculative decoding, printed as it goes (with -v its provenance and legend), then its time."""
-    K = f"K={args.K}" if isinstance(args.K, int) else f"K {args.K} <= {args.K_max}"
-    K = f"tree {args.tree if args.tree == 'auto' else ','.join(map(str, args.tree))}" if args.tree else K
-    print(f"\n=== speculative (drafter {drafter.name}, {K}) ===")
+    print(f"\n=== speculative (drafter {drafter.name}, {drafts_label(args)}) ===")
     style = display_style(args)
     show = printer(target.tokenizer, args.prompt, style)
     # the one-token target calls that calibrate c and v (when the run made too few) are not decoding
     streams, seconds = timed_runs(speculative_streams(args, target, drafter, prompt_ids), args.n_tokens_to_generate,
                                   args.num_runs, show, lambda r: r.stats.calibration_seconds)
     if args.verbose:
-        print(provenance_legend(streams[-1].provenance, style == "colour", style == "markers", show.rejected))
+        print(provenance_legend(streams[-1].provenance, style == "colour", style == "markers", show.rejected,
+                                tree=args.tree is not None))
     runs = Runs("speculative", seconds, streams)
     print_time(runs)
     return runs

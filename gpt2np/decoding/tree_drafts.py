@@ -101,17 +101,30 @@ def draw_children(q, width, rng, replacement, greedy=False):  # [n_vocab] -> [<=
     return drawn
 
 
-def check_widths(widths):  # -> widths as a tuple of ints, or a one-line ValueError
-    """A tree's shape: children per node at each depth, e.g. (3, 2, 1).
+def check_widths(widths, max_width=None, max_nodes=None):  # -> widths as a tuple of ints, or a one-line ValueError
+    """A tree's shape: children per node at each depth, e.g. (3, 2, 1), which drafts 3 + 3*2 + 3*2*1
+    = 15 nodes. max_width, max_nodes: if given, the most children a node may have and the most
+    nodes a round may draft (a command's caps on what its user types; the library's own callers
+    leave them out: its tree drafters check other pairs with it, e.g. (matches, depth)).
 
     >>> check_widths([3, 2, 1])
     (3, 2, 1)
+    >>> check_widths((100,), max_width=8, max_nodes=64)
+    Traceback (most recent call last):
+    ValueError: a tree may have at most 8 children a node and 64 nodes in all ((3, 2, 1) drafts 15), got (100,): 100 nodes
     """
     if isinstance(widths, (str, bytes)) or not hasattr(widths, "__len__") or len(widths) == 0 \
             or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in widths):
         raise ValueError(f"tree widths must be a non-empty tuple of integers >= 1 (children per node at each "
                          f"depth, e.g. (3, 2, 1)), got {widths!r}")
-    return tuple(int(w) for w in widths)
+    widths = tuple(int(w) for w in widths)
+    nodes = sum(np.cumprod(widths, dtype=object))  # Python ints: exact, however wide
+    if (max_width is not None and max(widths) > max_width) or (max_nodes is not None and nodes > max_nodes):
+        caps = [f"{max_width} children a node"] * (max_width is not None) + [f"{max_nodes} nodes in all"] * (
+            max_nodes is not None)
+        raise ValueError(f"a tree may have at most {' and '.join(caps)} ((3, 2, 1) drafts 15), got {widths}: "
+                         f"{nodes} nodes")
+    return widths
 
 
 def draft_tree(context, widths, level_q, rng, replacement=False, greedy=False, max_nodes=None):  # -> DraftTree

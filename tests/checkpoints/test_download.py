@@ -263,6 +263,18 @@ def test_mirror_serving_another_model_as_a_size_is_refused_before_anything_is_ke
     assert not list(tmp_path.iterdir())  # the folder it made is gone again
 
 
+def test_a_failed_download_leaves_no_folder_it_made(server, tmp_path):
+    """models_dir/124M/ and models_dir itself are removed again when this call made them and nothing was kept;
+    a folder that holds something (hparams.json, a .part to resume) stays."""
+    with pytest.raises(DownloadError, match="cannot reach"):
+        download_model("124M", tmp_path / "new" / "weights", base_url="http://127.0.0.1:9", progress=False)
+    assert not list(tmp_path.iterdir())
+    server.faults["checkpoint"] = "404"
+    with pytest.raises(DownloadError):
+        fetch(server, tmp_path / "weights" / "tiny-a")
+    assert [p.name for p in (tmp_path / "weights" / "tiny-a").iterdir()] == ["hparams.json"]
+
+
 def test_folder_with_another_models_hparams_is_refused_and_left_as_it_was(server, release_root, tmp_path):
     folder = tmp_path / "124M"
     shutil.copytree(release_root / "tiny-a", folder)  # complete: load_model does not download

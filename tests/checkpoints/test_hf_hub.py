@@ -181,6 +181,17 @@ def test_missing_repository_is_one_line_with_the_token_hint(server, tmp_path):
     assert "\n" not in str(e.value) and "HTTP 404" in str(e.value) and "HF_TOKEN" in str(e.value)
 
 
+def test_a_failed_download_leaves_no_folder_it_made(server, tmp_path):
+    """Nothing fetched: the folders this download made are gone again; a folder that was there stays."""
+    (tmp_path / "mine" / "owner").mkdir(parents=True)
+    for models_dir in (tmp_path / "weights", tmp_path / "mine"):
+        with pytest.raises(DownloadError, match="HTTP 404"):
+            download_hub_model("hf:owner/absent", models_dir, server.url, progress=False)
+        with pytest.raises(DownloadError, match="cannot reach"):
+            download_hub_model("hf:owner/tiny", models_dir, "http://127.0.0.1:9", progress=False)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["mine", "mine/owner"]
+
+
 def test_unreachable_endpoint_is_one_line(tmp_path):
     with pytest.raises(DownloadError, match="cannot reach http://127.0.0.1:9/owner/tiny"):
         download_hub_model("hf:owner/tiny", tmp_path, "http://127.0.0.1:9", progress=False)

@@ -163,6 +163,16 @@ def random_model(config, seed=0, std=0.02, tokenizer="auto", models_dir="weights
     folder (tokenizer.files.tokenizer_for). With a tokenizer comes eot_id, which ends generation.
     """
     from ..tokenizer.files import tokenizer_for  # here: the module's imports belong to name resolution
+    check_config(config)
     tokenizer = tokenizer_for(config.n_vocab, tokenizer, models_dir)  # first: a bad one costs no init
     params = init_params(config, np.random.default_rng(seed), std=std)
     return order_as_loaded(GPT2(config, params, tokenizer, name=f"random {config.n_params() / 1e6:.1f}M"))
+
+
+def check_config(config):
+    """random_model's config must be a GPT2Config: a size name ("124M") would fail deep in the init as a
+    str without n_vocab; the error names the preset to pass (load_model("random:124M") is the by-name way)."""
+    if not isinstance(config, GPT2Config):
+        size = config if isinstance(config, str) and config in PRESETS else "124M"
+        raise ValueError(f"config must be a GPT2Config, e.g. gpt2np.PRESETS[{size!r}] (sizes: {', '.join(PRESETS)}), "
+                         f"got {type(config).__name__} {config!r:.40}")

@@ -153,7 +153,7 @@ def speculative_streams(args, target, drafter, prompt_ids, calibrate=True):
     """make_stream for timed_runs: speculative decoding with main.py's settings (calibrate: c and v
     are printed, so they are measured; a profiled run makes only its own calls)."""
     def speculative(n_tokens):
-        return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, args.K_max,
+        return gpt2np.speculative_stream(target, drafter, prompt_ids, n_tokens, args.K, K_max=args.K_max,
                                          rng=np.random.default_rng(args.seed), calibrate=calibrate,
                                          tree=args.tree, **sampling(args))
     return speculative

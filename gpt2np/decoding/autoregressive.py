@@ -9,7 +9,10 @@ Every generation function (generate, plain_stream, generate_without_cache, specu
 speculative_stream) has the same defaults, checked here: temperature None means greedy (0) without
 an rng and 1.0 with one (passing a generator is asking to sample); sampling at any temperature > 0
 needs your np.random.Generator, never a hidden one; stop_tokens (ids that end generation, like
-<|endoftext|>, and kept as its last token) defaults to none beyond eot_id.
+<|endoftext|>, and kept as its last token) defaults to none beyond eot_id. Past (model, prompt_ids,
+n_tokens) the options are keywords, but for the ones callers still pass by position: speculative_stream's
+K and K_max, generate's temperature, speculative_generate's K and temperature. (The sixth position is
+K_max to speculative_stream and temperature to speculative_generate: pass both by name.)
 
 >>> from gpt2np.teach.toy_models import random_toy_model
 >>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
@@ -100,8 +103,10 @@ def check_rng(rng, temperature):
 
 def check_rng_type(rng):
     """rng is None, a np.random.Generator, or a stand-in with its choice(n, p=...) (exact.ScriptedRng):
-    sampling.sample is the only caller, and `rng=5` would otherwise fail deep inside the first draw."""
-    if rng is not None and not callable(getattr(type(rng), "choice", None)):  # the class: draws nothing
+    sampling.sample is the only caller, and `rng=5` would otherwise fail deep inside the first draw.
+    Not a np.random.RandomState: it has choice, but the project draws from explicit Generators only."""
+    legacy = isinstance(rng, np.random.RandomState)  # has choice too, but it is the legacy seeding API
+    if rng is not None and (legacy or not callable(getattr(type(rng), "choice", None))):  # the class: draws nothing
         raise ValueError(f"rng must be a np.random.Generator (np.random.default_rng(seed)), "
                          f"got {type(rng).__name__}")
 
@@ -155,8 +160,8 @@ def open_plain(name, model, prompt_ids, n_tokens, temperature, top_k, top_p, rng
     return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng, stops, use_cache))
 
 
-def plain_stream(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None,
-                 use_cache=True, *, stop_tokens=None):
+def plain_stream(model, prompt_ids, n_tokens, *, temperature=None, top_k=None, top_p=None, rng=None,
+                 use_cache=True, stop_tokens=None):
     """`generate` as a Stream of one-token rounds (provenance "target"); checks run right away.
 
     use_cache=False: no KV cache, the whole context recomputed each step (for teaching)."""
@@ -164,7 +169,7 @@ def plain_stream(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_
                       stop_tokens, use_cache)
 
 
-def generate(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+def generate(model, prompt_ids, n_tokens, temperature=None, *, top_k=None, top_p=None, rng=None,
              stop_tokens=None):
     """Continue prompt_ids by n_tokens tokens, or fewer if the model emits `model.eot_id` or one of
     `stop_tokens`.
@@ -177,7 +182,7 @@ def generate(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=No
                       stop_tokens, True).run()
 
 
-def generate_without_cache(model, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+def generate_without_cache(model, prompt_ids, n_tokens, temperature=None, *, top_k=None, top_p=None, rng=None,
                            stop_tokens=None):
     """Decoding that recomputes the whole context at every step (a fresh cache each call).
 

@@ -29,7 +29,7 @@ from ..model.batch import forward_packed, forward_separately
 from ..model.forward import GPT2
 from .autoregressive import (check_generation_request, check_model, check_rng, default_temperature, request_cache,
                              stop_set)
-from .sampling import check_sampling_options, next_token
+from .sampling import check_sampling_options, is_greedy, next_token
 from .stream import RoundEvent
 
 USAGE = "generate_batch(model, prompts, n_tokens, ...)"
@@ -64,11 +64,15 @@ def check_prompts(prompts):  # -> list of prompts
     return list(prompts)
 
 
-def check_own_generators(rngs):
-    """No np.random.Generator given to two sequences (one for all, or the same one twice)."""
+def check_own_generators(rngs, options):
+    """No np.random.Generator given to two sequences that sample (one for all, or the same one twice): their
+    draws would interleave. A greedy sequence draws nothing, so it may share one, as generate accepts an
+    rng at temperature 0."""
     owners = {}
-    for i, rng in enumerate(rngs):
-        if rng is not None and id(rng) in owners:
+    for i, (rng, o) in enumerate(zip(rngs, options)):
+        if rng is None or is_greedy(o["temperature"]):
+            continue
+        if id(rng) in owners:
             raise ValueError(f"rng: sequences {owners[id(rng)]} and {i} share one generator; each sampled "
                              f"sequence needs its own (rng=[np.random.default_rng(seed_i), ...])")
         owners.setdefault(id(rng), i)
@@ -92,7 +96,6 @@ def check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_t
                                                        (top_k, "top_k"), (top_p, "top_p"), (rng, "rng")]]
     values.append(per_sequence(stop_tokens, n, "stop_tokens", is_one_stop_list))
     n_tokens, temperature, top_k, top_p, rngs, stop_tokens = values
-    check_own_generators(rngs)
     options, stops = [], []
     for i in range(n):
         try:
@@ -102,6 +105,7 @@ def check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_t
             raise ValueError(f"sequence {i}: {error}") from None
         options.append(o)
         stops.append(s)
+    check_own_generators(rngs, options)  # after each sequence's temperature is known: only samplers draw
     return [np.asarray(p) for p in prompts], n_tokens, options, rngs, stops
 
 
@@ -133,7 +137,7 @@ def batch_steps(model, prompts, n_tokens, options, rngs, stops):
     return outputs
 
 
-def batch_stream(model, prompts, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
+def batch_stream(model, prompts, n_tokens, *, temperature=None, top_k=None, top_p=None, rng=None,
                  stop_tokens=None):
     """generate_batch step by step: checks every sequence now, then yields, per packed forward pass, a
     list of (sequence index, RoundEvent) for the sequences it served; its return value (StopIteration's
@@ -148,7 +152,8 @@ def generate_batch(model, prompts, n_tokens, temperature=None, top_k=None, top_p
     generate(model, prompts[i], n_tokens[i], ...) returns with the same options and an identically
     seeded rng. Every argument is one value for all sequences or a list with one per prompt
     (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...]."""
-    steps = batch_stream(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_tokens=stop_tokens)
+    steps = batch_stream(model, prompts, n_tokens, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
+                         stop_tokens=stop_tokens)
     while True:
         try:
             next(steps)

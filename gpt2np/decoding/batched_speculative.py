@@ -46,8 +46,9 @@ from ..model.fast.layout import all_small
 from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import FEW_ROWS, BatchAutoK
+from .policies import checked_K_max
 from .batched import check_batch, per_sequence, request_cache
-from .drafters import check_same_vocabulary, parameter_ratio
+from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
@@ -88,10 +89,9 @@ def packed_call(model, calls, n_logits):  # [(ids_i, cache_i)], [B] -> B x [n_lo
 def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most the policy may ask)
     """K: one int >= 0 for every sequence or one per prompt (0: that sequence decodes plainly), or
     "auto" for all (batch_policy.BatchAutoK, at most K_max drafts a round)."""
+    K_max = checked_K_max(K_max)  # checked whatever K is, as speculative_generate checks it
     if isinstance(K, str) and K == "auto":
-        if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
-            raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
-        return [int(K_max)] * n
+        return [K_max] * n
     Ks = per_sequence(K, n, "K")
     for i, k in enumerate(Ks):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
@@ -103,9 +103,19 @@ def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most t
 def check_draft_model(target, draft, usage=USAGE):
     """The draft is a model (the batches pack its calls) of the target's vocabulary."""
     if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
-        raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model; prompt lookup is "
-                         f"not batched), got {type(draft).__name__}: {usage}")
+        raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model), {not_batched(draft)}: "
+                         f"{usage}")
     check_same_vocabulary(target, draft)
+
+
+def not_batched(draft):  # -> what the refusal says of the draft that was given
+    """A drafter is refused for what it is: a draft model's drafter is a model the batch could pack (pass
+    its model), prompt lookup is not batched at all."""
+    if isinstance(draft, ModelDrafter):
+        return f"got {type(draft).__name__}: pass its model, draft.model (the batch packs the draft model's calls)"
+    if isinstance(draft, NgramDrafter):
+        return f"got {type(draft).__name__}: prompt lookup is not batched"
+    return f"got {type(draft).__name__}"
 
 
 def check_draft(target, draft, prompts, n_tokens, Ks):
@@ -259,8 +269,8 @@ def batch_auto_K(target, draft, K_max):  # -> BatchAutoK for this pair
     return BatchAutoK(K_max, parameter_ratio(draft, target), few_rows=None if small else FEW_ROWS)
 
 
-def speculative_batch_stream(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
-                             top_p=None, rng=None, *, stop_tokens=None, K_max=8, verify=verify_each,
+def speculative_batch_stream(target, draft, prompts, n_tokens, *, K=DEFAULT_K, temperature=None, top_k=None,
+                             top_p=None, rng=None, stop_tokens=None, K_max=8, verify=verify_each,
                              roll_back=roll_back_each):
     """speculative_generate_batch round by round: checks every sequence now, then yields, per round (one
     packed target call), a list of (sequence index, RoundEvent) for the sequences it served; its return
@@ -282,8 +292,8 @@ def speculative_generate_batch(target, draft, prompts, n_tokens, K=DEFAULT_K, te
     K="auto": each round one K for every running sequence, the batch's best goodput from its measured
     costs (batch_policy.BatchAutoK, at most K_max), so that a full batch stops drafting where its
     rows cannot pay; a sequence then gets the target's law, not its solo run's draws."""
-    steps = speculative_batch_stream(target, draft, prompts, n_tokens, K, temperature, top_k, top_p, rng,
-                                     stop_tokens=stop_tokens, K_max=K_max, **teaching)
+    steps = speculative_batch_stream(target, draft, prompts, n_tokens, K=K, temperature=temperature, top_k=top_k,
+                                     top_p=top_p, rng=rng, stop_tokens=stop_tokens, K_max=K_max, **teaching)
     while True:
         try:
             next(steps)

@@ -36,7 +36,7 @@ import numpy as np
 
 from .autoregressive import check_model
 from .batched import check_sequence, packed_step, request_cache
-from .sampling import next_token
+from .sampling import is_greedy, next_token
 from .stream import RoundEvent
 
 USAGE = "ContinuousBatch(model).add(prompt_ids, n_tokens, ...)"
@@ -63,13 +63,38 @@ class Sequence:
         return len(self.tokens) == self.n_tokens or (self.tokens and self.tokens[-1] in self.stops)
 
 
+def check_rng_unshared(rng, options, running):
+    """A sampling newcomer's generator is none a running sampling sequence draws from (their draws would
+    interleave); a greedy one draws nothing, and may share it (batched.check_own_generators)."""
+    def samples(o):
+        return not is_greedy(o["temperature"])
+    if rng is not None and samples(options) and any(s.rng is rng and samples(s.options) for s in running):
+        raise ValueError("rng: a running sequence already draws from this generator; each sampled "
+                         "sequence needs its own (np.random.default_rng(seed))")
+
+
 class Handles:
     """What both continuous batches keep by handle: the running sequences (_running, in the order they
     joined) and the finished ones' tokens until they are popped (_finished)."""
 
     def pop_tokens(self, handle):
         """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
-        return self._finished.pop(handle)
+        if self._is_handle(handle) and handle in self._running:
+            raise ValueError(f"pop_tokens({handle!r}): that sequence is still running; pop it once it has "
+                             f"finished (`handle in batch` is False), or read it now with tokens_of")
+        return self._finished.pop(self._finished_handle(handle, "pop_tokens"))
+
+    def _is_handle(self, handle):  # an int add() could have returned (a list, say, cannot be looked up)
+        return isinstance(handle, (int, np.integer)) and not isinstance(handle, bool) and 0 <= handle < self._next
+
+    def _finished_handle(self, handle, method):  # -> handle, or a ValueError that says why it has no tokens
+        """A handle neither running nor finished and unpopped is named with why: a long-running batch
+        keeps no record of what it cancelled or popped, so those two are told apart from a handle it never gave."""
+        if self._is_handle(handle) and handle in self._finished:
+            return handle
+        why = "it was cancelled, or its tokens were already popped" if self._is_handle(handle) else \
+            "this batch never gave that handle (handles are the ints add returned)"
+        raise ValueError(f"{method}({handle!r}): no tokens to read: {why}")
 
     @property
     def running(self):  # -> [handle] in the order they joined
@@ -102,9 +127,7 @@ class ContinuousBatch(Handles):
         feeds its prompt in the next step. Returns its handle."""
         options, stops = check_sequence(self.model, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
-        if rng is not None and any(s.rng is rng for s in self._running.values()):
-            raise ValueError("rng: a running sequence already draws from this generator; each sampled "
-                             "sequence needs its own (np.random.default_rng(seed))")
+        check_rng_unshared(rng, options, self._running.values())
         prompt = np.asarray(prompt_ids)
         handle, self._next = self._next, self._next + 1
         self._running[handle] = Sequence(prompt, int(n_tokens), options, rng, stops,
@@ -143,5 +166,5 @@ class ContinuousBatch(Handles):
 
     def tokens_of(self, handle):
         """The tokens a sequence has drawn so far (running or finished and not yet popped)."""
-        seq = self._running.get(handle)
-        return list(seq.tokens) if seq is not None else list(self._finished[handle])
+        seq = self._running.get(handle) if self._is_handle(handle) else None
+        return list(seq.tokens) if seq is not None else list(self._finished[self._finished_handle(handle, "tokens_of")])

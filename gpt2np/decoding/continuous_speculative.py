@@ -42,16 +42,11 @@ from .autoregressive import check_generation_request, check_model
 from .batched import check_sequence, request_cache
 from .batched_speculative import (Sequence, batch_auto_K, batch_round, check_draft_model, roll_back_each,
                                   verify_each)
-from .continuous import Handles
+from .continuous import Handles, check_rng_unshared
+from .policies import checked_K_max
 from .speculative import DEFAULT_K
 
 USAGE = "ContinuousSpeculativeBatch(target, draft).add(prompt_ids, n_tokens, K, ...)"
-
-
-def check_K_max(K_max):  # -> K_max as an int
-    if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
-        raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
-    return int(K_max)
 
 
 def check_K(K, K_max):  # -> (K for the Sequence, whether the batch's policy chooses it)
@@ -100,7 +95,7 @@ class ContinuousSpeculativeBatch(Handles):
     def __init__(self, target, draft, K_max=8, *, verify=verify_each, roll_back=roll_back_each):
         check_model(target, "target", USAGE)
         check_draft_model(target, draft, USAGE)
-        self.target, self.draft, self.K_max = target, draft, check_K_max(K_max)
+        self.target, self.draft, self.K_max = target, draft, checked_K_max(K_max)
         self.verify, self.roll_back = verify, roll_back
         self._running, self._finished, self._next = {}, {}, 0
         self._auto, self._newcomers = {}, set()  # handle -> its K_max, for the K="auto" sequences
@@ -112,14 +107,12 @@ class ContinuousSpeculativeBatch(Handles):
         """Check one request as speculative_generate checks it (one-line ValueError) and put it in the
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max)."""
-        K, auto = check_K(K, self.K_max if K_max is None else min(check_K_max(K_max), self.K_max))
+        K, auto = check_K(K, self.K_max if K_max is None else min(checked_K_max(K_max), self.K_max))
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         if K:
             check_generation_request(self.draft, prompt_ids, n_tokens)  # the draft sees it too
-        if rng is not None and any(s.rng is rng for s in self._running.values()):
-            raise ValueError("rng: a running sequence already draws from this generator; each sampled "
-                             "sequence needs its own (np.random.default_rng(seed))")
+        check_rng_unshared(rng, options, self._running.values())
         prompt = [int(t) for t in prompt_ids]
         handle, self._next = self._next, self._next + 1
         room = len(prompt) + int(n_tokens) - 1  # the target holds context[:-1] and at most k <= wanted - 1 drafts
@@ -152,5 +145,7 @@ class ContinuousSpeculativeBatch(Handles):
 
     def tokens_of(self, handle):
         """The tokens a sequence has emitted so far (running, or finished and not yet popped)."""
-        seq = self._running.get(handle)
-        return list(seq.context[len(seq.prompt):]) if seq is not None else list(self._finished[handle])
+        seq = self._running.get(handle) if self._is_handle(handle) else None
+        if seq is not None:
+            return list(seq.context[len(seq.prompt):])
+        return list(self._finished[self._finished_handle(handle, "tokens_of")])

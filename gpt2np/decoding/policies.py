@@ -519,10 +519,17 @@ def optimistic_alpha(a, b, t):
 POLICIES = ("fixed", "heuristic", "auto")
 
 
-def make_policy(K, K_max=8):
-    """K: an int >= 1 (fixed), "heuristic" or "auto"; K_max bounds the last two. One-line errors."""
+def checked_K_max(K_max):  # -> int(K_max)
+    """K_max as an int, or the one-line error every policy that takes one gives (make_policy, tree="auto",
+    the batches'): 2.5, "8", None or True would otherwise fail deep in a policy, or count as 1."""
     if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
         raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
+    return int(K_max)
+
+
+def make_policy(K, K_max=8):
+    """K: an int >= 1 (fixed), "heuristic" or "auto"; K_max bounds the last two. One-line errors."""
+    K_max = checked_K_max(K_max)
     if K == "heuristic":
         return HeuristicK(int(K_max))
     if K == "auto":

@@ -41,6 +41,11 @@ class SpeculativeStats:
     an i-th draft, how many examined it (every earlier draft was accepted) and how many accepted it.
     accepted / proposed falls like alpha^i; accepted / examined estimates alpha at depth i.
 
+    All of these count the kernel's decisions, not the tokens kept: a round cut short by a stop token
+    (an accepted draft that is eot_id or one of stop_tokens) still counts the drafts the kernel accepted
+    after it, which the output drops, since they estimate the drafter's alpha. What the output holds is
+    the result's tokens and provenance ("draft" per accepted draft kept).
+
     Token trees (speculative.py, tree=). An examined position is a node whose children were tried
     (the root, then each accepted node that is not a leaf); "accepted" there means one of its
     children was. So alpha_empirical and by_position are the tree's acceptance per depth, which

@@ -38,13 +38,14 @@ def check_sampling_options(temperature=1.0, top_k=None, top_p=None):
     Traceback (most recent call last):
     ValueError: top_p must be in (0, 1] (1 or None keeps every token), got 0
     """
-    if not (isinstance(temperature, (int, float, np.number)) and math.isfinite(temperature)
-            and temperature >= 0):
+    if isinstance(temperature, bool) or not (isinstance(temperature, (int, float, np.number))  # True: not 1.0
+                                             and math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer))
                               or top_k < 1):
         raise ValueError(f"top_k must be an integer >= 1 (or None to keep every token), got {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float, np.number)) and 0 < top_p <= 1):
+    if top_p is not None and (isinstance(top_p, bool) or  # True is 1 to Python, never a top_p
+                              not (isinstance(top_p, (int, float, np.number)) and 0 < top_p <= 1)):
         raise ValueError(f"top_p must be in (0, 1] (1 or None keeps every token), got {top_p!r}")
 
 

@@ -47,6 +47,7 @@ True
 (6, True)
 """
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np  # noqa: F401  (the module doctest draws its toy models with np.random)
@@ -238,8 +239,42 @@ def read_prompt(target, drafter, prompt, options, policy):  # -> (beta at the pr
     return overlaps, time.perf_counter() - start
 
 
+IN_USE = set()  # id() of each drafter a started, unfinished run holds (held_drafter)
+
+
+def check_drafter_free(drafter):
+    if id(drafter) in IN_USE:
+        raise ValueError("this drafter is in use by an open run: a drafter serves one run at a time; close() it "
+                         "or load another")
+
+
+@contextmanager
+def held_drafter(drafter):
+    """The drafter for one run, from its first round to its end, its close() or its garbage collection.
+    A drafter keeps one run's state (a draft model's KV cache, prompt lookup's index, its clocks), and
+    reset(target) starts it afresh: two runs interleaved on one drafter would overwrite each other's
+    (a cache of one context fed the other's tokens ends in a KV-cache error), so the second is a one-line
+    refusal. Held from the first round, not the opening, so that streams opened together and run one
+    after the other (the console's) share one; one after another always works. The server gives each
+    stream a copy (serve/engine.py)."""
+    check_drafter_free(drafter)
+    IN_USE.add(id(drafter))
+    try:
+        yield drafter
+    finally:
+        IN_USE.discard(id(drafter))
+
+
 def speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace, calibrate,
                        stops):
+    """The loop, one yield per round (a RoundEvent), with the drafter held throughout (held_drafter);
+    returns the SpeculativeResult."""
+    with held_drafter(drafter):
+        return (yield from drafted_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace,
+                                          calibrate, stops))
+
+
+def drafted_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace, calibrate, stops):
     """The loop, one yield per round (a RoundEvent); returns the SpeculativeResult. It ends after
     n_tokens, or after the first token in `stops` (eot_id and the stop tokens), as plain decoding."""
     tree = getattr(drafter, "depth", None) is not None
@@ -303,15 +338,16 @@ def open_speculative(name, target, draft, prompt_ids, n_tokens, K, K_max, temper
     drafter, policy = drafter_and_policy(as_drafter(draft, draft_sampler, usage), tree, K, K_max)
     temperature = default_temperature(temperature, rng)
     check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng)
+    check_drafter_free(drafter)  # a run already going: refused now (streams opened together: at their start)
     options, stops = dict(temperature=temperature, top_k=top_k, top_p=top_p), stop_set(target, stop_tokens)
     prompt = [int(t) for t in prompt_ids]
     return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace,
                                      calibrate, stops))
 
 
-def speculative_stream(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, K_max=8, temperature=None, top_k=None,
+def speculative_stream(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, *, K_max=8, temperature=None, top_k=None,
                        top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                       calibrate=False, *, stop_tokens=None, tree=None, tree_kernel=verify_tree):
+                       calibrate=False, stop_tokens=None, tree=None, tree_kernel=verify_tree):
     """Speculative decoding as a Stream of RoundEvents; `.result` is speculative_generate's result.
 
     draft: a drafter (drafters.py) or a model (wrapped as a ModelDrafter). K: an int (the same K
@@ -334,9 +370,9 @@ def speculative_stream(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, K_max=8
                             tree)
 
 
-def speculative_generate(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
+def speculative_generate(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, *, top_k=None,
                          top_p=None, rng=None, trace=False, kernel=verify_round, draft_sampler=sample,
-                         K_max=8, calibrate=False, *, stop_tokens=None, tree=None, tree_kernel=verify_tree):
+                         K_max=8, calibrate=False, stop_tokens=None, tree=None, tree_kernel=verify_tree):
     """Sample n_tokens from `target` (exactly its distribution), using `draft` to go faster.
 
     Same sampling options, defaults and output distribution as generate(target, ...); stops early

@@ -59,7 +59,8 @@ class Stream:
     """Iterate over a decoder's rounds; `.tokens` / `.provenance` so far; `.result` at the end.
 
     `close()` stops the decoder where it is (a client left, the user pressed Ctrl-C): nothing
-    after the last yielded round runs, and `.result` stays None.
+    after the last yielded round runs, and `.result` stays None. Once done, iterating again yields
+    nothing and keeps `.result`; run() returns it again.
     """
 
     def __init__(self, rounds):
@@ -70,6 +71,8 @@ class Stream:
         return self
 
     def __next__(self):
+        if self.done:  # iterated again: an exhausted generator would end with None and lose the result
+            raise StopIteration(self.result)
         try:
             event = next(self._rounds)
         except StopIteration as stop:
@@ -83,7 +86,7 @@ class Stream:
         self._rounds.close()
 
     def run(self):
-        """Consume every round; return the decoder's result."""
+        """Consume every round; return the decoder's result (again, if it already ran to its end)."""
         for _ in self:
             pass
         return self.result

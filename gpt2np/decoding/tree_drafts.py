@@ -112,8 +112,10 @@ def check_widths(widths, max_width=None, max_nodes=None):  # -> widths as a tupl
     >>> check_widths((100,), max_width=8, max_nodes=64)
     Traceback (most recent call last):
     ValueError: a tree may have at most 8 children a node and 64 nodes in all ((3, 2, 1) drafts 15), got (100,): 100 nodes
+
+    A sequence only: a dict's or a set's keys would be read as widths ({2: 1} as (2,)).
     """
-    if isinstance(widths, (str, bytes)) or not hasattr(widths, "__len__") or len(widths) == 0 \
+    if not isinstance(widths, (list, tuple, np.ndarray)) or getattr(widths, "ndim", 1) != 1 or len(widths) == 0 \
             or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in widths):
         raise ValueError(f"tree widths must be a non-empty tuple of integers >= 1 (children per node at each "
                          f"depth, e.g. (3, 2, 1)), got {widths!r}")

@@ -16,7 +16,8 @@ shape it picked (0: a plain round) and `widths` holds the shape, which the draft
               starts at SIBLING_PRIOR, the draft's second choice, mean 1/3);
      c        the draft's seconds per draft call (one per level) / a one-token target call;
      v(M)     the target's measured call times (policies.v_curve), for sizes never timed the cost
-              shape the target read before the run (AutoK's 4.: up to a whole tree's rows, or in a
+              shape the target read before the run (AutoK's 4.: up to a whole tree's rows or K_max + 1,
+              the longest chain step 3 prices, whichever is more; or in a
               run too short for that, its chains' K_max + 1 carried on along their slope: at 1558M
               and 48 tokens 16 sizes do not fit PROBE_SHARE, and without a shape AutoK spends a
               round timing a one-token call and plans with its prior's line; simulated, alpha 0.8
@@ -52,8 +53,8 @@ import math
 from statistics import median
 
 from .drafters import ModelDrafter
-from .policies import (ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, alpha_belief, beta_mean_var, keep, optimistic_alpha,
-                       t1_estimate, v_curve)
+from .policies import (ALPHA_PRIOR, PROMPT_WEIGHT, AutoK, alpha_belief, beta_mean_var, checked_K_max, keep,
+                       optimistic_alpha, t1_estimate, v_curve)
 from .run_stats import depths_and_ranks
 from .tree_drafters import ModelTreeDrafter
 from .tree_shape import best_shape, candidate_shapes, tree_speedup
@@ -91,7 +92,9 @@ class AutoTree:
         self.K_max, self.name = K_max, "auto tree"
         self.shapes = candidate_shapes(K_max, max_width, max_nodes)
         self.max_width, self.M_max = max_width, max_nodes + 1
-        self.cost_sizes = self.M_max  # the target's cost shape up to a whole tree's rows (policies.AutoK, 4.),
+        # the target's cost shape up to a whole tree's rows or its longest chain's, K_max + 1 (AutoK plays chains
+        # of up to K_max and holds_if_higher prices them all: v must cover both; policies.AutoK, 4.) ...
+        self.cost_sizes = max(self.M_max, K_max + 1)
         self.fewest_cost_sizes = K_max + 1  # or, where a short run's budget reads no more, its chains' (read_cost_shape)
         self.chain = AutoK(K_max)
         self.prompt_positions = self.chain.prompt_positions  # the prompt's overlaps, as AutoK reads them (5.)
@@ -133,13 +136,13 @@ class AutoTree:
     def hopeful_rates(self):  # -> rates[d][r] at the optimistic point, mean + sqrt(ln(t + 1)) std in round t
         return [[optimistic_alpha(a, b, self.t) for a, b in row] for row in self.beliefs()]
 
-    def costs(self, past):  # -> c per draft call, v, o per drafting round, a plain round's cost
-        v = v_curve(past.target_durations, self.M_max, past.v_shape)
+    def costs(self, past):  # -> c per draft call, v over 1..cost_sizes rows, o per drafting round, a plain round's cost
+        v = v_curve(past.target_durations, self.cost_sizes, past.v_shape)
         t1 = t1_estimate(past.target_durations, v)
         c = median(self.level_seconds) / t1 if self.level_seconds and t1 else past.c_prior
         if not t1:
             return c, v, 0.0, 1.0
-        rest = [seconds / t1 - levels * c - v[min(1 + n, self.M_max)] for levels, n, seconds in self.rounds]
+        rest = [seconds / t1 - levels * c - v[min(1 + n, self.cost_sizes)] for levels, n, seconds in self.rounds]
         plain = max(1.0, median(self.plain_seconds) / t1) if self.plain_seconds else 1.0
         return c, v, max(0.0, median(rest)) if rest else plain - 1.0, plain
 
@@ -179,5 +182,5 @@ def auto_tree(drafter, K_max):  # -> (ModelTreeDrafter, AutoTree)
     if type(drafter) is not ModelDrafter:
         raise ValueError(f"tree='auto' picks the shapes a draft model grows, not a {type(drafter).__name__}'s "
                          f"(prompt lookup: give a fixed shape, tree=(3, 1))")
-    policy = AutoTree(K_max)
+    policy = AutoTree(checked_K_max(K_max))
     return ModelTreeDrafter(drafter.model, (1,) * K_max, c_prior=drafter.c_given, shape=policy.current), policy

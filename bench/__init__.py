@@ -1,6 +1,7 @@
 """gpt2np's benchmark suite: speed against the machine's own limits.
 
-    python -m bench                                  # 124M and 355M, every section but batching (< 10 min)
+    python -m bench                                  # 124M and 355M, every section but batching and trees
+                                                     # (< 10 min; name those two in --sections)
     python -m bench --large                          # adds 774M and 1558M
     python -m bench --sections decode,verify --sizes 355M --json bench/results/after.json \\
                     --compare bench/results/before.json   # one section, before/after
@@ -59,7 +60,8 @@ One file per section:
                   (python -m bench.cache_check [--size 355M])
 run.py runs the sections and writes the JSON; common.py holds the Plan, timing and tables.
 
-The JSON (default bench/results/bench.json, git-ignored), seconds and bytes throughout:
+The JSON (default bench/results/bench.json, git-ignored; --json's folder is checked before the run, the
+file written whole after it: a temporary file beside it, renamed), seconds and bytes throughout:
   meta        plan, sections, BLAS (threadpoolctl), threads, OPENBLAS_* env, load averages, notes
   bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"] (x @ w),
               small_m.pieces.ratio["1".."9"] (gpt2np.model.fast.matmul, column-major weights)
@@ -82,7 +84,7 @@ The JSON (default bench/results/bench.json, git-ignored), seconds and bytes thro
               replays (per seed: the chain simulator on the runs' coins and their group's costs; not for self),
               on auto's rows replay_costs ({v, c, shape} each seed's replay charged) and bayes_replays (per seed:
               the Bayes-optimal policy, told c, v and the length, replayed on the same coins and costs)},
-              Ks (the fixed Ks)
+              Ks (the fixed Ks), blas_kernel (gpt2np.blas_kernel(), named in the table's title)
   bundled_lookup  rows[] of the same shape: prompt lookup vs the bundled draft model, real alpha
   reference   reference_seconds, fast_seconds, speedup_vs_reference, extrapolated
   overhead    per_call.{fixed_s, per_layer_s, estimated_s_per_call[size]}, handoff.{latency_s[gap],

@@ -1,7 +1,9 @@
 """python -m bench: parse the flags, run the sections, write the JSON (see bench/__init__.py)."""
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -9,19 +11,36 @@ import numpy as np
 from gpt2np.model.config import PRESETS
 from gpt2np.checkpoints.download import DownloadError
 from gpt2np.checkpoints.loading import read_config, resolve_model_dir
+from gpt2np.report import OneLineErrorParser
 
 from . import SECTIONS, batching, trees
-from .common import full_plan, log, tiny_plan
-from .compare import print_comparison
+from .common import full_plan, log, numbers, tiny_plan
+from .compare import load_results, print_comparison
 from .run import run
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "bench.json"
 LONG_SECTIONS = {"batching", "trees"}  # left out of "all": name them
+TINY_FIXES = ("sizes", "pair", "large", "kernel_sizes", "kernel_rounds", "K", "policy_repeats", "policy_runs",
+              "policy_lockstep", "policy_fresh_probe", "policy_read", "policy_prompt", "policy_alphas", "policy_Ks",
+              "policy_tokens", "policy_drafters", "spec_tokens", "spec_long_prompt", "reference_tokens",
+              "batch_pairs", "batch_tokens", "batch_prompt_len", "tree_pair", "tree_tokens")  # --tiny's own values
+
+
+class DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: ...)" after a flag's help, unless the help states its default itself or there is none."""
+
+    def _get_help_string(self, action):
+        if "default" in (action.help or "") or action.default is None:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return parser().parse_args(argv)
+
+
+def parser():
+    ap = OneLineErrorParser(prog="python -m bench", description=__doc__, formatter_class=DefaultsOnce)
     # what to measure
     ap.add_argument("--sizes", default="124M,355M",
                     help="comma-separated model sizes (random weights), or model names as main.py takes them: a "
@@ -37,12 +56,17 @@ def parse_args(argv):
     ap.add_argument("--kernel-rounds", type=int, default=1,
                     help="the kernels section's worker per kernel, kernel after kernel, this many times over "
                          "(~40 s a worker at 355M); medians over the rounds")
-    ap.add_argument("--tiny", action="store_true", help="tiny configs, a few seconds: checks the suite runs, "
-                                                          "its numbers mean nothing")
+    ap.add_argument("--tiny", action="store_true",
+                    help="tiny configs, a few seconds: checks the suite runs, its numbers mean nothing. It fixes "
+                         "its own sizes, pairs, K, token counts and prompts: --sizes, --large, --pair, "
+                         "--kernel-sizes, --kernel-rounds, --K, every --policy-* and --spec-* flag, "
+                         "--reference-tokens, --batch-pairs, --batch-tokens, --batch-prompt-len, --tree-pair and "
+                         "--tree-tokens are ignored (a note names those given), and at most 2 repeats "
+                         "(--repeats, --batch-repeats, --tree-repeats)")
     # how
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per measurement, after a warm-up "
                                                            "(speculative runs use min(repeats, 3))")
-    ap.add_argument("--threads", type=int, default=None, help="BLAS threads (threadpoolctl); default: BLAS's own")
+    ap.add_argument("--threads", type=int, default=None, help="BLAS threads (threadpoolctl) (default: BLAS's own)")
     ap.add_argument("--K", type=int, default=4, help="draft tokens per speculative round")
     ap.add_argument("--alphas", default="0.5,0.8,1.0", help="forced acceptance rates of the benchmark drafter")
     ap.add_argument("--policy-repeats", type=int, default=1,
@@ -70,8 +94,8 @@ def parse_args(argv):
                     help="the sweep's drafters: model (the pair's draft, forced acceptance), lookup (prompt lookup's cost), "
                          "self (the target drafting for itself: alpha 1, c ~ 1; once per repeat)")
     ap.add_argument("--spec-tokens", type=int, default=None,
-                    help="tokens per speculative/baseline run; default 6 (K+1), so that alpha = 1 runs end on a "
-                         "full round (a clamped last round would bias tokens per round low)")
+                    help="tokens per speculative/baseline run (default: 6 x (K + 1), 30 at --K 4), so that alpha = 1 "
+                         "runs end on a full round (a clamped last round would bias tokens per round low)")
     ap.add_argument("--spec-long-prompt", type=int, default=896,
                     help="prompt length of the forced-acceptance runs' second, long-prompt set (0: leave them out)")
     ap.add_argument("--reference-tokens", type=int, default=8,
@@ -80,8 +104,9 @@ def parse_args(argv):
     trees.add_arguments(ap)
     # output
     ap.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
-    ap.add_argument("--compare", default=None, metavar="OLD_JSON", help="print headline numbers beside this older run")
-    return ap.parse_args(argv)
+    ap.add_argument("--compare", default=None, metavar="OLD_JSON",
+                    help="print headline numbers beside this older run (read before the run starts)")
+    return ap
 
 
 def selected_sections(text):
@@ -89,50 +114,90 @@ def selected_sections(text):
     unknown = names - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s) {', '.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
+    if not names:
+        raise SystemExit(f"--sections: at least one section, got {text!r}: choose from all, {', '.join(SECTIONS)}")
     if "decode" in names:
         names.add("bandwidth")
     return names
 
 
-def make_plan(args):
-    if args.repeats < 1:
-        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
-    if args.kernel_rounds < 1:
-        raise SystemExit(f"--kernel-rounds must be >= 1, got {args.kernel_rounds}")
-    if args.policy_repeats < 1:
-        raise SystemExit(f"--policy-repeats must be >= 1, got {args.policy_repeats}")
-    if args.policy_runs < 1:
-        raise SystemExit(f"--policy-runs must be >= 1, got {args.policy_runs}")
+def check_counts(args):
+    """One-line SystemExits for counts out of range, whatever the sections (--tiny's own values included)."""
+    at_least = [("--repeats", args.repeats, 1), ("--kernel-rounds", args.kernel_rounds, 1),
+                ("--policy-repeats", args.policy_repeats, 1), ("--policy-runs", args.policy_runs, 1),
+                ("--K", args.K, 1), ("--reference-tokens", args.reference_tokens, 1)]
+    at_least += [("--threads", args.threads, 1)] if args.threads is not None else []
+    at_least += [("--spec-tokens", args.spec_tokens, 2)] if args.spec_tokens is not None else []
+    for flag, value, low in at_least:
+        if value < low:
+            raise SystemExit(f"{flag} must be >= {low}, got {value}")
+    if args.spec_long_prompt != 0 and args.spec_long_prompt < 3:
+        raise SystemExit(f"--spec-long-prompt must be 0 (leave the long-prompt runs out) or >= 3, "
+                         f"got {args.spec_long_prompt}")
+
+
+def make_plan(args, sections=None):
+    """The Plan of the flags (--tiny: tiny_plan); every value checked before any work (one-line SystemExits)."""
+    sections = selected_sections(args.sections) if sections is None else sections
+    check_counts(args)
     policy = policy_options(args)
-    alphas = tuple(float(a) for a in args.alphas.split(","))
+    alphas = numbers(args.alphas, float, "--alphas")
+    if not all(0 <= a <= 1 for a in alphas):
+        raise SystemExit(f"--alphas must lie in [0, 1], got {args.alphas!r}")
     if args.tiny:
         return tiny_plan(repeats=min(args.repeats, 2), alphas=alphas)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     if args.large:
         sizes += [s for s in ("774M", "1558M") if s not in sizes]
+    if not sizes:
+        raise SystemExit(f"--sizes: at least one size or model name, got {args.sizes!r}")
     pair = tuple(s.strip() for s in args.pair.split(","))
-    if len(pair) != 2:
+    if len(pair) != 2 or not all(pair):
         raise SystemExit(f"--pair must be DRAFT,TARGET, got {args.pair!r}")
     kernel_sizes = tuple(s.strip() for s in args.kernel_sizes.split(",") if s.strip())
+    if not kernel_sizes:
+        raise SystemExit(f"--kernel-sizes: at least one size or model name, got {args.kernel_sizes!r}")
     named = tuple(s for s in dict.fromkeys(sizes + list(pair) + list(kernel_sizes)) if s not in PRESETS)
-    plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas, spec_tokens=args.spec_tokens or 6 * (args.K + 1),
-                     policy_repeats=args.policy_repeats, policy_runs=args.policy_runs,
-                     policy_lockstep=args.policy_lockstep, policy_fresh_probe=args.policy_fresh_probe,
-                     policy_read=args.policy_read, policy_prompt_len=args.policy_prompt,
-                     spec_long_prompt=args.spec_long_prompt,
-                     reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
-                     kernel_rounds=args.kernel_rounds, **policy,
-                     configs={**PRESETS, **{name: named_config(name) for name in named}})
+    try:
+        plan = full_plan(sizes, args.repeats, K=args.K, alphas=alphas,
+                         spec_tokens=args.spec_tokens or 6 * (args.K + 1),
+                         policy_repeats=args.policy_repeats, policy_runs=args.policy_runs,
+                         policy_lockstep=args.policy_lockstep, policy_fresh_probe=args.policy_fresh_probe,
+                         policy_read=args.policy_read, policy_prompt_len=args.policy_prompt,
+                         spec_long_prompt=args.spec_long_prompt,
+                         reference_tokens=args.reference_tokens, pair=pair, named=named, kernel_sizes=kernel_sizes,
+                         kernel_rounds=args.kernel_rounds, **policy,
+                         configs={**PRESETS, **{name: named_config(name) for name in named}})
+    except ValueError as e:  # Plan's own checks
+        raise SystemExit(str(e)) from None
+    check_contexts(plan, sections, args)
     return plan
+
+
+def check_contexts(plan, sections, args):
+    """A run's prompt + tokens within the context of every model it runs on (generate's own check, made up front)."""
+    def room(sizes):  # -> (the smallest n_ctx, its sizes as text)
+        return min(plan.config(s).n_ctx for s in sizes), ",".join(dict.fromkeys(sizes))
+
+    if "speculative" in sections:  # every size drafting for itself, and the pair
+        n_ctx, where = room([*plan.sizes, *plan.pair])
+        if plan.spec_prompt_len + plan.spec_tokens > n_ctx:
+            how = " (6 x (--K + 1))" if args.spec_tokens is None else ""
+            raise SystemExit(f"--spec-tokens {plan.spec_tokens}{how} + the prompt ({plan.spec_prompt_len}) do not fit "
+                             f"the context of {where} ({n_ctx})")
+    if "policies" in sections:
+        n_ctx, where = room(plan.pair)
+        n_prompt = plan.policy_prompt_len or plan.spec_prompt_len
+        if n_prompt + plan.policy_tokens > n_ctx:
+            prompt = f"--policy-prompt {n_prompt}" if plan.policy_prompt_len else f"the prompt ({n_prompt})"
+            raise SystemExit(f"--policy-tokens {plan.policy_tokens} + {prompt} = {n_prompt + plan.policy_tokens} "
+                             f"does not fit the context of {where} ({n_ctx})")
 
 
 def policy_options(args):
     """--policy-*: the K-policy sweep's alphas, fixed Ks, tokens and drafters (one-line errors)."""
-    try:
-        alphas = tuple(float(a) for a in args.policy_alphas.split(","))
-        Ks = tuple(int(K) for K in args.policy_Ks.split(",") if K.strip())
-    except ValueError as e:
-        raise SystemExit(f"--policy-alphas / --policy-Ks: {e}") from None
+    alphas = numbers(args.policy_alphas, float, "--policy-alphas")
+    Ks = numbers(args.policy_Ks, int, "--policy-Ks") if args.policy_Ks.strip() else ()
     drafters = tuple(d.strip() for d in args.policy_drafters.split(",") if d.strip())
     if not all(0 <= a <= 1 for a in alphas) or not all(1 <= K <= 8 for K in Ks) or args.policy_tokens < 2:
         raise SystemExit("--policy-alphas must lie in [0, 1], --policy-Ks in 1..8, --policy-tokens >= 2")
@@ -160,24 +225,71 @@ def to_json(x):
     raise TypeError(f"{type(x).__name__} is not JSON serialisable")
 
 
+def json_path(text):
+    """--json's file, checked before any work: not a folder nor a device, in a folder (made if missing) that takes a
+    new file. A link is followed: the file it points to is replaced."""
+    path = Path(text)
+    path = path.resolve() if path.is_symlink() else path
+    if path.exists() and not path.is_file():
+        raise SystemExit(f"--json {text}: not a file ({'a folder' if path.is_dir() else 'a device or pipe'}); "
+                         "name a .json file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SystemExit(f"--json {text}: cannot write a file there ({e.strerror or e})") from None
+    return path
+
+
+def write_json(path, results):
+    """The results at path whole or not at all: written to a temporary file beside it, then renamed over it."""
+    text = json.dumps(results, indent=1, default=to_json)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp's is 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def tiny_note(ap, args):  # -> "" or the one line naming the flags --tiny ignores that were given
+    given = [f"--{dest.replace('_', '-')}" for dest in TINY_FIXES if getattr(args, dest) != ap.get_default(dest)]
+    return f"--tiny fixes its own values: {', '.join(given)} ignored" if args.tiny and given else ""
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    plan, sections = make_plan(args), selected_sections(args.sections)
-    batch_plan = batching.plan_from_args(args) if "batching" in sections else None  # flags checked first
-    tree_plan = trees.plan_from_args(args) if "trees" in sections else None
+    ap = parser()
+    args = ap.parse_args(argv)
+    try:  # every flag and file checked before any work: one line and status 2, as argparse's own errors
+        sections = selected_sections(args.sections)
+        plan = make_plan(args, sections)
+        batch_plan = batching.plan_from_args(args) if "batching" in sections else None
+        tree_plan = trees.plan_from_args(args) if "trees" in sections else None
+        old = load_results(args.compare, "--compare") if args.compare else None
+        path = json_path(args.json)  # last: it may make the folder
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            ap.error(e.code)
+        raise
+    if tiny_note(ap, args):
+        log(f"note: {tiny_note(ap, args)}")
     results = run(plan, sections, threads=args.threads, argv=argv)
     if batch_plan:
         batching.run_section(batch_plan, results, args.threads)
     if tree_plan:
         trees.run_section(tree_plan, results, args.threads)
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, default=to_json))
+    write_json(path, results)
     log(f"wrote {path} ({results['meta']['wall_seconds']:.0f} s in all)")
-    if args.compare:
-        with open(args.compare) as f:
-            print_comparison(json.load(f), results, args.compare, str(path))
+    if old is not None:
+        print_comparison(old, results, args.compare, str(path))
     batching.exit_on_mismatch(results.get("batching"))
     trees.exit_on_mismatch(results.get("trees"))
     return results

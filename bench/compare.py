@@ -8,8 +8,11 @@ at their one length / context, so their numbers line up with the same ones of a 
 Absolute times drift on a shared host; prefer ratios (x roofline, M=5/M=1, speedups), or run the
 before and after back to back.
 """
+import argparse
 import json
 import sys
+
+from gpt2np.report import OneLineErrorParser
 
 from .common import print_table
 from .decode import hf_prefill, prefill_by_length, verify_by_context
@@ -77,12 +80,34 @@ def print_comparison(old, new, old_name="old", new_name="new"):
                 note=None if rows else "no metric in common")
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit("usage: python -m bench.compare OLD.json NEW.json")
-    with open(argv[0]) as f, open(argv[1]) as g:
-        print_comparison(json.load(f), json.load(g), argv[0], argv[1])
+def load_results(path, name):
+    """A benchmark JSON read and checked (headline reads it), or a one-line SystemExit naming it as `name`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+    except OSError as e:
+        raise SystemExit(f"{name} {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError: a truncated or foreign file
+        raise SystemExit(f"{name} {path}: not JSON ({e})") from None
+    try:
+        headline(results)
+    except (AttributeError, KeyError, TypeError, IndexError, ValueError) as e:
+        raise SystemExit(f"{name} {path}: not a python -m bench results file ({type(e).__name__}: {e})") from None
+    return results
+
+
+def main(argv=None):
+    ap = OneLineErrorParser(prog="python -m bench.compare", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old", metavar="OLD_JSON", help="the earlier run's JSON (python -m bench --json)")
+    ap.add_argument("new", metavar="NEW_JSON", help="the later run's JSON")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        old, new = load_results(args.old, "OLD_JSON"), load_results(args.new, "NEW_JSON")
+    except SystemExit as e:
+        ap.error(e.code)
+    print_comparison(old, new, args.old, args.new)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

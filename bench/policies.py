@@ -106,7 +106,7 @@ def mean_call(calls, n_seq):
 def open_run(target, drafter, draft_proxy, prompt, n_tokens, K, K_max):
     """One greedy speculative run as a StreamSide, not yet started; `record` turns it into run_one's record."""
     proxy = TimedProxy(target)
-    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max, temperature=0, calibrate=True)
+    stream = speculative_stream(proxy, drafter, prompt, n_tokens, K, K_max=K_max, temperature=0, calibrate=True)
 
     def record(seconds, when):  # once the side has ended (side: below)
         return {"K": K, "K_max": K_max, "ks": side.ks, "wall": seconds - stream.result.stats.calibration_seconds,
@@ -381,7 +381,7 @@ def run(target, plan, draft_model):
             for (name, a, K), by_seed in runs.items()]
     return {"n_tokens": N, "K_max": K_max, "Ks": [K for K in Ks if isinstance(K, int)], "rows": rows,
             "drifts": drifts, "runs_per_seed": n_runs, "lockstep": plan.policy_lockstep,
-            "fresh_probe": plan.policy_fresh_probe}
+            "fresh_probe": plan.policy_fresh_probe, "blas_kernel": gpt2np.blas_kernel()}
 
 
 def replayed_group(group, rows, records, t1, seed, prompt_len, N, Ks, K_max, c_prior, shape):
@@ -505,7 +505,7 @@ def print_report(result):
               f"{100 * median([s for _, _, s in reads]):.2f} % of a run's time (both models' prefill; the target's "
               "counted as the baseline's)" if reads else "")
     print_table(f"K policies: speedup over plain decoding, greedy, {result['n_tokens']} tokens, medians over "
-                f"{seeds} coin seed(s){each}",
+                f"{seeds} coin seed(s){each}; BLAS: {result.get('blas_kernel', 'not recorded')}",
                 ["drafter", "alpha", *[f"K={K}" for K in Ks], "heur", "auto", "best", "heur/best", "worst seed",
                  "auto/best", "worst seed", "auto's worst", "replayed", "worst seed", "Bayes", "worst seed",
                  *(["read/best", "worst seed", "read's worst"] if read else []),

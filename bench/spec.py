@@ -26,7 +26,7 @@ the shape of speculative.forced, each run's prompt_len saying which prompt it ha
 
 Tokens per run. speculative_generate clamps the last round (k = min(K, tokens still wanted - 1)),
 so a run whose length is not a multiple of K + 1 ends with a short round even at alpha = 1, and
-tokens per round come out below (1 - a^(K+1)) / (1 - a). The default run length is 6 (K + 1).
+tokens per round come out below (1 - a^(K+1)) / (1 - a). The default run length is 6 x (K + 1) (30 at K = 4).
 
 Predictions use alpha_hat from the run and c, v measured in the same repeat:
   t1 = median one-token target call of the baseline, c = mean one-token draft call / t1,

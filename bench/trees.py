@@ -108,7 +108,10 @@ def parse_shapes(text):  # "K=1-3;2,1;auto" -> ((1,), (1, 1), (1, 1, 1), (2, 1),
                 shapes.append("auto")
             elif item.startswith("K="):
                 low, _, high = item[2:].partition("-")
-                shapes += [(1,) * K for K in range(int(low), int(high or low) + 1)]
+                low, high = int(low), int(high or low)
+                if not 1 <= low <= high:
+                    raise ValueError(f"{item!r} names no chain: K=a-b needs 1 <= a <= b")
+                shapes += [(1,) * K for K in range(low, high + 1)]
             else:
                 shapes.append(check_widths([int(w) for w in item.strip("()").split(",")]))
     except ValueError as e:
@@ -296,8 +299,26 @@ def bundled_bound(counts, repeats=3 * COST_REPEATS, threads=1):
     return out
 
 
-if __name__ == "__main__":  # python -m bench.trees [FIXTURES_DIR]: the rate profiles of trees_report.PROFILES
-    import sys
+def main(argv=None):
+    """python -m bench.trees [FIXTURES_DIR]: trees_report.PROFILES' rate profiles, then the bundled pair's bound."""
     from pathlib import Path
+
+    from gpt2np.report import OneLineErrorParser
     shared_fixtures = Path(__file__).resolve().parents[2] / "shared" / "fixtures"  # ../shared beside the repository
-    bundled_bound(trees_report.measure_profiles(sys.argv[1] if len(sys.argv) > 1 else shared_fixtures))
+    ap = OneLineErrorParser(prog="python -m bench.trees",
+                            description="Measures acceptance by depth and sibling rank (trees_report.PROFILES) on the "
+                                        "bundled pair and on the test fixtures gpt2-tiny-a -> gpt2-tiny-b, then prices "
+                                        "every tree shape on the bundled target's own costs at the bundled rates "
+                                        "(bundled_bound). About half a minute.")
+    ap.add_argument("fixtures", nargs="?", default=None, metavar="FIXTURES_DIR",
+                    help="the folder holding gpt2-tiny-a and gpt2-tiny-b (default: shared/fixtures in the folder "
+                         "above the repository; their profiles are skipped, in one line, where it lacks them)")
+    args = ap.parse_args(argv)
+    if args.fixtures is not None and not Path(args.fixtures).is_dir():
+        ap.error(f"FIXTURES_DIR {args.fixtures}: "
+                 f"{'not a folder' if Path(args.fixtures).exists() else 'no such folder'}")
+    bundled_bound(trees_report.measure_profiles(shared_fixtures if args.fixtures is None else args.fixtures))
+
+
+if __name__ == "__main__":
+    main()

@@ -153,6 +153,14 @@ def test_policy_sweep_and_bundled_prompt_lookup(results):
     assert len(sweep["drifts"]) == groups * plan.policy_repeats and all(positive(d) for d in sweep["drifts"])
 
 
+def test_every_timing_table_names_the_blas_kernel(bench_run):
+    """The K-policy table names the BLAS kernel in its title, as the batching and trees tables do (and the JSON)."""
+    results, stdout = bench_run
+    title = next(line for line in stdout.splitlines() if line.startswith("## K policies"))
+    kernel = results["sizes"][tiny_plan().pair[1]]["policies"]["blas_kernel"]
+    assert kernel and title.endswith(f"; BLAS: {kernel}"), title
+
+
 def test_a_run_is_measured_against_the_baseline_at_its_own_time():
     """baseline_at: the line between the plain runs before and after a group, at the run's midpoint
     (clamped to the two ends), so that a drifting machine does not favour the runs nearest the first."""

@@ -42,4 +42,4 @@ def test_bench_times_hf_folders_as_sizes_and_as_the_speculative_pair(tmp_path):
 
 def test_bench_refuses_a_name_that_is_no_model_in_one_line(tmp_path):
     out = bench("--sizes", str(tmp_path / "absent"), "--sections", "prefill")
-    assert out.returncode != 0 and out.stderr.count("\n") == 1 and "unknown model" in out.stderr, out.stderr
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unknown model" in out.stderr, out.stderr

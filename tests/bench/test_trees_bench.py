@@ -326,6 +326,8 @@ def test_a_repeat_runs_its_sides_in_lockstep_or_back_to_back(pair, monkeypatch, 
     (["--tree-shapes", "2,1;auto"], "needs at least one chain"),
     (["--tree-shapes", "K=1;5,1"], "at most 4 children a node"),
     (["--tree-shapes", "K=1;two"], "--tree-shapes: K=a-b"),
+    (["--tree-shapes", "K=0"], "'K=0' names no chain"),
+    (["--tree-shapes", "K=3-1;auto"], "'K=3-1' names no chain"),
     (["--tree-pair", "124M"], "--tree-pair: DRAFT,TARGET"),
     (["--tree-pair", "124M,999M"], "--tree-pair: DRAFT,TARGET"),
     (["--tree-tokens", "1000"], "do not fit the context of 124M,1558M (1024)"),
@@ -338,10 +340,10 @@ def test_bad_flags_are_one_line_errors(flags, says):
     assert says in message and "\n" not in message, message
 
 
-def test_a_bad_flag_exits_before_any_work():
-    done = subprocess.run([sys.executable, "-m", "bench", "--sections", "trees", "--tree-alphas", "2"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+def test_a_bad_flag_exits_before_any_work(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "bench", "--sections", "trees", "--tree-alphas", "2",
+                           "--json", str(tmp_path / "b.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]  # as argparse's own errors
     assert "--tree-alphas must lie in [0, 1]" in done.stderr and "## " not in done.stdout
 
 

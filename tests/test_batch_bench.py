@@ -99,6 +99,38 @@ def test_bad_flags_get_a_usage_error(flags):
     assert run.returncode == 2 and "Traceback" not in run.stderr and "error:" in run.stderr, run.stderr
 
 
+@pytest.mark.parametrize("flags, says", [
+    (["--batches", "0"], "--batches must be integers >= 1, got 0"),
+    (["--batches", "foo"], "argument --batches"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--repeats", "0"], "--repeats must be at least 1, got 0"),
+    (["--context", "0"], "--context must be at least 1, got 0"),
+    (["--anatomy", "-2"], "--anatomy must be at least 0, got -2"),
+    (["--sizes", "foo"], "--sizes foo: 'foo' is not one of"),
+    (["--sizes", "124M,"], "--sizes 124M,: '' is not one of"),
+    (["--context", "2000"], "--context 2000 + --n_tokens 16 exceeds the context of 124M, 1024 tokens"),  # was a
+    (["--sizes", "tiny", "--context", "20"], "exceeds the context of tiny, 32 tokens"),  # traceback after work
+])
+def test_each_bad_flag_is_named_in_its_error(flags, says):
+    """One catch-all message used to list every rule without saying which flag broke one."""
+    run = subprocess.run([sys.executable, str(TOOL), *flags], cwd=REPO, capture_output=True, text=True, timeout=60)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 2 and says in last and "Traceback" not in run.stderr and run.stdout == "", run.stderr
+
+
+def test_the_tiny_preset_runs_on_weights_that_cannot_cut_into_panels():
+    """--sizes lists tiny (n_embd 16): it ran into "panels need n_embd a multiple of 32"; its weights stay as
+    stored where the orders ask for panels, and the table says so."""
+    run = subprocess.run([sys.executable, str(TOOL), "--sizes", "tiny", "--batches", "1,2", "--repeats", "1",
+                          "--context", "4", "--n_tokens", "2", "--step-pairs", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line.split(" | ")[:2] for line in run.stdout.splitlines() if line.startswith("| tiny |")]
+    assert rows == [["| tiny", "1"], ["| tiny", "2"]] * 2, run.stdout
+    if "panels" in run.stdout.splitlines()[0].split("; weights")[-1]:
+        assert "(tiny: n_embd 16 does not cut into panels" in run.stdout, run.stdout
+
+
 
 def test_where_the_orders_differ_the_packed_side_gets_its_own_copy():
     """Under a kernel whose batches want row-major weights (Haswell's) the packed side runs on a copy in that

@@ -221,7 +221,7 @@ def test_the_prompts_are_fifteen_sentences_not_taken_from_the_training_corpora()
     ("compare", ["nonsense-model", DRAFT], "unknown model 'nonsense-model'"),
     ("compare", [TARGET, DRAFT, "--bogus"], "unrecognized arguments: --bogus"),
     ("compare", [TARGET], "the following arguments are required: draft"),
-    ("compare", [TARGET, DRAFT, "--K", "0"], "K (draft tokens per round) must be an integer >= 1"),
+    ("compare", [TARGET, DRAFT, "--K", "0"], "--K must be an integer >= 1, 'heuristic' or 'auto', got '0'"),
     ("compare", [TARGET, DRAFT, "--n_tokens", "0"], "--n_tokens must be at least 1"),
     ("compare", [TARGET, DRAFT, "--n_tokens", "500"], "exceeds the context of 256 tokens"),
     ("compare", [TARGET, DRAFT, "--temperature", "-1"], "temperature"),
@@ -231,7 +231,8 @@ def test_the_prompts_are_fifteen_sentences_not_taken_from_the_training_corpora()
     ("latency", [TARGET, "--bogus"], "unrecognized arguments: --bogus"),
     ("latency", [TARGET, "--n_tokens", "x"], "invalid int value: 'x'"),
     ("latency", [TARGET, "--K", "3"], "--K needs a drafter"),
-    ("latency", [TARGET, DRAFT, "--K", "often"], "K (draft tokens per round) must be"),
+    ("latency", [TARGET, DRAFT, "--K", "often"], "--K must be an integer >= 1, 'heuristic' or 'auto', got 'often'"),
+    ("latency", [TARGET, DRAFT, "--K", "0"], "--K must be an integer >= 1, 'heuristic' or 'auto', got '0'"),
     ("latency", [TARGET, "--n_tokens", "250"], "exceeds the context of 256 tokens"),
 ])
 def test_bad_input_is_one_line_and_status_2(module, args, message):
@@ -240,6 +241,41 @@ def test_bad_input_is_one_line_and_status_2(module, args, message):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "error: " in lines[0] and message in lines[0], out.stderr
     assert out.stdout == ""  # refused before anything runs
+
+
+@pytest.mark.parametrize("module", ["compare", "latency"])
+@pytest.mark.parametrize("where, message", [
+    ("{tmp}/missing/run.json", "the folder {tmp}/missing does not exist"),
+    ("{tmp}", "--json {tmp} is a folder: name a file in it"),
+    ("{tmp}/file.txt/run.json", "{tmp}/file.txt is not a folder"),
+    ("/proc/run.json", "--json /proc/run.json: cannot write in the folder /proc"),  # exists; root may "access" it
+])
+def test_a_json_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, module, where, message):
+    """--json was opened only after the whole run, which then ended in "error: [Errno 2] ...": it is tried first."""
+    if where.startswith("/proc") and not os.path.isdir("/proc"):
+        pytest.skip("no /proc here")
+    (tmp_path / "file.txt").write_text("a file\n")
+    out = command(module, TARGET, DRAFT, "--n_tokens", "5", "--json", where.format(tmp=tmp_path))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and message.format(tmp=tmp_path) in lines[0], out.stderr
+    assert out.stdout == ""  # refused before anything runs
+
+
+@pytest.mark.parametrize("module", ["compare", "latency"])
+def test_the_json_record_is_written_atomically(tmp_path, module):
+    """Through a temporary file and os.replace: a write that fails leaves the old file whole and no temporary
+    file; one that succeeds gets open()'s mode (0666 less the umask), not mkstemp's 0600."""
+    write = __import__(f"gpt2np.{module}", fromlist=["write_json_atomically"]).write_json_atomically
+    path = tmp_path / "run.json"
+    path.write_text('{"old": true}\n')
+    with pytest.raises(TypeError):
+        write(path, {"fine": 1, ("a", "tuple"): "is no JSON key"})
+    assert path.read_text() == '{"old": true}\n' and [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    write(path, {"new": [1, 2]})
+    assert json.loads(path.read_text()) == {"new": [1, 2]} and [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 @pytest.mark.parametrize("module", ["compare", "latency"])

@@ -9,6 +9,7 @@ TTFT <= E2EL, TPOT and the throughputs recomputed from the per-request rows).
 """
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -188,6 +189,17 @@ def test_run_against_a_url_at_concurrency_1_and_2(server, tmp_path):
     if served_before is not None and served_after is not None:  # the server's own count: 6 + 4 prompts alone
         assert served_after - served_before == 2 * (1 + 2) + 4, (served_before, served_after)
     assert not list(tmp_path.glob(".run.json.*")), "the temporary file was left behind"
+    assert out.stat().st_mode & 0o777 == 0o666 & ~current_umask(), "not open()'s mode (mkstemp's 0600?)"
+    # the client's kernel is not the server's: a server reached by --url is asked (its /health reports its own)
+    assert config["blas"] == config["health_after"]["blas"] and not config["blas"].startswith("not known"), config
+    assert f"server's BLAS kernel: {config['blas']}" in done.stdout and f"BLAS kernel, {url}: {config['blas']}" \
+        in done.stdout, done.stdout
+
+
+def current_umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def serve_flags():
@@ -206,6 +218,11 @@ def compare_run(tmp_path, *compare):
     for config in configs:
         check_level(config["levels"][0], 2, per_client=1, max_tokens=4)
     assert "vs 1st" in done.stdout and len(re.findall(r"^== ", done.stdout, re.M)) == len(configs), done.stdout
+    import gpt2np  # the servers it starts run in this environment: the kernel their start line names
+    kernel = gpt2np.blas_kernel().split(",")[0]  # "OpenBLAS 0.3.x SkylakeX" (the threads may differ)
+    for config in configs:
+        assert config["blas"].startswith(kernel) and "this Python's" not in config["blas"], config["blas"]
+        assert f"BLAS kernel, {config['name']}: {config['blas']}" in done.stdout, done.stdout
     return configs, done
 
 
@@ -268,6 +285,12 @@ def test_compare_max_batch(tmp_path):
     (["--compare", "max_queue=1", "--compare-max-batch", "1,2"], "--compare"),
     (["--compare-max-batch", "0"], "--compare-max-batch"),
     (["--json", "/no/such/folder/out.json"], "--json"),
+    (["--json", str(REPO / "tools")], "--json"),  # a folder: refused before the run, not after it
+    (["--json", "/proc/out.json"], "--json /proc/out.json"),  # even as root (os.access says yes): tried
+    (["--temperature", "nan"], "--temperature must be a finite number"),
+    (["--temperature", "inf"], "--temperature must be a finite number"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--requests_per_client", "0"], "--requests_per_client"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, says):
     done = run_tool(*args, timeout=60)
@@ -324,3 +347,15 @@ def process_state(pid):
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_the_kernel_of_a_started_server_is_the_one_its_start_line_names(tmp_path):
+    """gpt2np.serve prints "serving ... (...; weights W; <gpt2np.blas_kernel()>)" before it answers /health:
+    the tool's figures are that process's, whose threads may differ from this one's."""
+    from conftest import load_tool
+    tool = load_tool("load_test")
+    kernel = "OpenBLAS 0.3.31 Haswell, 1 thread, few-row products: rows (M 2-7); small row-major weights: plain"
+    with open(tmp_path / "log", "w+") as log:
+        log.write("some warning\nserving shakespeare-2.6M with drafters ['shakespeare-260K'] on http://127.0.0.1:1/ "
+                  f"(up to 8 at once, 16 waiting; weights row-major; {kernel})\n")
+        assert tool.started_kernel(log) == kernel

@@ -125,3 +125,16 @@ def test_notebook_executes(path, executed):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} drew no plot"
+
+
+@pytest.mark.parametrize("only", [["zz"], ["01", "zz"]])
+def test_a_prefix_that_names_no_notebook_is_an_error_before_any_build(capsys, monkeypatch, only):
+    """`python tools/build_notebooks.py zz` built nothing, printed nothing and exited 0: a typo looked like success."""
+    def build(*args, **kwargs):
+        raise AssertionError("a notebook was built")
+    monkeypatch.setattr(BUILDER, "execute", build)
+    monkeypatch.setattr(BUILDER, "jupytext_cli", build)
+    with pytest.raises(SystemExit) as stopped:
+        BUILDER.main(only)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "no notebook's name starts with 'zz'" in err and err.count("\n") == 1, err

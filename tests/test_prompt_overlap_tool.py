@@ -30,7 +30,19 @@ def test_one_prompt_s_overlaps_and_its_run_s_on_the_bundled_pair(temperature):
 
 
 def test_bad_flags_are_one_line_errors(tmp_path):
-    for argv in (["--prompts", "1"], ["--tokens", "3"], ["--corpus", str(tmp_path / "none.txt")],
-                 ["--temperatures", "warm"]):
+    (tmp_path / "short.txt").write_text("To be, or not to be.\n")  # under 200 characters: no prompt can be drawn
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "long.txt").write_text("To be, or not to be, that is the question.\n" * 30)
+    long = ["--corpus", str(tmp_path / "long.txt")]
+    for argv, says in ((["--prompts", "1"], "--prompts"), (["--tokens", "3"], "--tokens"),
+                       (["--corpus", str(tmp_path / "none.txt")], "none.txt"), (["--temperatures", "warm"], "warm"),
+                       # each of these was a traceback, the last two after the models had loaded
+                       ([*long, "--temperatures", "-1"], "--temperatures must be finite numbers >= 0"),
+                       ([*long, "--temperatures", "0,nan"], "--temperatures must be finite numbers >= 0"),
+                       (["--corpus", str(tmp_path / "short.txt")], "short.txt: 21 characters"),
+                       (["--corpus", str(tmp_path / "empty.txt")], "empty.txt: 0 characters"),
+                       ([*long, "--tokens", "5000"], "--tokens 5000 is too many")):
         out = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=120)
-        assert out.returncode == 2 and "error:" in out.stderr.strip().splitlines()[-1], (argv, out.stderr)
+        last = out.stderr.strip().splitlines()[-1]
+        assert out.returncode == 2 and "error:" in last and says in last, (argv, out.stderr)
+        assert "Traceback" not in out.stderr and out.stdout == "", (argv, out.stderr)

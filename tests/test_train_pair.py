@@ -8,6 +8,7 @@ hash. Runs in its own process: the trainer switches torch to deterministic mode 
 torch is a tool-only dependency (tools/requirements-train.txt): without it the test skips.
 """
 import hashlib
+import os
 import importlib.metadata
 import importlib.util
 import subprocess
@@ -74,3 +75,86 @@ def test_shortened_training_run_reproduces_its_bytes(tmp_path):
         f"the shortened run reproduces none of its pinned bytes: {produced} (a change in tools/train_pair.py or in "
         f"the checkpoint writer; or a CPU none of {list(PINNED_SHA256)} had: then a second run that writes the "
         f"same bytes, with nothing else changed, is a new host's entry)")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["{missing}"], "no such file"),
+    (["{corpus}", "--n_ctx", "0"], "--n_ctx must be at least 1"),
+    (["{corpus}", "--target", "30", "4", "1"], "--target 30 4 1: N_EMBD must be a multiple of N_HEAD"),
+    (["{corpus}", "--draft", "16", "0", "1"], "--draft 16 0 1"),
+    (["{corpus}", "--target_steps", "-1"], "--target_steps must be at least 0"),
+    (["{corpus}", "--draft_steps", "-5"], "--draft_steps must be at least 0"),
+    (["{corpus}", "--log_every", "0"], "--log_every must be at least 1"),
+    (["{corpus}", "--lr", "nan"], "--lr must be a positive number"),
+    (["{corpus}", "--distill_mix", "1.5"], "--distill_mix must be in [0, 1]"),
+    (["{corpus}", "--n_ctx", "16"], "--prompt must have 1 to --n_ctx 16 bytes"),
+    (["{corpus}", "--prompt", ""], "--prompt must have 1 to --n_ctx"),
+    (["{corpus}", "--n_ctx", "1024"], "too short for --n_ctx 1024"),
+    (["{corpus}", "--target", "16", "2", "1"], "would both be exported as"),
+    (["{corpus}", "--out_dir", "{corpus}/models"], "--out_dir"),
+])
+def test_bad_arguments_are_one_line_before_any_work(tmp_path, args, expected):
+    """Every argument is checked before training (no torch needed): one line naming the flag, status 2,
+    and nothing written. A --prompt longer than --n_ctx used to crash export() half way (issue 31)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 100)  # 4,400 bytes
+    args = [a.format(corpus=corpus, missing=tmp_path / "missing.txt") for a in args]
+    defaults = ["--out_dir", str(tmp_path / "out"), "--work_dir", str(tmp_path / "work"), "--n_ctx", "64",
+                "--draft", "16", "2", "1"]  # a case's own flags come after these, and win
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "train_pair.py"), args[0], *defaults, *args[1:]],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and expected in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_a_failed_export_leaves_no_partial_folder_and_the_old_model_untouched(tmp_path, monkeypatch):
+    """export_models writes into temporary folders and renames them into place only when every model is
+    complete: a failure late in the export (reference.npz, the last file) leaves the folder as it was."""
+    if torch_version() is None:
+        pytest.skip("torch not installed (training only: pip install torch==2.13.0)")
+    from conftest import load_tool
+    tool = load_tool("train_pair")
+    models = {"m-a": tool.GPT2Torch(tool.N_VOCAB, 8, 8, 2, 1), "m-b": tool.GPT2Torch(tool.N_VOCAB, 8, 8, 2, 1)}
+    out = tmp_path / "out"
+    (out / "m-a").mkdir(parents=True)
+    (out / "m-a" / "hparams.json").write_text("the old model\n")
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+    savez = tool.np.savez
+    monkeypatch.setattr(tool.np, "savez", fail)
+    with pytest.raises(OSError, match="disk full"):
+        tool.export_models(models, out, [1, 2, 3])
+    assert sorted(p.name for p in out.iterdir()) == ["m-a"]
+    assert (out / "m-a" / "hparams.json").read_text() == "the old model\n"
+
+    monkeypatch.setattr(tool.np, "savez", savez)
+    tool.export_models(models, out, [1, 2, 3])
+    assert sorted(p.name for p in out.iterdir()) == ["m-a", "m-b"]
+    for name in models:
+        assert {"hparams.json", "reference.npz", "model.ckpt.index"} <= {p.name for p in (out / name).iterdir()}
+        assert (out / name).stat().st_mode & 0o777 == 0o777 & ~current_umask()
+
+
+def current_umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def test_make_hf_fixtures_help_needs_no_transformers_and_never_builds(tmp_path):
+    """tools/make_hf_fixtures.py (the other torch tool) had no arguments at all: --help died importing
+    transformers, or, with it installed, rewrote tests/fixtures/hf-tiny-*."""
+    fixtures = ROOT / "tests" / "fixtures"
+    before = {p: p.stat().st_mtime_ns for p in fixtures.glob("hf-tiny-*/*")}
+    tool = [sys.executable, str(ROOT / "tools" / "make_hf_fixtures.py")]
+    shown = subprocess.run([*tool, "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "tools/requirements-hf.txt" in shown.stdout, shown.stderr
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        run = subprocess.run([*tool, "--out_dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and "pip install -r tools/requirements-hf.txt" in lines[0], \
+            run.stderr
+        assert not (tmp_path / "out").exists()
+    assert {p: p.stat().st_mtime_ns for p in fixtures.glob("hf-tiny-*/*")} == before

@@ -54,6 +54,7 @@ from gpt2np.decoding.batched import batch_stream  # noqa: E402
 from gpt2np import set_weights_order  # noqa: E402
 from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
 from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
+from gpt2np.model.fast.layout import fitting  # noqa: E402
 from gpt2np.model.fast.matmul import batch_layout, loaded_layout, matmul, weight_shape  # noqa: E402
 from bench.common import lockstep  # noqa: E402
 
@@ -281,6 +282,26 @@ def integers(text):  # "1,2,4" -> [1, 2, 4]; argparse turns a ValueError into a 
     return [int(b) for b in text.split(",")]
 
 
+def check_args(args, sizes):  # -> the first problem, naming its flag as typed, or None; before any work
+    unknown = [s for s in sizes if s not in gpt2np.PRESETS]
+    if unknown:
+        return f"--sizes {args.sizes}: {unknown[0]!r} is not one of {', '.join(sorted(gpt2np.PRESETS))}"
+    if min(args.batches) < 1:
+        return f"--batches must be integers >= 1, got {','.join(map(str, args.batches))}"
+    for flag in ("context", "n_tokens", "repeats") + (("threads",) if args.threads is not None else ()):
+        if getattr(args, flag) < 1:
+            return f"--{flag} must be at least 1, got {getattr(args, flag)}"
+    for flag in ("step_pairs", "anatomy"):
+        if getattr(args, flag) < 0:
+            return f"--{flag.replace('_', '-')} must be at least 0, got {getattr(args, flag)}"
+    for size in sizes:
+        n_ctx = gpt2np.PRESETS[size].n_ctx
+        if args.context + args.n_tokens > n_ctx:
+            return (f"--context {args.context} + --n_tokens {args.n_tokens} exceeds the context of {size}, "
+                    f"{n_ctx} tokens")
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -302,11 +323,9 @@ def main(argv=None):
                              "(as the server with --max_batch above 1), or as stored")
     args = parser.parse_args(argv)
     sizes, batches = args.sizes.split(","), args.batches
-    unknown = [s for s in sizes if s not in gpt2np.PRESETS]
-    if unknown or any(b < 1 for b in batches) or min(args.context, args.n_tokens, args.repeats) < 1 \
-            or (args.threads is not None and args.threads < 1) or min(args.step_pairs, args.anatomy) < 0:
-        parser.error(f"sizes must be in {sorted(gpt2np.PRESETS)}; batches, context, n_tokens, repeats, threads >= 1; "
-                     f"step-pairs, anatomy >= 0")
+    problem = check_args(args, sizes)
+    if problem:
+        parser.error(problem)
     if args.threads is not None:
         from threadpoolctl import threadpool_limits
         threadpool_limits(limits=args.threads, user_api="blas")
@@ -321,13 +340,17 @@ def main(argv=None):
     steps, parts = [], []  # (size, batch, ratios), (size, batch, {part: seconds})
     for size in sizes:
         model = gpt2np.random_model(gpt2np.PRESETS[size], tokenizer=None)
-        models = step_models(model, orders) if args.lockstep else None  # each side's model in its order
+        fitted = {name: fitting(order, model) for name, order in orders.items()}  # tiny's 16 wide: no panels
+        if fitted != orders:
+            print(f"| ({size}: n_embd {model.config.n_embd} does not cut into panels: weights {fitted['together']} "
+                  f"together, {fitted['alone']} alone) |" + " |" * 7)
+        models = step_models(model, fitted) if args.lockstep else None  # each side's model in its order
         for batch in batches:
             results = measure_in_lockstep(models, batch, args.context, args.n_tokens, args.repeats, rng) \
-                if args.lockstep else measure(model, batch, args.context, args.n_tokens, args.repeats, rng, orders)
+                if args.lockstep else measure(model, batch, args.context, args.n_tokens, args.repeats, rng, fitted)
             print(summary_row(size, batch, results), flush=True)
         if args.step_pairs or args.anatomy:
-            models = models or step_models(model, orders)  # back to back, measure left model in either order
+            models = models or step_models(model, fitted)  # back to back, measure left model in either order
             steps += [(size, batch, step_ratios(models, batch, args.context, args.step_pairs, rng))
                       for batch in batches if args.step_pairs]
             parts += [(size, batch, anatomy(models, batch, args.context, args.anatomy, rng))

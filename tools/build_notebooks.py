@@ -81,8 +81,12 @@ def main(argv=None):
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("only", nargs="*", help="build only notebooks whose name starts with one of these")
     args = parser.parse_args(argv)
-    scripts = [p for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
-               if not args.only or any(p.name.startswith(o) for o in args.only)]
+    every = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    unmatched = [o for o in args.only if not any(p.name.startswith(o) for p in every)]
+    if unmatched:  # before any build: a typo built nothing and said nothing
+        parser.exit(2, f"{parser.prog}: error: no notebook's name starts with {', '.join(map(repr, unmatched))} "
+                       f"(the notebooks: {', '.join(p.stem for p in every)})\n")
+    scripts = [p for p in every if not args.only or any(p.name.startswith(o) for o in args.only)]
     for script in scripts:
         notebook = script.with_suffix(".ipynb")
         if notebook.exists():  # after the sync the .ipynb holds the script's cells, with its cell ids

@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import socket
@@ -104,10 +105,16 @@ def parse_args(argv):
 
 def check_args(args):
     """The first problem with the arguments, in one line, or None."""
-    if args.requests_per_client < 1 or args.max_tokens < 1:
-        return "--requests_per_client and --max_tokens must be at least 1"
-    if not 0 <= args.stream_fraction <= 1 or args.temperature < 0 or args.timeout <= 0 or args.start_timeout <= 0:
-        return "--stream_fraction must be in [0, 1], --temperature >= 0, --timeout and --start_timeout > 0"
+    for flag in ("requests_per_client", "max_tokens"):
+        if getattr(args, flag) < 1:
+            return f"--{flag} must be at least 1, got {getattr(args, flag)}"
+    if not 0 <= args.stream_fraction <= 1:
+        return f"--stream_fraction must be in [0, 1], got {args.stream_fraction}"
+    if not 0 <= args.temperature < math.inf:  # nan and inf too: they passed, and failed late in the server
+        return f"--temperature must be a finite number >= 0, got {args.temperature}"
+    for flag in ("timeout", "start_timeout"):
+        if not 0 < getattr(args, flag) < math.inf:
+            return f"--{flag} must be a finite number of seconds > 0, got {getattr(args, flag)}"
     own = [key for key in args.extra if key in OWN_FIELDS]
     if own:
         return f"--extra: {own[0]!r} is the tool's own field (flag: {OWN_FIELDS[own[0]]}); leave it out of --extra"
@@ -117,12 +124,33 @@ def check_args(args):
         return "--url tests a running server: --serve and --compare start servers of their own"
     if args.url and not args.url.startswith(("http://", "https://")):
         return f"--url: expected http://host:port, got {args.url!r}"
-    if args.json and not args.json.resolve().parent.is_dir():
-        return f"--json: the folder {args.json.resolve().parent} does not exist"
+    if args.json:
+        problem = json_path_problem(args.json)
+        if problem:
+            return problem
     try:
         configurations(args)
     except ValueError as e:
         return str(e)
+    return None
+
+
+def json_path_problem(path):
+    """Why --json cannot be written (one line), or None: checked before any server starts, as write_json
+    writes it (a temporary file in its folder, then a rename). The folder is tried by making and removing a
+    temporary file: os.access says yes to root even where nothing can be made (/proc)."""
+    if path.is_dir() or not path.name:
+        return f"--json {path} is a folder: name a file in it, e.g. {path / 'load_test.json'}"
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        return (f"--json {path}: {folder} is not a folder" if folder.exists() else
+                f"--json {path}: the folder {folder} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        return f"--json {path}: cannot write in the folder {folder} ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
     return None
 
 
@@ -181,7 +209,7 @@ def started_server(server_args, start_timeout):
     print(f"started: python {shlex.join(command[1:])} (pid {process.pid})", file=sys.stderr, flush=True)
     try:
         wait_for_health(f"http://127.0.0.1:{port}", process, lambda: log_tail(log, 1), start_timeout)
-        yield f"http://127.0.0.1:{port}", lambda: log_tail(log, 8)
+        yield f"http://127.0.0.1:{port}", lambda: log_tail(log, 8), started_kernel(log)
     finally:
         process.terminate()
         try:
@@ -190,6 +218,36 @@ def started_server(server_args, start_timeout):
             process.kill()
             process.wait()
         log.close()
+
+
+SERVING_LINE = re.compile(r"^serving .*; weights [^;]*; (?P<kernel>.+)\)\s*$")  # gpt2np.serve's start line
+
+
+def started_kernel(log):
+    """The BLAS kernel of a server this tool started: the one its start line names ("serving ... (...; weights
+    ...; <gpt2np.blas_kernel()>)", printed before it answers /health), else this Python's, which started it."""
+    log.seek(0)
+    for line in log.read().splitlines():
+        found = SERVING_LINE.match(line)
+        if found:
+            return found["kernel"]
+    done = subprocess.run([sys.executable, "-c", "import gpt2np; print(gpt2np.blas_kernel())"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    mine = done.stdout.strip() or "not known"
+    return f"{mine} (this Python's: the server's start line did not name its own; its threads may differ)"
+
+
+def url_kernel(url):
+    """The BLAS kernel of a server at --url, if its /health or /v1/models reports one ("blas"); gpt2np.serve's
+    do not: the client's own kernel is not the server's, so it is said to be unknown."""
+    for path, find in (("/health", lambda d: d.get("blas")),
+                       ("/v1/models", lambda d: (d["data"][0].get("gpt2np") or {}).get("blas"))):
+        with contextlib.suppress(requests.RequestException, ValueError, KeyError, IndexError, TypeError,
+                                 AttributeError):
+            kernel = find(requests.get(url + path, timeout=30).json())
+            if kernel:
+                return str(kernel)
+    return "not known: the server's /health and /v1/models do not report it (gpt2np.serve names it on its stderr)"
 
 
 def log_tail(log, n):
@@ -319,8 +377,9 @@ def references(url, model, args, prompts):
     return found if args.temperature == 0 else {}
 
 
-def measure(url, args, name):
-    """Every concurrency level against one server; prints each level's table and returns the results."""
+def measure(url, args, name, kernel):
+    """Every concurrency level against one server (whose BLAS kernel is `kernel`); prints each level's table
+    and returns the results."""
     try:
         answer = requests.get(url + "/v1/models", timeout=30)
         model = answer.json()["data"][0]["id"]
@@ -330,6 +389,7 @@ def measure(url, args, name):
         raise RuntimeError(f"GET {url}/v1/models answered {answer.status_code} without a model: is {url} the "
                            f"base URL of an OpenAI-compatible server?") from None
     prompts = args.prompt or PROMPTS
+    print(f"-- {name}: server's BLAS kernel: {kernel}", flush=True)
     alone = references(url, model, args, prompts)
     levels = []
     for concurrency in args.concurrency:
@@ -344,7 +404,7 @@ def measure(url, args, name):
         shout(name, level)
         levels.append(level)
     health = requests.get(url + "/health", timeout=30).json()
-    return {"name": name, "url": url, "model": model, "health_after": health, "levels": levels}
+    return {"name": name, "url": url, "model": model, "blas": kernel, "health_after": health, "levels": levels}
 
 
 def shout(name, level):
@@ -365,6 +425,9 @@ def write_json(path, data):
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made (0644 under umask 022)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -379,12 +442,15 @@ def run(args):
     results = []
     for name, server_args in configurations(args):
         with contextlib.ExitStack() as stack:
-            url, log = (args.url, None) if args.url else stack.enter_context(
+            url, log, kernel = (args.url, None, None) if args.url else stack.enter_context(
                 started_server(server_args, args.start_timeout))
-            results.append(measure(url.rstrip("/").removesuffix("/v1"), args, name))
+            url = url.rstrip("/").removesuffix("/v1")
+            results.append(measure(url, args, name, kernel or url_kernel(url)))
             if log and any(lv["server_errors"] for lv in results[-1]["levels"]):
                 print("\n".join(f"!! server log: {line}" for line in log()), file=sys.stderr)
     print("\n" + "\n".join(overview(results)))
+    for r in results:  # every tok/s and latency above was measured on this kernel
+        print(f"BLAS kernel, {r['name']}: {r['blas']}")
     if args.json:
         write_json(args.json, {"tool": "tools/load_test.py", "argv": sys.argv[1:], "date": time.strftime(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "configurations": results})

@@ -15,15 +15,25 @@ The three models: f32 (GPT2LMHeadModel, float32), f16 (the same kind of model sa
 `logits` is its float16 weights run in float32, which is what gpt2np computes), and noprefix (a
 bare GPT2Model: tensor names without "transformer.", as in OpenAI's gpt2 repository on the Hub).
 Weights are drawn larger than HF's 0.02 initialisation, so that logits are far from uniform.
+Each folder is written under a temporary name beside it and renamed into place only when complete.
 """
+import argparse
+import contextlib
 import json
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
-import transformers
+
+try:
+    import torch
+    import transformers
+except ModuleNotFoundError as e:  # --help works without them; main() names the requirements file
+    torch = transformers = None
+    MISSING = e.name
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 sys.path.insert(0, str(OUT.parents[1]))
@@ -69,10 +79,40 @@ def logits_of(model, ids):
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-def build(name, seed, save):
-    folder = OUT / name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+def build(name, seed, save, out=OUT):
+    """out/name, written into a temporary folder beside it and renamed into place when complete: a failure
+    leaves the fixture there as it was (and no partial folder)."""
+    out.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}.partial-"))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(folder, 0o777 & ~umask)  # mkdtemp's 0700 -> what mkdir would have made
+        written = write_fixture(folder, seed, save)
+        replace_folder(folder, out / name)
+        print(f"{out / name}: {written}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # gone already where it was renamed into place
+
+
+def replace_folder(new, dest):
+    """Rename the complete folder new to dest; a dest already there is moved aside first, and back on failure."""
+    if not dest.exists():
+        os.rename(new, dest)
+        return
+    aside = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old-"))
+    os.rename(dest, aside / dest.name)
+    try:
+        os.rename(new, dest)
+    except BaseException:
+        os.rename(aside / dest.name, dest)
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(aside)
+
+
+def write_fixture(folder, seed, save):  # -> what was written, in words
     n_vocab = write_tokenizer(folder)
     tok = transformers.GPT2Tokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
     ids = tok.encode(TEXT)
@@ -84,7 +124,7 @@ def build(name, seed, save):
         ref[f"text_{i}"], ref[f"texts_{i}"] = np.array(text), np.array(tok.encode(text), dtype=np.int64)
     np.savez_compressed(folder / "reference.npz", **ref)
     size = sum(f.stat().st_size for f in folder.iterdir())
-    print(f"{folder}: {size / 1024:.0f} KiB, {len(ids)} tokens, logits max |x| {np.abs(ref['logits']).max():.2f}")
+    return f"{size / 1024:.0f} KiB, {len(ids)} tokens, logits max |x| {np.abs(ref['logits']).max():.2f}"
 
 
 def save_f32(model, folder):
@@ -105,8 +145,24 @@ def save_noprefix(model, folder):
     return {}
 
 
-if __name__ == "__main__":
+FIXTURES = {"hf-tiny-f32": (1, save_f32), "hf-tiny-f16": (2, save_f16), "hf-tiny-noprefix": (3, save_noprefix)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python tools/make_hf_fixtures.py", description=__doc__.split("\n")[0],
+                                     epilog="needs torch and transformers: pip install -r tools/requirements-hf.txt")
+    parser.add_argument("--out_dir", type=Path, default=OUT, help="where the fixture folders go (default: "
+                        "tests/fixtures, rewriting the committed ones)")
+    args = parser.parse_args(argv)
+    if torch is None:
+        parser.exit(2, f"{parser.prog}: error: {MISSING} is not installed: pip install -r tools/requirements-hf.txt "
+                       f"(torch CPU build, transformers, safetensors)\n")
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.exit(2, f"{parser.prog}: error: --out_dir {args.out_dir} is not a folder\n")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    build("hf-tiny-f32", 1, save_f32)
-    build("hf-tiny-f16", 2, save_f16)
-    build("hf-tiny-noprefix", 3, save_noprefix)
+    for name, (seed, save) in FIXTURES.items():
+        build(name, seed, save, args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

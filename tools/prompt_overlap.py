@@ -16,6 +16,7 @@ Needs the corpus texts beside the repository (../shared/data/corpus/*.txt) or --
 third-party and never committed here.
 """
 import argparse
+import math
 import sys
 from types import SimpleNamespace
 from pathlib import Path
@@ -30,6 +31,7 @@ from gpt2np.decoding.speculative import read_prompt, speculative_generate  # noq
 from gpt2np.decoding.stopwatch import TimedModel  # noqa: E402
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
+MARGIN = 200  # a prompt starts at least this many characters before the text's end: a text needs more
 
 
 def prompt_and_run(target, draft, ids, n_tokens, temperature, seed):  # -> (prompt's mean beta, run's alpha_hat,
@@ -45,13 +47,16 @@ def prompt_and_run(target, draft, ids, n_tokens, temperature, seed):  # -> (prom
     return float(np.mean(overlaps)), float(np.mean(examined)), float(np.mean(examined[:PROMPT_POSITIONS]))
 
 
-def measure(target, draft, text, n_prompts, n_tokens, temperature, rng):  # -> [n_prompts, 3]
-    rows = []
-    for i in range(n_prompts):
-        start, length = int(rng.integers(0, len(text) - 200)), int(rng.integers(20, 80))
-        ids = target.tokenizer.encode(text[start:start + length])
-        rows.append(prompt_and_run(target, draft, ids, n_tokens, temperature, seed=i))
-    return np.array(rows)
+def draw_prompts(tokenizer, text, n_prompts, rng):  # -> [n_prompts] token id lists: random stretches of text
+    prompts = []
+    for _ in range(n_prompts):
+        start, length = int(rng.integers(0, len(text) - MARGIN)), int(rng.integers(20, 80))
+        prompts.append(tokenizer.encode(text[start:start + length]))
+    return prompts
+
+
+def measure(target, draft, prompts, n_tokens, temperature):  # -> [n_prompts, 3]
+    return np.array([prompt_and_run(target, draft, ids, n_tokens, temperature, seed=i) for i, ids in enumerate(prompts)])
 
 
 def summary(rows):  # [n, 3] -> the printed figures
@@ -76,21 +81,36 @@ def main(argv=None):
         temperatures = [float(t) for t in args.temperatures.split(",")]
     except ValueError:
         p.error(f"--temperatures must be numbers, got {args.temperatures!r}")
+    if not all(0 <= t < math.inf for t in temperatures):  # nan, inf and negatives: numpy's ValueError, late
+        p.error(f"--temperatures must be finite numbers >= 0 (0: greedy), got {args.temperatures!r}")
     files = [Path(f) for f in args.corpus] if args.corpus else sorted(CORPUS_DIR.glob("*.txt"))
     missing = [str(f) for f in files if not f.is_file()]
     if not files or missing:
         p.error(f"no corpus text: {', '.join(missing) or CORPUS_DIR} (give one with --corpus FILE)")
+    texts, named = {}, "--corpus" if args.corpus else "corpus text"
+    for path in files:
+        try:
+            texts[path] = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            p.error(f"{named} {path}: cannot read it ({e.strerror or e})")
+        if len(texts[path]) <= MARGIN:
+            p.error(f"{named} {path}: {len(texts[path])} characters; prompts are drawn from texts of more than "
+                    f"{MARGIN}")
     target, draft = gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
+    prompts = {path: draw_prompts(target.tokenizer, text, args.prompts, np.random.default_rng(0))
+               for path, text in texts.items()}  # each temperature's rows draw these same prompts (seed 0)
+    n_ctx, longest = min(target.n_ctx, draft.n_ctx), max(len(ids) for each in prompts.values() for ids in each)
+    if longest + args.tokens > n_ctx:
+        p.error(f"--tokens {args.tokens} is too many: the longest prompt drawn has {longest} tokens and the pair's "
+                f"context is {n_ctx}: at most {n_ctx - longest} here")
     print(f"bundled pair, {args.prompts} prompts of 20-80 characters per row, {args.tokens} tokens a run (K = 4); "
           f"the prompt's last {PROMPT_POSITIONS} positions")
     print("| corpus | T | prompt's beta | run's alpha_hat | run's first 16 | error: prompt | error: first 16 "
           "| a prompt position's worth |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in files:
-        text = path.read_text(encoding="utf-8", errors="replace")
         for temperature in temperatures:
-            s = summary(measure(target, draft, text, args.prompts, args.tokens, temperature,
-                                np.random.default_rng(0)))
+            s = summary(measure(target, draft, prompts[path], args.tokens, temperature))
             print(f"| {path.name} | {temperature:g} | {s['prompt']:.3f} | {s['run']:.3f} | {s['first']:.3f} "
                   f"| {s['err_prompt']:.3f} | {s['err_first']:.3f} | {s['worth']:.2f} |")
 

@@ -19,15 +19,24 @@ validation text), keep the better; export both models in OpenAI's release layout
     python tools/train_pair.py ../shared/data/corpus/tinyshakespeare.txt
 """
 import argparse
+import contextlib
+import functools
 import json
 import math
+import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ModuleNotFoundError:  # --help and the argument checks work without it; main() says what to install
+    torch = F = None
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # gpt2np from this checkout: its tokenizer and checkpoint writer
@@ -54,8 +63,16 @@ def encode_bytes(data):  # bytes -> [n] int64 token ids
     return BYTE_TO_ID[np.frombuffer(data, dtype=np.uint8)].astype(np.int64)
 
 
+def no_grad(fn):  # torch.no_grad() as a decorator that needs torch only when called
+    @functools.wraps(fn)
+    def without_gradients(*args, **kwargs):
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+    return without_gradients
+
+
 # ----------------------------------------------------------------------------- the model
-class GPT2Torch(torch.nn.Module):
+class GPT2Torch(torch.nn.Module if torch is not None else object):
     """GPT-2 in torch whose parameters mirror gpt2np's params dict name by name."""
 
     def __init__(self, n_vocab, n_ctx, n_embd, n_head, n_layer):
@@ -150,7 +167,7 @@ def val_blocks(data, n_ctx):  # -> inputs, targets: [n_blocks, n_ctx]
     return data[: n * n_ctx].view(n, n_ctx), data[1: n * n_ctx + 1].view(n, n_ctx)
 
 
-@torch.no_grad()
+@no_grad
 def mean_loss(model, x, y, batch_size=32):
     """Cross-entropy in nats per token (= nats per byte here), averaged over all positions."""
     total = sum(F.cross_entropy(model(x[i:i + batch_size]).flatten(0, 1), y[i:i + batch_size].flatten(),
@@ -196,7 +213,7 @@ def train(model, name, train_data, val_xy, args, n_steps, teacher=None, mix=0.0)
     return time.time() - t0
 
 
-@torch.no_grad()
+@no_grad
 def acceptance(draft, target, x, temperatures=(1.0, 0.8, 0.6), batch_size=32):
     """Teacher-forced on x, gpt2np's notation (p = target, q = draft, both at temperature T):
     alpha(T) = mean over positions of sum_v min(p, q), and alpha(0) = mean[argmax p == argmax q],
@@ -221,9 +238,15 @@ def model_name(corpus_name, n_params):
     return f"{corpus_name}-{n_params}"
 
 
+def count_params(n_ctx, n_embd, n_layer, n_vocab=N_VOCAB):
+    """GPT2Torch(...).n_params() without building it: wte, wpe, 12E^2 + 13E a block, ln_f."""
+    return (n_vocab + n_ctx) * n_embd + n_layer * (12 * n_embd ** 2 + 13 * n_embd) + 2 * n_embd
+
+
 def export(model, out_dir, prompt_ids):
     """OpenAI's release layout (no model.ckpt.meta: nothing in gpt2np reads the graph), plus
-    reference.npz: the torch logits for prompt_ids, which tests/checkpoints/test_bundled.py checks."""
+    reference.npz: the torch logits for prompt_ids, which tests/checkpoints/test_bundled.py checks.
+    Writes into out_dir as it is: export_models gives it a temporary folder."""
     from gpt2np.checkpoints.tf_writer import write_checkpoint
     from gpt2np.tokenizer.files import write_byte_level_vocab
     from gpt2np.checkpoints.weights import params_to_tf
@@ -235,6 +258,45 @@ def export(model, out_dir, prompt_ids):
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids]))[0].numpy().astype(np.float32)  # [n_seq, n_vocab]
     np.savez(out_dir / "reference.npz", tokens=np.array(prompt_ids, dtype=np.int64), logits=logits)
+
+
+def export_models(models, out_dir, prompt_ids):
+    """Each model {name: model} to out_dir/name, all or nothing: every model is written into a temporary
+    folder beside its destination (.name.partial-*), and only when all are complete is each renamed into
+    place. A model folder already there is left untouched until its replacement is complete, then moved
+    aside and removed. A failure (or Ctrl-C) leaves no partial folder behind."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged = {}
+    try:
+        for name, model in models.items():
+            staged[name] = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}.partial-"))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(staged[name], 0o777 & ~umask)  # mkdtemp's 0700 -> what mkdir would have made
+            export(model, staged[name], prompt_ids)
+        for name in list(staged):
+            replace_folder(staged[name], out_dir / name)
+            del staged[name]
+    finally:
+        for folder in staged.values():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def replace_folder(new, dest):
+    """Rename the complete folder new to dest; a dest already there is moved aside first, and back on failure."""
+    if not dest.exists():
+        os.rename(new, dest)
+        return
+    aside = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old-"))
+    os.rename(dest, aside / dest.name)
+    try:
+        os.rename(new, dest)
+    except BaseException:
+        os.rename(aside / dest.name, dest)
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(aside)
 
 
 def check_tokenizer_agrees(text, ids, vocab_dir):
@@ -250,9 +312,78 @@ def check_tokenizer_agrees(text, ids, vocab_dir):
 
 
 # ----------------------------------------------------------------------------- main
-def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def check_folder(path, flag):
+    """path (a folder, made if missing) can be written in: the nearest folder that exists is tried by
+    making and removing a temporary folder in it (os.access says yes to root, even on /proc)."""
+    path = Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".train_pair-probe-"))
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write in {existing} ({e.strerror or e})") from None
+
+
+def check_args(args):  # -> the corpus bytes, or a one-line ValueError naming the flag; before any work
+    def positive(name, value, at_least=1):
+        if value < at_least:
+            raise ValueError(f"--{name} must be at least {at_least}, got {value}")
+
+    corpus = Path(args.corpus)
+    if not corpus.is_file():
+        raise ValueError(f"corpus {corpus}: " + ("is not a file" if corpus.exists() else "no such file"))
+    try:
+        raw = corpus.read_bytes()
+        raw.decode("utf-8")
+    except OSError as e:
+        raise ValueError(f"corpus {corpus}: cannot read it ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"corpus {corpus}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    positive("n_ctx", args.n_ctx)
+    for flag, spec in (("--target", args.target), ("--draft", args.draft)):
+        n_embd, n_head, n_layer = spec
+        if min(spec) < 1:
+            raise ValueError(f"{flag} {n_embd} {n_head} {n_layer}: N_EMBD, N_HEAD and N_LAYER must each be at least 1")
+        if n_embd % n_head:
+            raise ValueError(f"{flag} {n_embd} {n_head} {n_layer}: N_EMBD must be a multiple of N_HEAD "
+                             f"(each head gets N_EMBD / N_HEAD dimensions)")
+    for name in ("target_steps", "draft_steps"):
+        positive(name, getattr(args, name), at_least=0)
+    for name in ("batch_size", "alpha_blocks", "log_every"):
+        positive(name, getattr(args, name))
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr must be a positive number, got {args.lr}")
+    if not 0 <= args.distill_mix <= 1:
+        raise ValueError(f"--distill_mix must be in [0, 1], got {args.distill_mix}")
+    n_train = int(0.9 * len(raw))
+    if len(raw) - n_train < args.n_ctx + 1 or n_train < args.n_ctx + 2:
+        raise ValueError(f"corpus {corpus}: {len(raw)} bytes is too short for --n_ctx {args.n_ctx}: the 10% "
+                         f"validation split needs a block of n_ctx + 1 bytes (about {10 * (args.n_ctx + 1)} bytes in all)")
+    n_prompt = len(args.prompt.encode("utf-8"))
+    if not 1 <= n_prompt <= args.n_ctx:
+        raise ValueError(f"--prompt must have 1 to --n_ctx {args.n_ctx} bytes, got {n_prompt}")
+    name = args.corpus_name
+    if not name or name.startswith(".") or "/" in name or os.sep in name:
+        raise ValueError(f"--corpus_name must be a plain folder name (no '/', not starting with '.'), got {name!r}")
+    names = [model_name(name, count_params(args.n_ctx, spec[0], spec[2])) for spec in (args.target, args.draft)]
+    if names[0] == names[1]:
+        raise ValueError(f"--target and --draft would both be exported as {names[0]} (the name rounds the "
+                         f"parameter count to two figures): make them differ in size")
+    check_folder(args.out_dir, "--out_dir")
+    check_folder(args.work_dir, "--work_dir")
+    return raw
+
+
+def parse_args():  # -> args, the corpus bytes
+    ap = OneLineParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("corpus", help="training text (UTF-8), e.g. ../shared/data/corpus/tinyshakespeare.txt")
     ap.add_argument("--corpus_name", default="shakespeare", help="first part of the model names")
     ap.add_argument("--out_dir", default=ROOT / "gpt2np" / "bundled", type=Path, help="models go to OUT_DIR/<name>/")
@@ -270,16 +401,24 @@ def parse_args():
     ap.add_argument("--distill_mix", type=float, default=0.9, help="weight of the KL term for the distilled draft")
     ap.add_argument("--alpha_blocks", type=int, default=64, help="validation blocks for measuring alpha")
     ap.add_argument("--log_every", type=int, default=100, help="steps between progress lines")
-    ap.add_argument("--prompt", default="ROMEO:\nBut soft, what light through", help="reference.npz prompt")
-    return ap.parse_args()
+    ap.add_argument("--prompt", default="ROMEO:\nBut soft, what light through",
+                    help="reference.npz prompt (at most n_ctx bytes)")
+    args = ap.parse_args()
+    try:
+        raw = check_args(args)
+    except ValueError as e:
+        ap.error(str(e))
+    if torch is None:
+        ap.exit(2, f"{ap.prog}: error: torch is not installed (training only): "
+                   f"pip install -r tools/requirements-train.txt --index-url https://download.pytorch.org/whl/cpu\n")
+    return args, raw
 
 
 def main():
-    args = parse_args()
+    args, raw = parse_args()
     torch.set_num_threads(2)  # the 2-core budget
     torch.use_deterministic_algorithms(True)  # else wte's gradient (index_put) sums in thread order
     torch.manual_seed(args.seed)
-    raw = Path(args.corpus).read_bytes()
     data = torch.from_numpy(encode_bytes(raw))
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -322,9 +461,9 @@ def main():
     draft = {"plain": plain, "distilled": distilled}[best]
     print(f"keeping the {best} draft (higher alpha at temperature 1)", flush=True)
     prompt_ids = encode_bytes(args.prompt.encode("utf-8")).tolist()
-    for model in (target, draft):
-        name = model_name(args.corpus_name, model.n_params())
-        export(model, args.out_dir / name, prompt_ids)
+    models = {model_name(args.corpus_name, model.n_params()): model for model in (target, draft)}
+    export_models(models, args.out_dir, prompt_ids)
+    for name, model in models.items():
         print(f"exported {name} ({model.n_params()} params) to {args.out_dir / name}", flush=True)
 
 

@@ -16,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
+import gpt2np
+
 from .completions import SSE_DONE, Completion, sse
 from .engine import Generation, QueueFull, RequestError, new_seed
 from .names import without_paths
@@ -280,12 +282,13 @@ async def models(request: Request):
 async def health(request: Request):
     """For a reverse proxy: 200 while the worker runs (503 when not); active of max_batch running,
     queued waiting for a step boundary (429 once active + queued reach max_batch + max_queue); served:
-    answered (max_tokens, <|endoftext|> or a stop string), cancelled: the client left, failed: errors."""
+    answered (max_tokens, <|endoftext|> or a stop string), cancelled: the client left, failed: errors;
+    blas: NumPy's BLAS kernel in this process (gpt2np.blas_kernel()), for whoever times the server."""
     engine = request.app.state.engine
     body = {"status": "ok" if engine.alive else "worker stopped", "model": engine.model_id,
             "active": engine.active, "max_batch": engine.max_batch, "queued": engine.queued,
             "max_queue": engine.max_queue, "busy": engine.busy, "served": engine.served,
-            "cancelled": engine.cancelled, "failed": engine.failed}
+            "cancelled": engine.cancelled, "failed": engine.failed, "blas": gpt2np.blas_kernel()}
     return JSONResponse(body, status_code=200 if engine.alive else 503)
 
 

@@ -37,7 +37,8 @@ readings the one-sided spikes measured (SPIKES) in place of log-normal noise. Wi
 sequence, what the Bayes-optimal policy for a prior over alpha gets (expected_seconds): what any policy
 that must learn alpha in a run of that length can hope for (solved a level of tokens left at a time: the
 whole --bound --tokens 100 table in about 15 seconds, where the recursion, expected_seconds_reference,
-took over 15 minutes for its first six rows).
+took over 15 minutes for its first six rows; the table grows as tokens^3 x (prompt + tokens), so --bound
+takes at most MAX_BOUND_TOKENS = 200 tokens: some ten times the 100 tokens' work).
 """
 import argparse
 import math
@@ -248,7 +249,7 @@ def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=N
             better = mean < best_mean - 1e-12                                     # the first minimum: fewest drafts
             best, best_mean = np.where(better, total, best), np.where(better, mean, best_mean)
         level = best                                                              # [A, g, g, L]
-        later[n] = level[..., :2]
+        later[n] = level[..., :2].copy()  # a copy: a view would keep every level's whole table alive
     # the first round: n_tokens left, nothing seen, the prompt to feed (P rows) and the draft owing P - 1
     best, best_mean = None, None
     for k in choices(N):
@@ -327,6 +328,9 @@ def print_bound(seeds, noise, alphas=(0.3, 0.5, 0.65, 0.8, 1.0), prompt_len=16, 
                       f"{fixed[best] / auto:>6.3f}")
 
 
+MAX_BOUND_TOKENS = 200  # --bound's table: ~N^3 (16 + N) entries a level, about ten times 100 tokens' seconds at 200
+
+
 def noise_arg(text):  # --noise: "spiky" or a log-standard deviation >= 0
     if text == "spiky":
         return text
@@ -345,12 +349,16 @@ def main(argv=None):
     p.add_argument("--noise", type=noise_arg, default=0.12, help="timing noise: a log-standard deviation (default: "
                    "0.12), or 'spiky' for one-sided spikes as measured at 1558M (SPIKES)")
     p.add_argument("--tokens", type=int, default=32, help="new tokens a sequence (default: 32, the bench's "
-                   "--batch-tokens; a longer run spends a smaller share of itself learning alpha)")
+                   f"--batch-tokens; a longer run spends a smaller share of itself learning alpha; at most "
+                   f"{MAX_BOUND_TOKENS} with --bound)")
     p.add_argument("--bound", action="store_true",
                    help="one sequence: the Bayes-optimal policy and auto against the best fixed K (expected_seconds)")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.tokens < 2:
         p.error(f"--seeds must be at least 1 and --tokens at least 2, got {args.seeds} and {args.tokens}")
+    if args.bound and args.tokens > MAX_BOUND_TOKENS:
+        p.error(f"--tokens {args.tokens} is too many for --bound: at most {MAX_BOUND_TOKENS} (its table grows as "
+                f"tokens^3 x (16 + tokens): {MAX_BOUND_TOKENS} already takes some ten times 100 tokens' seconds)")
     seeds = range(args.seeds)
     if args.bound:
         return print_bound(seeds, args.noise, n_tokens=args.tokens)

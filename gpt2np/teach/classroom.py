@@ -182,6 +182,13 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):  # a seed: np.random.default_rng refuses a negative one (in a traceback)
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
 def K_or_policy(text):
     return text if text in POLICIES[1:] else positive_int(text)
 
@@ -198,7 +205,7 @@ def build_parser():
     add = parser.add_argument
     # what is sampled
     add("--n_samples", type=positive_int, default=2000, help="speculative runs per sampler")
-    add("--seed", type=int, default=0, help="seed of the sampling rng (same seed, same output)")
+    add("--seed", type=non_negative_int, default=0, help="seed of the sampling rng (same seed, same output)")
     add("--n_tokens", type=positive_int, default=3, help="tokens per sample: an outcome is this sequence")
     add("--K", type=K_or_policy, default=2,
         help="draft tokens per verification round, or a K policy: heuristic / auto (at most 4 here)")
@@ -208,7 +215,7 @@ def build_parser():
     add("--n_vocab", type=positive_int, default=3, help="toy vocabulary size, 2 to 8 (tokens A, B, ...)")
     add("--order", type=int, default=2, choices=(1, 2, 3),
         help="n-gram order of both toy models: 1 ignores the context, 2 bigram, 3 trigram")
-    add("--model_seed", type=int, default=16,
+    add("--model_seed", type=non_negative_int, default=16,
         help="seed of the random target and draft tables (16: every bug has a large effect)")
     # the sampling transform, applied to target (p) and draft (q) alike
     add("--temperature", type=float, default=1.0, help="> 0 (0 is greedy: nothing random to count)")
@@ -239,6 +246,14 @@ def check_args(parser, args):
                      "lower --n_tokens or --n_vocab")
     if not 0 < args.alpha < 1:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.drafter == "ngram" and args.broken == "greedy_draft":  # before any work, not after experiment 1
+        parser.error(f"--broken greedy_draft needs the draft model: with --drafter ngram choose from "
+                     f"{', '.join(control_names(args))}")
+
+
+def control_names(args):  # the broken variants this drafter can run
+    # the greedy-draft bug is in a draft model's sampler: prompt lookup has none to break
+    return [n for n in sorted(NEGATIVE_CONTROLS) if not (args.drafter == "ngram" and n == "greedy_draft")]
 
 
 def main(argv=None):
@@ -256,11 +271,8 @@ def main(argv=None):
         return recovery_experiment(target, draft, args.n_tokens, K, options, args.n_samples,
                                    args.seed, variant, exact, prompt)
     print(format_experiment("1. The real speculative sampler", run(None), args.alpha, args.max_rows))
-    # the greedy-draft bug is in a draft model's sampler: prompt lookup has none to break
-    names = [n for n in sorted(NEGATIVE_CONTROLS) if not (args.drafter == "ngram" and n == "greedy_draft")]
+    names = control_names(args)
     args.broken = args.broken or ("softmax_residual" if args.drafter == "ngram" else "greedy_draft")
-    if args.broken not in names:
-        parser.error(f"--broken {args.broken} needs the draft model: with --drafter ngram choose from {', '.join(names)}")
     controls = {name: run(name) for name in names}
     print(format_experiment(f"2. A broken sampler, {args.broken}: {DESCRIPTIONS[args.broken]}",
                             controls[args.broken], args.alpha, args.max_rows))

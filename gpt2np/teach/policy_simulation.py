@@ -512,8 +512,9 @@ def main(argv=None):
         p.error("--no-probe goes with the default table (--told-v shows both; --bound has no auto)")
     if args.noise is not None and args.bound:
         p.error("--noise goes with the default table or --told-v (--bound's policy reads no clock)")
-    if args.prompt < 0:
-        p.error(f"--prompt must be 0 or more, got {args.prompt}")
+    if not 0 <= args.prompt <= PROMPT_POSITIONS:
+        p.error(f"--prompt must be 0 to {PROMPT_POSITIONS} (policies.PROMPT_POSITIONS: the most positions auto "
+                f"reads), got {args.prompt}")
     seeds = range(args.seeds)
     if args.told_v:
         print_learning_cost(**({"cpu": args.cpu} if args.cpu else {}), seeds=seeds, prompt=args.prompt,

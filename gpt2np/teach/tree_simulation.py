@@ -173,7 +173,8 @@ def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), t
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gpt2np.teach.tree_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=100, help="coin seeds per alpha (default: 100)")
-    p.add_argument("--tokens", type=int, default=48, help="tokens per run (default: 48, the bench's trees section)")
+    p.add_argument("--tokens", type=int, default=48, help="tokens per run (default: 48, as the trees runs in PERFORMANCE.md: "
+                   "python -m bench --sections trees --tree-tokens 48; the bench's own --tree-tokens default is 32)")
     p.add_argument("--noise", type=noise_arg, default=None, help="the readings auto sees: a log-standard deviation, "
                    "or 'spiky' for one-sided spikes as measured at 1558M (batch_simulation.SPIKES); default: none")
     args = p.parse_args(argv)

@@ -167,4 +167,4 @@ def test_in_the_simulator_reading_the_prompt_does_not_pay_for_the_pass_it_costs(
 def test_the_simulation_refuses_a_negative_prompt(capsys):
     with pytest.raises(SystemExit) as exit_info:
         simulation_main(["--prompt", "-1"])
-    assert exit_info.value.code == 2 and "--prompt must be 0 or more" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--prompt must be 0 to 16" in capsys.readouterr().err

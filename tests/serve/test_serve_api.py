@@ -197,6 +197,8 @@ def test_models_health_docs_and_page(server):
     assert models["data"][0]["gpt2np"]["drafters"] == [DRAFT, "ngram"]
     health = requests.get(url + "/health", timeout=10)
     assert health.status_code == 200 and health.json()["status"] == "ok"
+    # the kernel beside whatever times the server (tools/load_test.py reads it): this process's, threads aside
+    assert health.json()["blas"].split(",")[0] == gpt2np.blas_kernel().split(",")[0], health.json()
     assert requests.get(url + "/docs", timeout=10).status_code == 200
     assert "/v1/completions" in requests.get(url + "/openapi.json", timeout=10).json()["paths"]
     page = requests.get(url + "/", timeout=10)

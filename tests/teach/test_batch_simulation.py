@@ -240,3 +240,13 @@ def test_drafting_in_the_prompts_round_loses_on_the_measured_panels_curve_not_on
     panels, line = median_over_waiting(PANELS), median_over_waiting(SKYLAKEX)
     print(f"drafting in the prompts' round over waiting, speed: panels {panels:.3f}, the line {line:.3f}")
     assert panels < 0.98 and line > 1.0, (panels, line)
+
+
+@pytest.mark.parametrize("tokens", ["201", "2000"])
+def test_a_bound_too_long_to_solve_is_a_one_line_error(capsys, tokens):
+    """--bound's table grows as tokens^3 x (16 + tokens): 2000 tokens asked numpy for 301 GiB and died in a
+    traceback; above MAX_BOUND_TOKENS it is refused before any work."""
+    with pytest.raises(SystemExit) as stopped:
+        batch_simulation.main(["--bound", "--seeds", "2", "--tokens", tokens])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"--tokens {tokens} is too many for --bound: at most 200" in err, err

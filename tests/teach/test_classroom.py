@@ -96,6 +96,10 @@ def test_long_tables_are_cut_at_max_rows(capsys):
     (["--alpha", "1"], "--alpha must be in (0, 1)"),
     (["--broken", "nonsense"], "--broken"),
     (["--no_such_flag"], "unrecognized arguments"),
+    (["--seed", "-1"], "--seed: must be an integer >= 0, got -1"),  # was numpy's ValueError, in a traceback
+    (["--model_seed", "-3"], "--model_seed: must be an integer >= 0, got -3"),
+    (["--drafter", "ngram", "--broken", "greedy_draft"], "--broken greedy_draft needs the draft model"),  # before
+    # any work: it used to come after the real sampler's experiment had run and printed
 ])
 def test_bad_input_is_one_line_on_stderr_and_exit_status_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:

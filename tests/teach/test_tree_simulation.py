@@ -187,3 +187,15 @@ def test_the_table_takes_spiky_readings_and_rejects_other_words(capsys):
     with pytest.raises(SystemExit) as stopped:
         tree_simulation.main(["--noise", "loud"])
     assert stopped.value.code == 2 and "must be 'spiky' or a number >= 0, got 'loud'" in capsys.readouterr().err
+
+
+def test_the_help_says_which_run_the_default_tokens_replay(capsys, monkeypatch):
+    """--tokens defaults to 48, the documented trees runs' --tree-tokens, not the bench's own default (32): the
+    help said "the bench's trees section", which runs 32 unless told."""
+    from bench.trees import TreePlan
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps the help at the terminal's width: one line each
+    with pytest.raises(SystemExit):
+        tree_simulation.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: 48, as the trees runs in PERFORMANCE.md" in text and "--tree-tokens 48" in text, text
+    assert f"the bench's own --tree-tokens default is {TreePlan().n_tokens}" in text, text

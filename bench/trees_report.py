@@ -25,7 +25,7 @@ import statistics
 import numpy as np
 
 from gpt2np.decoding.tree_policy import AutoTree
-from gpt2np.decoding.tree_shape import best_shape, candidate_shapes, expected_tokens, tree_size, tree_speedup
+from gpt2np.decoding.tree_shape import best_shape, candidate_shapes, expected_tokens, tree_size, tree_speedup  # noqa: F401 (candidate_shapes: shape_bound's doctest)
 from gpt2np.teach.tree_simulation import FixedShape, simulate_tree_policy
 
 from .common import log, print_table

@@ -17,22 +17,19 @@ show what each had written after the same amount of its own decoding time; a rac
 fairly. The wall time is the two runs' sum. Both first run WARMUP_TOKENS untimed tokens.
 Outer ring: imports only gpt2np's public API and report.py.
 """
-import contextlib
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/fast)
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import (K_from_text, OneLineErrorParser, add_loading_flags, run_command, TokenTexts, by_position, coloured,
-                           provenance_legend, stats_summary)
+from gpt2np.report import (K_from_text, OneLineErrorParser, add_loading_flags, check_json_path, run_command, TokenTexts,
+                           by_position, coloured, provenance_legend, stats_summary, write_atomically)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
 WARMUP_TOKENS = 16   # untimed first: the first calls of each size pay one-time costs (threads, buffers)
@@ -75,54 +72,11 @@ def check_args(args):
         raise ValueError(f"--K must be an integer >= 1, 'heuristic' or 'auto', got {typed!r}") from None
     gpt2np.check_sampling_options(args.temperature)
     if args.json:
-        check_json_path(args.json)
+        check_json_path(args.json, example="compare.json")
 
 
-def check_json_path(path):
-    """--json, before any work: a folder, a missing folder or one nothing can be written in is a one-line
-    ValueError. The folder is tried by making and removing a temporary file (os.access says yes to root, even
-    on /proc). A path that is no plain file (/dev/stdout, a pipe) is written as it is."""
-    path = Path(path)
-    if path.is_dir() or not path.name:
-        raise ValueError(f"--json {path} is a folder: name a file in it, e.g. {path / 'compare.json'}")
-    if path.exists() and not path.is_file():
-        if not os.access(path, os.W_OK):
-            raise ValueError(f"--json {path}: cannot write to it (permission denied)")
-        return
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise ValueError(f"--json {path}: {folder} is not a folder" if folder.exists() else
-                         f"--json {path}: the folder {folder} does not exist")
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise ValueError(f"--json {path}: cannot write in the folder {folder} ({e.strerror or e})") from None
-    os.close(fd)
-    os.unlink(probe)
 
 
-def write_json_atomically(path, record):
-    """record as JSON into path through a temporary file in the same folder, then os.replace: a reader never
-    sees half a file, and a failed write leaves path as it was (and no temporary file). A path that is no
-    plain file (/dev/stdout, a pipe) is written as it is: renaming onto it would replace it."""
-    path = Path(path)
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, default=str)
-        return
-    path = path.resolve()  # a link's file is replaced, not the link
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, default=str)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def load_pair(args):
@@ -288,5 +242,11 @@ def run(main=main):
     run_command(main)
 
 
+def write_json_atomically(path, record):
+    """record as JSON, written whole or not at all (report.write_atomically)."""
+    write_atomically(path, json.dumps(record, indent=1, default=str))
+
+
 if __name__ == "__main__":
     run()
+

@@ -15,19 +15,16 @@ so the prompts' own differences in difficulty cancel). An interval says how much
 would move on another set of prompts like these; it does not cover a busier or quieter machine.
 Outer ring: imports only gpt2np's public API and report.py.
 """
-import contextlib
 import json
 import math
-import os
-import tempfile
 import time
-from pathlib import Path
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/fast)
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import OneLineErrorParser, add_loading_flags, by_position, run_command
+from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, run_command,
+                           write_atomically)
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -80,54 +77,11 @@ def check_args(args):
         raise ValueError(f"--K must be an integer >= 1, 'heuristic' or 'auto', got {typed!r}") from None
     gpt2np.check_sampling_options(args.temperature)
     if args.json:
-        check_json_path(args.json)
+        check_json_path(args.json, example="latency.json")
 
 
-def check_json_path(path):
-    """--json, before any work: a folder, a missing folder or one nothing can be written in is a one-line
-    ValueError. The folder is tried by making and removing a temporary file (os.access says yes to root, even
-    on /proc). A path that is no plain file (/dev/stdout, a pipe) is written as it is."""
-    path = Path(path)
-    if path.is_dir() or not path.name:
-        raise ValueError(f"--json {path} is a folder: name a file in it, e.g. {path / 'latency.json'}")
-    if path.exists() and not path.is_file():
-        if not os.access(path, os.W_OK):
-            raise ValueError(f"--json {path}: cannot write to it (permission denied)")
-        return
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise ValueError(f"--json {path}: {folder} is not a folder" if folder.exists() else
-                         f"--json {path}: the folder {folder} does not exist")
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise ValueError(f"--json {path}: cannot write in the folder {folder} ({e.strerror or e})") from None
-    os.close(fd)
-    os.unlink(probe)
 
 
-def write_json_atomically(path, record):
-    """record as JSON into path through a temporary file in the same folder, then os.replace: a reader never
-    sees half a file, and a failed write leaves path as it was (and no temporary file). A path that is no
-    plain file (/dev/stdout, a pipe) is written as it is: renaming onto it would replace it."""
-    path = Path(path)
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, default=str)
-        return
-    path = path.resolve()  # a link's file is replaced, not the link
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, default=str)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 # ---- the statistics ----------------------------------------------------------------------------
@@ -287,5 +241,11 @@ def run(main=main):
     run_command(main)
 
 
+def write_json_atomically(path, record):
+    """record as JSON, written whole or not at all (report.write_atomically)."""
+    write_atomically(path, json.dumps(record, indent=1, default=str))
+
+
 if __name__ == "__main__":
     run()
+

@@ -1,8 +1,11 @@
 """Plain-text reporting shared by main.py, the classroom command and the notebooks."""
 import argparse
 import codecs
+import contextlib
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -279,3 +282,51 @@ def format_stats(stats, measured_speedup=None):
     if measured_speedup is not None:
         lines.append(f"  measured speedup (wall clock)            {_fmt(measured_speedup, '.2f', 'x')}")
     return "\n".join(lines)
+
+
+def check_json_path(path, example="out.json"):
+    """A command's --json path, before any work: a folder, a missing folder or one nothing can be written in
+    is a one-line ValueError naming --json. The folder is tried by making and removing a temporary file
+    (os.access says yes to root, even on /proc). A path that is no plain file (/dev/stdout, a pipe) is
+    written as it is, so only its permission is checked."""
+    path = Path(path)
+    if path.is_dir() or not path.name:
+        raise ValueError(f"--json {path} is a folder: name a file in it, e.g. {path / example}")
+    if path.exists() and not path.is_file():
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"--json {path}: cannot write to it (permission denied)")
+        return
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"--json {path}: {folder} is not a folder" if folder.exists() else
+                         f"--json {path}: the folder {folder} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise ValueError(f"--json {path}: cannot write in the folder {folder} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def write_atomically(path, text):
+    """text into path through a temporary name in the same folder, then a rename: a reader never sees
+    half a file, and a failed write leaves path as it was (and no temporary file). A path that is no
+    plain file (/dev/stdout, a pipe) is written as it is: renaming onto it would replace it."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    path = path.resolve()  # a link's file is replaced, not the link
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

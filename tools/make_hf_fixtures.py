@@ -18,7 +18,6 @@ Weights are drawn larger than HF's 0.02 initialisation, so that logits are far f
 Each folder is written under a temporary name beside it and renamed into place only when complete.
 """
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -38,6 +37,8 @@ except ModuleNotFoundError as e:  # --help works without them; main() names the 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 sys.path.insert(0, str(OUT.parents[1]))
 from gpt2np.tokenizer.bpe import BYTE_TO_SYMBOL, EOT  # noqa: E402  (after the path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/, for train_pair's replace_folder
+from train_pair import replace_folder  # noqa: E402  (a finished folder renamed into place, as the pair's export)
 
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "u"),
           ("Ġ", "s"), ("in", "g"), ("Ġ", "w")]
@@ -95,21 +96,6 @@ def build(name, seed, save, out=OUT):
         shutil.rmtree(folder, ignore_errors=True)  # gone already where it was renamed into place
 
 
-def replace_folder(new, dest):
-    """Rename the complete folder new to dest; a dest already there is moved aside first, and back on failure."""
-    if not dest.exists():
-        os.rename(new, dest)
-        return
-    aside = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old-"))
-    os.rename(dest, aside / dest.name)
-    try:
-        os.rename(new, dest)
-    except BaseException:
-        os.rename(aside / dest.name, dest)
-        raise
-    finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(aside)
 
 
 def write_fixture(folder, seed, save):  # -> what was written, in words

@@ -1,13 +1,10 @@
 """What main.py prints in the other repositories' modes: -b's tokens/s lines (LLMSpeculativeSampling),
 speculative-sampling's table, and --json. Pure formatting of the Runs that runs.py timed."""
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from gpt2np.report import by_position, mean_std
+from gpt2np.report import by_position, mean_std, write_atomically
 
 TABLE_COLUMNS = ("method", "num_runs", "time", "+/- std", "speedup")
 METHODS = {"autoregressive": "autoregressive sampling", "speculative": "speculative sampling"}
@@ -79,25 +76,3 @@ def write_json(path, header, plain, spec):
                               "last_run_stats": asdict(spec.results[-1].stats)}
     write_atomically(Path(path), json.dumps(doc, indent=2, default=str) + "\n")
 
-
-def write_atomically(path, text):
-    """text into path through a temporary name in the same folder, then a rename: a reader never sees
-    half a file, and a failed write leaves path as it was (and no temporary file). A path that is no
-    plain file (/dev/stdout, a pipe) is written as it is: renaming onto it would replace it."""
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return
-    path = path.resolve()  # a link's file is replaced, not the link
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise

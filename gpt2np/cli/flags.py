@@ -12,13 +12,11 @@ An error names the flag as the user spelled it (args.spelled).
 """
 import argparse
 import math
-import os
-from pathlib import Path
 
 import gpt2np
 from gpt2np import POLICIES
 from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, K_from_text, OneLineErrorParser, add_loading_flags,
-                           check_tree_size, tree_from_text, tree_nodes)
+                           check_json_path, check_tree_size, tree_from_text, tree_nodes)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -239,7 +237,7 @@ def check_args(args):
                              f"or leave the flag out")
     check_sampling_flags(args)
     if args.json is not None:
-        check_json_path(args.json)
+        check_json_path(args.json, example="runs.json")  # written after every run (compat.write_json)
 
 
 def check_sampling_flags(args):
@@ -254,19 +252,3 @@ def check_sampling_flags(args):
                          f"got {args.top_p}")
     gpt2np.check_sampling_options(args.temperature, args.top_k, args.top_p)  # anything else the library refuses
 
-
-def check_json_path(path):
-    """--json is written after every run (compat.write_json): a path it cannot be written to is refused before."""
-    path = Path(path)
-    if path.is_dir() or not path.name:
-        raise ValueError(f"--json {path} is a folder: name a file in it, e.g. {path / 'runs.json'}")
-    if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written as it is
-        if not os.access(path, os.W_OK):
-            raise ValueError(f"--json {path}: cannot write to it (permission denied)")
-        return
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise ValueError(f"--json {path}: {folder} is not a folder" if folder.exists() else
-                         f"--json {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"--json {path}: cannot write in the folder {folder} (permission denied)")

@@ -212,9 +212,8 @@ def _fmt(x, spec, unit=""):
 
 
 def is_tree_run(stats):
-    """Whether a run drafted token trees: its drafter is a tree drafter (tree_drafters.py's names: a draft
-    model's "<name>, tree (3, 2, 1)" or "<name>, tree auto", prompt lookup's "ngram trie (...)")."""
-    return ", tree " in stats.drafter or stats.drafter.startswith("ngram trie") or stats.policy.endswith("tree")
+    """Whether a run drafted token trees (SpeculativeStats.tree: its drafter was a tree drafter)."""
+    return bool(getattr(stats, "tree", False))
 
 
 def K_usage(stats):

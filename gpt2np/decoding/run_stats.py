@@ -92,6 +92,8 @@ class SpeculativeStats:
     prompt_positions: int = 0                # how many positions that read
     prompt_seconds: float = 0.0              # both models' prefill with those positions' rows kept, inside the
                                              # run's wall time, outside target_seconds and draft_seconds
+    tree: bool = False                       # the run drafted token trees (a tree drafter: tree=...): K and
+                                             # K_counts then count the nodes a round drafted
 
 
 def time_one_token_calls(target, context, n_calls):
@@ -192,5 +194,6 @@ def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration, 
         predicted_speedup_refined=predicted_speedup_mixed(alpha_hat, counts, c, v_of_K) if known else None,
         drafter=drafter.name, policy=policy_name, K_counts=counts, by_position=acceptance_by_position(records),
         by_rank=acceptance_by_rank(records), probe_seconds=probe_seconds,
+        tree=getattr(drafter, "depth", None) is not None,  # tree drafters have a depth (speculative.py's test too)
         prompt_overlap=float(np.mean(prompt_overlaps)) if len(prompt_overlaps) else None,
         prompt_positions=len(prompt_overlaps), prompt_seconds=prompt_seconds)

@@ -248,3 +248,21 @@ def test_a_stream_no_longer_reads_temperature_where_generate_reads_it(pair):
         gpt2np.speculative_stream(target, draft, ids, 10, "auto", 2)  # generate's temperature, never K_max here
     with pytest.raises(TypeError):
         gpt2np.plain_stream(target, ids, 5, 0)
+
+
+# ---- a tree run says so in its statistics ------------------------------------------------------------
+
+def test_the_statistics_say_whether_the_run_drafted_trees(pair):
+    """SpeculativeStats.tree: a tree run's K and K_counts count nodes, so a report must know which runs drafted
+    trees (report.is_tree_run read it from the drafter's name before): a chain, a model's tree, tree auto and
+    prompt lookup's trie."""
+    from gpt2np.report import K_usage, is_tree_run
+    target, draft, ids = pair
+    runs = {"chain": gpt2np.speculative_generate(target, draft, ids, 12, K=3),
+            "tree": gpt2np.speculative_generate(target, draft, ids, 12, tree=(3, 2)),
+            "auto": gpt2np.speculative_generate(target, draft, ids, 12, tree="auto"),
+            "trie": gpt2np.speculative_generate(target, gpt2np.load_drafter("ngram"), ids * 3, 12, tree=(2, 2))}
+    assert {name: run.stats.tree for name, run in runs.items()} == {"chain": False, "tree": True, "auto": True,
+                                                                   "trie": True}
+    assert [is_tree_run(run.stats) for run in runs.values()] == [False, True, True, True]
+    assert "fixed K=3" in K_usage(runs["chain"].stats) and "nodes/tree" in K_usage(runs["tree"].stats)

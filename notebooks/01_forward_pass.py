@@ -128,7 +128,7 @@ print(causal_mask(3, 6))
 #
 # Row *i* of `weights` is a probability distribution over the positions *i* may read. The heads'
 # outputs are concatenated again (`merge_heads`) and projected by `c_proj`. The weights shown
-# below are taken from `model.attention` itself: with *v* = the identity matrix, `weights · v`
+# below are taken from `attention` in `gpt2np/model/forward.py` itself: with *v* = the identity matrix, `weights · v`
 # *is* the weights.
 
 # %%
@@ -186,7 +186,7 @@ print(np.round(distance, 1))
 # After attention has moved information *between* positions, the MLP transforms each position on
 # its own: `ln_2`, a widening to `4 · n_embd` (`c_fc`), the GELU non-linearity, and back to
 # `n_embd` (`c_proj`). GPT-2 uses the tanh approximation of GELU (Hendrycks & Gimpel 2016),
-# which is `model.gelu`; it is a smooth ReLU that lets small negative values through.
+# which is `gelu` in `gpt2np/model/forward.py`; it is a smooth ReLU that lets small negative values through.
 
 # %%
 print(f"ln_2        {layer0.ln_2.shape}\nc_fc        {layer0.mlp_hidden.shape}  [n_seq, 4*n_embd]"

@@ -166,7 +166,8 @@ print("largest |frequency - probability|:", float(np.abs(counts / counts.sum() -
 # ## What the knobs do to text
 #
 # The same prompt, 150 new characters, with one seeded generator per setting. Greedy decoding
-# needs no generator at all.
+# needs no generator at all. (At a high temperature a byte-level model can emit bytes that are not
+# valid UTF-8 together; they print as �.)
 
 # %%
 settings = [dict(temperature=0), dict(temperature=0.5), dict(temperature=1.0),

@@ -184,10 +184,11 @@ for name, sweep in sweeps.items():
 # plans at the belief's mean without optimism: on unlucky seeds it stops drafting for good. `auto`
 # is optimistic, but at a price: it tries drafting against its belief only where what it could gain
 # at the optimistic α is three times what the belief expects a try to lose (a price that falls
-# with every plain round it waits), its blind first round risks at most 0.75 of a plain step, and
+# with every plain round it waits), its blind first round risks at most one one-token call beyond a
+# plain step (`FIRST_ROUND_RISK`), and
 # the draft model's own clock stands in for timing a plain step where the two agree.
-# `python -m gpt2np.teach.policy_simulation` prints the whole table: both kernels, 40 and 100
-# tokens, α 0.3 to 1, model and lookup drafters at 355M and 1558M.
+# `python -m gpt2np.teach.policy_simulation` prints the whole table: every measured CPU and kernel
+# (`MEASURED_V`), 40 and 100 tokens, α 0.3 to 1, model and lookup drafters at 355M and 1558M.
 #
 # The last box is a yardstick, not a policy a run can play: the Bayes-optimal policy
 # (`BayesOptimalK`), told *c*, v and the run's length, with a uniform prior over five values of α

@@ -299,7 +299,8 @@ plt.tight_layout()
 # *p*" over-accept tokens that a rejected sibling's residual already paid for; "the with-replacement
 # rule on any tree" tests a sibling against *q* although it was drawn from *q* without its elder
 # siblings. `tests/decoding/test_tree_kernel.py` runs the same checks over more shapes and pairs,
-# at temperature 0 token for token, and on the bundled pair with a chi-square test.
+# and at temperature 0 token for token; `tests/teach/test_tree_statistical.py` checks the bundled
+# pair with a chi-square test.
 
 # %% [markdown]
 # ## 4 · Which tree
@@ -364,7 +365,7 @@ plt.title("what a target call over M rows costs, in one-token calls", fontsize=1
 # **Reading it.** On this CPU neither target scores rows for free: both curves stay near 1.1–1.6 up to
 # about 8 rows and reach about 2.3–3 at 16 (the bundled curves move by a few tenths from run to run,
 # `forward_rows` most: it builds a mask for every call). So a tree of 15 nodes costs a target call
-# about three times a one-token call; a chain of 3 drafts, about 1.2 of one. The tiny target's curve is
+# about 2.3 times a one-token call (up to 3 in other builds); a chain of 3 drafts, about 1.2 of one. The tiny target's curve is
 # about as flat as the large one's, although its call is about a millisecond against tens of
 # milliseconds: a 2.6M-parameter call is mostly the fixed cost of its hundred-odd NumPy operations
 # rather than reading weights, and that cost, too, grows with the rows.
@@ -516,12 +517,12 @@ for name, rate in [("bundled draft's rates (T = 0.8)", bundled), ("first choice 
 # %% [markdown]
 # (Shapes that need a rate the wide run never measured, a fourth sibling say, are left out for the
 # bundled rates rather than guessed.) On this target's own curve, and on the 355M curve, the bundled
-# draft's best shape is a chain: even with *o* = 0 no tree beats it here (in one build the best
-# was the chain itself; `python -m bench.trees` prices shapes up to 40 nodes against
-# this target's curve and finds at most 1.06 × the best chain, where issue 28 asked 1.10 × for the
-# bundled pair). With a flat curve even this draft's siblings pay a little ((2, 2, 1, 1), 1.14 × the
-# best chain), and the unsure draft prefers a tree on every curve, this target's own included ((3),
-# 1.27 ×; (2, 2), 1.19 ×; (2, 2, 2), 1.53 ×): on the bundled pair it is the draft's rates, more than
+# draft's best shape is a chain, or a tree within a few per cent of it: even with *o* = 0 no tree
+# gains much here (`python -m bench.trees` prices shapes up to 40 nodes against this target's curve
+# and finds at most 1.06 × the best chain, where issue 28 asked 1.10 × for the bundled pair). With a
+# flat curve even this draft's siblings pay a little ((2, 2, 1, 1), about 1.14 × the best chain), and
+# the unsure draft prefers a tree on every curve, this target's own included (there about 1.2–1.3 ×;
+# (2, 2), about 1.19 × on the 355M curve; (2, 2, 2), about 1.5 × on the flat one): on the bundled pair it is the draft's rates, more than
 # the target's rows, that leave trees nothing to win. This is the comparison `tree="auto"` makes
 # every round with the running machine's own *v*, *c* and *o* and the run's own rates.
 #

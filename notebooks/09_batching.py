@@ -331,8 +331,9 @@ plt.tight_layout()
 # **Reading it.** The table is one run; these timings move from run to run by as much as drafting's
 # gain, so here are the ranges over ten runs. Alone and in pairs (*B* = 1–2) drafting pays on the
 # bundled pair: the best fixed *K* gave 1.08–1.8× plain decoding's tokens/s. Then its gain shrinks as
-# the batch fills the cheap rows: 0.9–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing**
-# (0.8–1.2×; fourteen runs). On this pair the crossover lies at about 8 sequences. `K="auto"` drafts
+# the batch fills the cheap rows: 0.9–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing** on
+# average (0.8–1.2× over fourteen runs: the run shown may land on either side, and its verdict line
+# with it). On this pair the crossover lies at about 8 sequences. `K="auto"` drafts
 # less once the batch is full (right, one more run of each: *K* = 7 in most drafting rounds of one
 # sequence, 3 at two and four, 2 at eight, 1 at sixteen (plain early and late), 1–7 in all; a 0 early on is a plain round that times the batch's plain pass, which auto needs beside
 # its drafting rounds' passes, and a round where no sequence drafts is the plain batched step; the
@@ -429,7 +430,7 @@ plt.tight_layout()
 # past the jump each row is cheap again, and drafts accepted 90 % of the time pay for them.
 #
 # For the bundled pair the rule predicts too much: a gain of 1.2–1.5 at every *B* from 4 to 12 at its
-# own α, where section 3 measured about 1.0 from *B* = 8. The rule counts only the two models'
+# own α, where section 3 measured 0.8–1.2× from *B* = 8 over many runs. The rule counts only the two models'
 # passes, and a round does more. Timing rounds of *K* = 2 and their target pass alone:
 
 # %%
@@ -548,13 +549,14 @@ plt.tight_layout()
 # `--max_batch 1` serves one request at a time).
 #
 # **Summary.** A CPU reads a model's weights once per pass whatever the rows, so while the weights
-# come from memory, rows are nearly free: 8 rows of `wide` cost 1.6 one-row passes, 16 rows 2.8, until
-# OpenBLAS's packing sets in past 16. Batching turns that into tokens per second: 2.8× at 8
-# sequences here, each sequence exactly its solo run. On the tiny bundled target, whose weights sit
-# in the cache, rows as separate sequences are not free (16 cost 3.9 one-row passes), mostly through
+# come from memory, rows are nearly free: 8 rows of `wide` cost about 1.6 one-row passes, 16 rows
+# 2.6–2.8 (section 1's output), until OpenBLAS's packing sets in past 16. Batching turns that into
+# tokens per second: about 3× at 8 sequences here (section 2), each sequence exactly its solo run. On
+# the tiny bundled target, whose weights sit in the cache, rows as separate sequences are not free (16
+# cost 3.3–3.9 one-row passes), mostly through
 # each sequence's own attention beside a short pass. Speculative decoding spends the same cheap
 # rows on drafts, so inside a batch the two compete: on the bundled pair drafting's 1.1–1.8× alone
-# fell to nothing at about 8 sequences. The goodput rule, B·E(α, K) / (K d(B) + T(B(K + 1))) from
+# fell to about nothing (0.8–1.2×) from 8 sequences. The goodput rule, B·E(α, K) / (K d(B) + T(B(K + 1))) from
 # the measured costs, explains the fall (*K** shrinks as *B* grows, and reaches 0 where the rows stop
 # being cheap), and `K="auto"` makes that choice every round; where a round's work outside the
 # passes is large, as here, the rule drafts more than pays. Continuous batching lets requests join

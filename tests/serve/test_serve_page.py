@@ -60,3 +60,38 @@ def test_playground_streams_coloured_tokens_and_statistics(tmp_path):
     assert re.fullmatch(r"\d+\.\d\d×", stats["speedup"]) and re.fullmatch(r"\d+\.\d\d×", stats["spec.predicted_speedup"])
     assert "accepted draft" in page["legend"] and "bonus" in page["legend"]
     assert (tmp_path / "playground.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_form_takes_common_values_and_a_comparison_repeats_the_run_s_settings(tmp_path):
+    """top_p 0.9 and temperature 0.75 were invalid to the browser (step 0.05 from 0.01, step 0.1), so Generate sent
+    nothing; a comparison re-read the form mid-run and, with no seed, drew its own: now one request body per click,
+    the target-only run on the speculative run's seed; the input a K policy ignores is disabled, a bad ?drafter=
+    says so, and a prediction a run cannot have says why."""
+    import json
+    engine = bundled_engine()
+    with running_server(engine) as url:
+        browser = Browser(tmp_path / "profile")
+        try:
+            browser.open(url + "/?compare=1&max_tokens=12&temperature=0.75&top_p=0.9&seed=&K=auto&drafter=nope"
+                         "&prompt=ROMEO%3A")
+            browser.wait_for('document.getElementById("drafter").options.length > 0', timeout=30)
+            form = json.loads(browser.evaluate('JSON.stringify({valid: document.getElementById("form").checkValidity(),'
+                                               ' K: document.getElementById("K").disabled,'
+                                               ' K_max: document.getElementById("K_max").disabled,'
+                                               ' drafter: document.getElementById("drafter").value,'
+                                               ' error: document.getElementById("error").textContent})'))
+            browser.evaluate('document.getElementById("go").click()')
+            state = browser.wait_for('["done", "error"].includes(document.body.dataset.state) && '
+                                     'document.body.dataset.state', timeout=90)
+            page = json.loads(browser.evaluate(DOM_SUMMARY))
+            why = [browser.evaluate(f"predicted({stats})") for stats in (
+                '{predicted_speedup_refined: null, batched: true}', '{predicted_speedup_refined: null, stopped: true}',
+                '{predicted_speedup_refined: 1.234}')]
+        finally:
+            browser.close()
+    assert form["valid"] and form["K"] and not form["K_max"], form
+    assert form["drafter"] == engine.default_drafter and 'no drafter "nope"' in form["error"], form
+    assert state == "done", f"page state {state!r}, error {page['error']!r}"
+    seeds = page["stats"]["spec.seed"], page["stats"]["plain.seed"]
+    assert seeds[0] == seeds[1] and seeds[0].isdigit(), seeds  # drawn by the server once, then reused
+    assert why[0].startswith("n/a (packed") and why[1].startswith("n/a (a stop string") and why[2] == "1.23×", why

@@ -329,3 +329,13 @@ def write_atomically(path, text):
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def check_model_names(args, named=lambda dest: f"--{dest}"):
+    """--target_model_size / --draft_model_size given as "" (or blanks): a one-line ValueError, since an empty
+    name would fall back to a default or read the current folder. named: how the command spells each flag."""
+    for dest in ("target_model_size", "draft_model_size"):
+        value = getattr(args, dest, None)
+        if value is not None and not value.strip():  # "" is not the default (None)
+            raise ValueError(f"{named(dest)} is empty: name a model (a size, a bundled name or a folder), "
+                             f"or leave the flag out")

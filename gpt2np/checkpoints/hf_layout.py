@@ -104,7 +104,8 @@ def tf_tensors_from_hf(tensors, config, source):  # {HF name: array} -> {TF name
     if unexpected or missing:
         problems = [f"{what} {len(names)}: {', '.join(names[:3])}" for what, names in
                     (("missing", missing), ("unexpected", unexpected)) if names]
-        raise ValueError(f"{source} does not fit {config}: {'; '.join(problems)} (is it a GPT2LMHeadModel?)")
+        raise ValueError(f"{source} does not fit {config}: {'; '.join(problems)} (does {CONFIG_FILE} belong "
+                         f"to this checkpoint? is it a GPT2LMHeadModel?)")
     if "lm_head.weight" in tensors:
         _check_tied(tensors["lm_head.weight"], renamed["model/wte"], source)
     return renamed
@@ -130,14 +131,28 @@ def read_hf_tensors(path, config):  # -> {TF name: float32 array}
     return tf_tensors_from_hf(tensors, config, path)
 
 
-def _hf_key(path):  # -> dict identifying the file's exact bytes (as weights._checkpoint_key does)
-    """Size and mtime of model.safetensors plus the sha256 of its header (names, dtypes, offsets)."""
+def _hf_key(path):  # -> dict that changes whenever the file's bytes may have (weights._checkpoint_key's role)
+    """The sha256 of model.safetensors' header (names, dtypes, offsets), and of the file (the Hub
+    cache's symlink followed to its blob) its size, mtime, ctime, inode and device.
+
+    Hashing the data itself would cost seconds to minutes per load (6 GB at 1558M), and unlike
+    OpenAI's .index the header holds no checksum of the data. Size and mtime alone miss a rewrite
+    that keeps the header and puts the old mtime back (cp -p, rsync -a, tar, touch -r all do), which
+    would then load the OLD weights from the cache. Every write to a file's data sets its ctime, and
+    no tool can set ctime back; a file replaced through a new name (atomic save, rsync, cp over
+    a deleted one) also gets a new inode. So the key misses only a rewrite in the same tick of the
+    filesystem's clock (milliseconds) as the write the cache was built from. A chmod, chown, new
+    hard link or rename of the file, or a copy of the folder (new inodes) or a move to another
+    filesystem, changes ctime, inode or device without changing a weight: the cache is then
+    rebuilt once, which costs time and is harmless.
+    """
     entries, start, _ = read_header(path)
     with open(path, "rb") as f:
         header_sha256 = hashlib.sha256(f.read(start)).hexdigest()
     stat = os.stat(path)  # follows the Hub cache's symlink to the blob
     return {"format": CACHE_FORMAT, "layout": "hf", "header_sha256": header_sha256,
-            WEIGHTS_FILE: {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}}
+            WEIGHTS_FILE: {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns,
+                           "inode": stat.st_ino, "device": stat.st_dev}}
 
 
 def load_hf_params(folder, config):  # -> params
@@ -145,4 +160,5 @@ def load_hf_params(folder, config):  # -> params
     path = os.path.join(folder, WEIGHTS_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found (gpt2np reads the safetensors file, not pytorch_model.bin)")
-    return load_params_cached(folder, config, _hf_key(path), lambda: read_hf_tensors(path, config), path)
+    return load_params_cached(folder, config, _hf_key(path), lambda: read_hf_tensors(path, config), path,
+                              CONFIG_FILE)

@@ -100,18 +100,49 @@ def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None, hf_endpo
     folder = hub_cache_snapshot(Path(name))
     if not folder.is_dir():
         raise unknown_model(name)
-    missing = [f for f in (HUB_FILES if is_hf_folder(folder) else MODEL_FILES) if not (folder / f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{folder} is not a model folder: missing {', '.join(missing)}")
+    check_model_files(folder)
     return folder
+
+
+def check_model_files(folder):
+    """A folder must hold the files of one layout; the error names the missing files of the layout it is
+    closest to (the one more of whose files are there): model.safetensors, vocab.json and merges.txt without
+    config.json miss config.json, not hparams.json and model.ckpt.*, which that folder was never meant to hold."""
+    def present(files):
+        return sum((folder / f).is_file() for f in files)
+    openai, hf = present(MODEL_FILES + TOKENIZER_FILES), present(HUB_FILES)
+    if is_hf_folder(folder) or hf > openai:
+        missing = [f for f in HUB_FILES if not (folder / f).is_file()]
+        layout = f"the Hugging Face layout: {', '.join(HUB_FILES)}"
+    else:
+        missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
+        layout = (f"OpenAI's release layout; or {', '.join(HUB_FILES)} in the Hugging Face layout" if not hf + openai
+                  else f"OpenAI's release layout: {', '.join(MODEL_FILES + TOKENIZER_FILES)}")
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a model folder: missing {', '.join(missing)} ({layout})")
 
 
 def hub_cache_snapshot(folder):
-    """models--owner--name/ in the Hub's cache -> its snapshots/<refs/main>/; any other folder as is."""
+    """models--owner--name/ in the Hub's cache -> its snapshots/<refs/main>/; any other folder as is.
+
+    A refs/main that is empty or names a snapshot that is not there (a cache pruned by hand or half
+    copied) is said as such, with the snapshots there are: resolving it anyway would end in "unknown
+    model" for a folder that exists, or in "snapshots is not a model folder"."""
     ref = folder / "refs" / "main"
-    if folder.name.startswith("models--") and ref.is_file():
-        return folder / "snapshots" / ref.read_text(encoding="utf-8").strip()
-    return folder
+    if not (folder.name.startswith("models--") and ref.is_file()):
+        return folder
+    revision = ref.read_text(encoding="utf-8", errors="replace").strip()
+    snapshots = folder / "snapshots"
+    there = sorted(p.name for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+    there = f"the snapshots there: {', '.join(there)}" if there else f"{snapshots} holds none"
+    if not revision:
+        raise FileNotFoundError(f"{ref} is empty: it should name the snapshot to load ({there}; "
+                                f"name a snapshot folder instead)")
+    if Path(revision).name != revision or revision in (".", "..") or "\n" in revision:  # one name, no path
+        raise FileNotFoundError(f"{ref} holds {revision[:80]!r}, not a snapshot name ({there})")
+    if not (snapshots / revision).is_dir():
+        raise FileNotFoundError(f"{ref} names snapshot {revision[:80]!r}, which is missing from {snapshots} ({there})")
+    return snapshots / revision
 
 
 def read_config(folder):

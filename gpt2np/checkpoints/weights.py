@@ -23,6 +23,7 @@ SkylakeX kernel, load_model then cuts each large weight into panels of columns, 
 import hashlib
 import json
 import os
+import re
 
 import numpy as np
 
@@ -70,8 +71,9 @@ def _first(names, n=3):
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
-def check_tensors(tensors, config, source="checkpoint"):
-    """Raise one ValueError naming every missing, unexpected or mis-shaped tensor."""
+def check_tensors(tensors, config, source="checkpoint", config_file="hparams.json"):
+    """Raise one ValueError naming every missing, unexpected or mis-shaped tensor. The hint names the
+    file the config came from (config_file): hparams.json, or config.json in the Hugging Face layout."""
     layout = tf_layout(config)
     missing = [name for name in layout if name not in tensors]
     unexpected = [name for name in tensors if name not in layout]
@@ -82,7 +84,7 @@ def check_tensors(tensors, config, source="checkpoint"):
                 (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshaped)) if names]
     if problems:
         raise ValueError(f"{source} does not fit {config}: {'; '.join(problems)} "
-                         f"(does hparams.json belong to this checkpoint?)")
+                         f"(does {config_file} belong to this checkpoint?)")
 
 
 def _float32(x):
@@ -215,6 +217,9 @@ def _load_cache(cache_dir, key, config, verify_crc=True):  # -> {TF name: array 
         return None
 
 
+TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")  # _save_atomically's temporary names: <file>.tmp-<writer's pid>
+
+
 def _save_atomically(path, write):
     """Call write(file) on a temporary name, then rename it to `path`."""
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -228,21 +233,72 @@ def _save_atomically(path, write):
 
 
 def _write_cache(cache_dir, key, tensors):
-    """One .npy per tensor, then the manifest last: only a finished cache has a manifest."""
+    """One .npy per tensor, then the manifest last: only a finished cache has a manifest.
+
+    A write that fails (a full disk, an interrupt) removes every file this attempt wrote, and the
+    folder if it made it: .npy files without a manifest are never read, so left behind they would
+    only hold the disk (GBs at 1558M) that the next load needs to write them again."""
+    created = not os.path.isdir(cache_dir)
     os.makedirs(cache_dir, exist_ok=True)
     manifest_path = os.path.join(cache_dir, "manifest.json")
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)  # the old manifest must not vouch for half-rewritten files
-    entries = {}
-    for name, tensor in tensors.items():
-        file = name.replace("/", ".") + ".npy"  # model.h0.ln_1.g.npy
-        # np.save streams a memmap straight from the page cache: no second copy in RAM. Conv1D
-        # weights are saved in their memory order (module docstring), one tensor's copy at a time.
-        x = _conv1d_order(tensor) if np.ndim(tensor) == 3 else _float32(tensor)
-        _save_atomically(os.path.join(cache_dir, file), lambda f, x=x: np.save(f, x))
-        entries[name] = {"file": file, "crc32c": tensor_crc32c(x)}  # of the bytes just written
-    manifest = json.dumps({"key": key, "tensors": entries}, indent=1).encode()
-    _save_atomically(manifest_path, lambda f: f.write(manifest))
+    written = []
+    try:
+        if os.path.exists(manifest_path):
+            os.remove(manifest_path)  # the old manifest must not vouch for half-rewritten files
+        entries = {}
+        for name, tensor in tensors.items():
+            file = name.replace("/", ".") + ".npy"  # model.h0.ln_1.g.npy
+            # np.save streams a memmap straight from the page cache: no second copy in RAM. Conv1D
+            # weights are saved in their memory order (module docstring), one tensor's copy at a time.
+            x = _conv1d_order(tensor) if np.ndim(tensor) == 3 else _float32(tensor)
+            written.append(os.path.join(cache_dir, file))
+            _save_atomically(written[-1], lambda f, x=x: np.save(f, x))
+            entries[name] = {"file": file, "crc32c": tensor_crc32c(x)}  # of the bytes just written
+        manifest = json.dumps({"key": key, "tensors": entries}, indent=1).encode()
+        _save_atomically(manifest_path, lambda f: f.write(manifest))
+    except BaseException:
+        for path in written:  # _save_atomically has removed its temporary file already
+            _remove_quietly(path)
+        if created:
+            try:
+                os.rmdir(cache_dir)  # only if empty: another writer's files stay
+            except OSError:
+                pass
+        raise
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:  # gone already, or not ours to remove: the cleanup must not hide the first error
+        pass
+
+
+def _writer_is_gone(pid):
+    """True if no process has this pid (os.kill with signal 0 checks, sends nothing). A pid taken again
+    by another process, or a writer of another user, counts as alive: its file is kept, which is safe."""
+    if pid <= 0:  # 0 and negative pids name process groups, not a writer
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it exists, under another user
+        return False
+    return False
+
+
+def _sweep_stale_temporaries(cache_dir):
+    """Remove the <file>.tmp-<pid> files of cache writers that died mid-write (kill -9, a power cut):
+    no later write uses their names, so nothing else would ever remove them. A live writer's stay."""
+    try:
+        names = os.listdir(cache_dir)
+    except OSError:  # no cache yet, or something else where it would be
+        return
+    for name in names:
+        m = TMP_SUFFIX.search(name)
+        if m and _writer_is_gone(int(m[1])):
+            _remove_quietly(os.path.join(cache_dir, name))
 
 
 def load_params(model_dir, config):  # -> params
@@ -259,15 +315,18 @@ def load_params(model_dir, config):  # -> params
     return load_params_cached(model_dir, config, _checkpoint_key(prefix), lambda: read_checkpoint(prefix), prefix)
 
 
-def load_params_cached(model_dir, config, key, read_tensors, source):  # -> params
+def load_params_cached(model_dir, config, key, read_tensors, source, config_file="hparams.json"):  # -> params
     """Params from the .npy cache in `<model_dir>/.gpt2np-cache/` if it was written for `key` (a dict
-    naming the source's exact bytes), else from read_tensors() -> {TF name: array}, caching them.
-    Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_layout.py) load this way."""
+    that changes whenever the source's bytes do), else from read_tensors() -> {TF name: array},
+    caching them. Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_layout.py) load
+    this way (config_file: where `config` came from, for check_tensors' hint). Temporary files of cache
+    writers that died first are swept here (_sweep_stale_temporaries)."""
     cache_dir = os.path.join(model_dir, CACHE_DIR)
+    _sweep_stale_temporaries(cache_dir)
     tensors = _load_cache(cache_dir, key, config)
     if tensors is None:
         tensors = read_tensors()
-        check_tensors(tensors, config, source=source)  # fail before writing a useless cache
+        check_tensors(tensors, config, source, config_file)  # fail before writing a useless cache
         try:
             _write_cache(cache_dir, key, tensors)
         except OSError:  # read-only folder, disk full...: use the checkpoint's own memory maps

@@ -16,7 +16,7 @@ import math
 import gpt2np
 from gpt2np import POLICIES
 from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, K_from_text, OneLineErrorParser, add_loading_flags,
-                           check_json_path, check_tree_size, tree_from_text, tree_nodes)
+                           check_json_path, check_model_names, check_tree_size, tree_from_text, tree_nodes)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -231,10 +231,7 @@ def check_args(args):
         raise ValueError(f"{flag(args, 'num_runs')} must be at least 1, got {args.num_runs}")
     if args.seed < 0:  # np.random.default_rng refuses it too, but only after the models are loaded
         raise ValueError(f"{flag(args, 'seed')} must be a non-negative integer, got {args.seed}")
-    for dest in ("target_model_size", "draft_model_size"):
-        if getattr(args, dest) is not None and not getattr(args, dest).strip():  # "" is not the default
-            raise ValueError(f"{flag(args, dest)} is empty: name a model (a size, a bundled name or a folder), "
-                             f"or leave the flag out")
+    check_model_names(args, lambda dest: flag(args, dest))
     check_sampling_flags(args)
     if args.json is not None:
         check_json_path(args.json, example="runs.json")  # written after every run (compat.write_json)

@@ -8,8 +8,9 @@
 Models are named as in main.py (a release size, a bundled name, hf:owner/name[@revision], a folder,
 or "ngram" for the drafter); a model from a folder is served under the folder's name, never its
 path. When the drafter is a model, the prompt-lookup drafter "ngram" is served beside it (it costs
-nothing), and a request picks one with the field "drafter". Bad flags or models: one line naming
-this command's flags, exit status 2.
+nothing), and a request picks one with the field "drafter". Bad flags or models, a port in use or a
+host that does not resolve: one line naming this command's flags, exit status 2, before the startup line
+"serving ... on http://HOST:PORT/" (the socket is bound first: with --port 0 it names the port picked).
 
 Up to --max_batch generations run at once (continuous batching, engine.py): plain requests share one
 forward pass per token, speculative ones are packed with each other (a round each, one more pass per
@@ -20,12 +21,15 @@ With --max_batch above 1 the weights take the memory order that passes over many
 NumPy's BLAS kernel (row-major under the Haswell kernels, panels under SkylakeX:
 gpt2np/model/fast/layout.py); the startup line names it.
 """
+import errno
+import socket
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.report import OneLineErrorParser, add_loading_flags, run_command
+from gpt2np.report import OneLineErrorParser, add_loading_flags, check_model_names, command_error_line, run_command
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
+MAX_BATCH = 256  # generations running at once: far past where packing more rows gains anything; a typo is refused
 
 
 def parse_args(argv):
@@ -40,10 +44,11 @@ def parse_args(argv):
     p.add_argument("--ngram_max", type=int, default=3, help="longest n-gram the 'ngram' drafter looks up")
     add_loading_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="port, 1..65535, or 0: any free port, named in the startup line (default: %(default)s)")
     p.add_argument("--max_batch", type=int, default=8,
-                   help="generations running at once; plain ones share one forward pass per token, so on a CPU "
-                        "8 cost about 1.7 passes of one (1: one at a time; default: %(default)s)")
+                   help=f"generations running at once, at most {MAX_BATCH}; plain ones share one forward pass per "
+                        f"token, so on a CPU 8 cost about 1.7 passes of one (1: one at a time; default: %(default)s)")
     p.add_argument("--prefill_chunk", type=int, default=256,
                    help="the most prompt tokens a newly admitted request feeds per step, so the running ones "
                         "are not held up long by a long prompt (default: %(default)s)")
@@ -55,15 +60,70 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def check_args(args):
+    """Every check that needs no model and no socket; a ValueError names the flag (as main.py's)."""
+    for name in ("max_queue", "max_batch", "prefill_chunk", "ngram_max", "max_body_bytes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.max_batch > MAX_BATCH:
+        raise ValueError(f"--max_batch must be at most {MAX_BATCH}, got {args.max_batch}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    check_model_names(args)
+    if not args.host.strip():  # the empty host is every interface to the socket library: not by accident
+        raise ValueError("--host is empty: leave it out to listen on this machine only (127.0.0.1), "
+                         "or pass 0.0.0.0 to listen on every interface, knowingly")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 1..65535 (or 0: any free port), got {args.port}")
+
+
+def naming_flag(flag, name, load, *args, **kwargs):
+    """load(*args, **kwargs), its errors prefixed with the flag and the name typed (one line, status 2)."""
+    try:
+        return load(*args, **kwargs)
+    except (ValueError, OSError, gpt2np.DownloadError) as e:
+        raise ValueError(f"{flag} {name}: {command_error_line(e)}") from e
+
+
+def bind_socket(host, port):
+    """A socket bound to host:port (port 0: a free one), not yet listening, so a client is refused, not
+    kept waiting, while the models load; a ValueError names --host or --port."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host}: {lowercase(e.strerror or str(e))}") from e
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        why = lowercase(e.strerror or str(e))
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise ValueError(f"--host {host}: {why} (not an address of this machine)") from e
+        raise ValueError(f"--port {port} on {host}: {why}") from e
+    return sock
+
+
+def lowercase(message):
+    return message[:1].lower() + message[1:]
+
+
+def url(sock, host):
+    """The address the server listens on, with the port the socket holds (port 0 picks one)."""
+    port = sock.getsockname()[1]
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
 def load_engine(args):
     """The target, its drafters by name, and the Engine around them (every check before serving)."""
     from gpt2np.serve.engine import Engine
     from gpt2np.serve.names import served_name
-    for name in ("max_queue", "max_batch", "prefill_chunk", "ngram_max", "max_body_bytes"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    check_args(args)
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
-    target = gpt2np.load_model(args.target_model_size, args.models_dir, **sources)
+    target = naming_flag("--target_model_size", args.target_model_size, gpt2np.load_model,
+                         args.target_model_size, args.models_dir, **sources)
     if target.tokenizer is None:  # random weights without GPT-2's BPE files: the server reads and writes text
         raise ValueError(f"--target_model_size {args.target_model_size}: the model has no tokenizer, and the "
                          f"server answers in text: put OpenAI's encoder.json and vocab.bpe in a folder of "
@@ -71,8 +131,9 @@ def load_engine(args):
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
     drafters = {}
     if draft != "none":
-        drafter = gpt2np.load_drafter(draft, args.models_dir, n_max=args.ngram_max, **sources)
-        drafter.check(target, [0], 1)  # same vocabulary, refused now rather than per request
+        drafter = naming_flag("--draft_model_size", draft, gpt2np.load_drafter, draft, args.models_dir,
+                              n_max=args.ngram_max, **sources)
+        naming_flag("--draft_model_size", draft, drafter.check, target, [0], 1)  # same vocabulary, refused now
         name = "ngram" if draft == "ngram" else served_name(drafter.name)
         if name == "ngram" and draft != "ngram":
             raise ValueError(f"--draft_model_size: the folder's name 'ngram' is the prompt-lookup drafter's: "
@@ -89,19 +150,25 @@ def load_engine(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    check_args(args)  # bad flags before the port is taken or a model is read
     try:
         import uvicorn
         from gpt2np.serve.app import create_app
     except ImportError as e:
         raise SystemExit(f"error: the server needs FastAPI and uvicorn: pip install -r requirements-serve.txt ({e})")
-    engine = load_engine(args)
-    if args.threads or engine.target.config.n_embd < 512:  # as main.py: one thread is faster for small models
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(limits=args.threads or 1, user_api="blas")
-    print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on http://{args.host}:{args.port}/ "
-          f"(up to {engine.max_batch} at once, {engine.max_queue} waiting; weights "
-          f"{gpt2np.weights_order(engine.target)}; {gpt2np.blas_kernel()})", file=sys.stderr)
-    uvicorn.run(create_app(engine, args.max_body_bytes), host=args.host, port=args.port, log_level="warning")
+    with bind_socket(args.host, args.port) as sock:  # a taken port or unknown host before the models load
+        engine = load_engine(args)
+        if args.threads or engine.target.config.n_embd < 512:  # as main.py: one thread is faster for small models
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(limits=args.threads or 1, user_api="blas")
+        sock.listen(2048)  # uvicorn's backlog
+        print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on {url(sock, args.host)} "
+              f"(up to {engine.max_batch} at once, {engine.max_queue} waiting; weights "
+              f"{gpt2np.weights_order(engine.target)}; {gpt2np.blas_kernel()})", file=sys.stderr)
+        server = uvicorn.Server(uvicorn.Config(create_app(engine, args.max_body_bytes), log_level="warning"))
+        server.run(sockets=[sock])  # the socket bound above: the address announced is the one served
+    if not server.started:  # as uvicorn.run: the app failed to start (uvicorn logged why)
+        sys.exit(3)
 
 
 def run(argv=None):

@@ -6,9 +6,23 @@ pre-tokenizer's Unicode classes to tiktoken's). Nothing is downloaded: the files
 """
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 from .bpe import EOT, OPENAI_SHA256, Tokenizer, check_ids, read_encoder, read_merges
+
+
+# What tiktoken's data_gym_to_mergeable_bpe_ranks asserts beyond our readers' checks: it makes the ids up
+# from the files' order and compares them with encoder.json's. Valid BPE files need not be in that order.
+TIKTOKEN_LAYOUT = ("tiktoken needs the 256 byte tokens in GPT-2's id order, then each merge's token at id "
+                   "256 + its line's rank, every merge line ending in a newline")
+
+
+class TiktokenRefused(ValueError):
+    """Files our readers accept but tiktoken cannot build an Encoding from (ids not in merge order, a
+    last merge without its newline...). The scratch Tokenizer reads them exactly (bpe.py: ranks come
+    from the merge lines' order, ids from encoder.json, as in openai/gpt-2's encoder.py), so files.py
+    falls back to it; args[1] is the reason, for its note."""
 
 
 def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
@@ -33,8 +47,10 @@ def tiktoken_encoding(encoder_json, vocab_bpe, n_vocab, eot_id):
                                  mergeable_ranks=ranks, explicit_n_vocab=n_vocab,
                                  special_tokens={} if eot_id is None else {EOT: eot_id})
     except (AssertionError, KeyError, ValueError) as e:
-        raise ValueError(f"tiktoken cannot use {encoder_json} + {vocab_bpe} ({type(e).__name__}"
-                         f" {e}); try load_tokenizer(dir, fast=False)") from None
+        why = str(e) or TIKTOKEN_LAYOUT  # its one check that can fail on files our readers accept says nothing
+        raise TiktokenRefused(f"tiktoken cannot use {encoder_json} + {vocab_bpe} ({why}); load_tokenizer and "
+                              f"load_hf_tokenizer fall back to the pure-Python Tokenizer (or pass fast=False)",
+                              why) from None
 
 
 class FastTokenizer(Tokenizer):
@@ -47,10 +63,27 @@ class FastTokenizer(Tokenizer):
 
     @classmethod
     def from_files(cls, encoder_json, vocab_bpe):
+        """Raises TiktokenRefused for valid files tiktoken cannot use; fast_or_scratch falls back instead."""
         encoder = read_encoder(encoder_json)  # our readers check the files and explain any problem
         merges = read_merges(vocab_bpe, encoder)
         encoding = tiktoken_encoding(encoder_json, vocab_bpe, len(encoder), encoder.get(EOT))
         return cls(encoder, merges, encoding)
+
+
+def fast_or_scratch(encoder_json, vocab_bpe):  # -> FastTokenizer, or Tokenizer when tiktoken refuses
+    """The fast tokenizer, or, for valid files that tiktoken cannot use, the scratch one with a note on
+    stderr: the same ids (the scratch path is the reference the fast one is tested against), only
+    slower, so a command or the server works instead of stopping on advice about a Python argument.
+    Malformed files still raise (read_encoder / read_merges name the file and the line)."""
+    encoder = read_encoder(encoder_json)
+    merges = read_merges(vocab_bpe, encoder)
+    try:
+        return FastTokenizer(encoder, merges, tiktoken_encoding(encoder_json, vocab_bpe, len(encoder),
+                                                                encoder.get(EOT)))
+    except TiktokenRefused as e:
+        print(f"note: tiktoken cannot use {encoder_json} + {vocab_bpe} ({e.args[1]}); using the pure-Python "
+              f"tokenizer instead: the same ids, slower", file=sys.stderr)
+        return Tokenizer(encoder, merges)
 
     def encode(self, text):
         return self.encoding.encode(text, allowed_special="all")  # "all" = just <|endoftext|>

@@ -8,16 +8,17 @@ import json
 import os
 from pathlib import Path
 
-from .bpe import BYTE_TO_SYMBOL, EOT, OPENAI_SHA256, Tokenizer
-from .fast import FastTokenizer
+from .bpe import BYTE_TO_SYMBOL, EOT, OPENAI_SHA256, Tokenizer, vocab_paths
+from .fast import fast_or_scratch
 
 GPT2_N_VOCAB = 50257        # OpenAI's vocabulary: 256 bytes + 50,000 merges + <|endoftext|>
 BYTE_LEVEL_N_VOCAB = 257    # 256 bytes + <|endoftext|>: the bundled models' vocabulary
 
 
 def load_tokenizer(directory, fast=True):
-    """The tokenizer in `directory` (encoder.json + vocab.bpe): tiktoken-backed if fast, else scratch."""
-    return (FastTokenizer if fast else Tokenizer).from_dir(directory)
+    """The tokenizer in `directory` (encoder.json + vocab.bpe): tiktoken-backed if fast, else scratch;
+    fast falls back to scratch, with a note, for valid files tiktoken cannot use (fast.fast_or_scratch)."""
+    return fast_or_scratch(*vocab_paths(directory)) if fast else Tokenizer.from_dir(directory)
 
 
 def load_hf_tokenizer(directory, fast=True):
@@ -29,7 +30,7 @@ def load_hf_tokenizer(directory, fast=True):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: gpt2np reads GPT-2's vocab.json + merges.txt "
                                     f"(not tokenizer.json alone)")
-    return (FastTokenizer if fast else Tokenizer).from_files(*paths)
+    return fast_or_scratch(*paths) if fast else Tokenizer.from_files(*paths)
 
 
 def write_byte_level_vocab(directory):

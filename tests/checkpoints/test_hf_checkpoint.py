@@ -6,9 +6,11 @@ The fixtures tests/fixtures/hf-tiny-* were written by transformers' save_pretrai
 reference logits computed by transformers (tools/make_hf_fixtures.py); no torch here.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from gpt2np.checkpoints import weights
 from gpt2np.checkpoints.tf_writer import write_checkpoint
 from gpt2np.model.config import GPT2Config
 from gpt2np.checkpoints.hf_layout import config_from_hf, load_hf_params, read_hf_config
-from gpt2np.checkpoints.safetensors import read_safetensors, write_safetensors
+from gpt2np.checkpoints.safetensors import read_header, read_safetensors, write_safetensors
 from gpt2np.tokenizer.files import load_hf_tokenizer, load_tokenizer
 from conftest import FIXTURES, REPO, copy_fixture
 from test_weights import assert_same_bits
@@ -210,6 +212,28 @@ def test_second_load_reads_the_cache_and_a_changed_file_rebuilds_it(folder, monk
     np.testing.assert_array_equal(load_hf_params(path, config)["ln_f"]["b"], first["ln_f"]["b"] + 1)
 
 
+def test_data_rewritten_in_place_with_the_old_mtime_is_not_served_from_the_cache(folder):
+    """The audit's repro: every weight halved in place, header kept (same size, same header hash), and
+    the mtime put back as cp -p, rsync -a or tar do. The ctime (which no tool can set) tells."""
+    path = folder("hf-tiny-f32")
+    config = read_hf_config(path)
+    first = load_hf_params(path, config)
+    file = path / "model.safetensors"
+    old = file.stat()
+    _, start, data_size = read_header(file)
+    time.sleep(0.05)  # past the coarse clock tick (a few ms) that stamps ctime on some kernels
+    with open(file, "r+b") as f:  # the same inode, rewritten in place
+        f.seek(start)
+        data = np.frombuffer(f.read(data_size), np.float32) / np.float32(2)
+        f.seek(start)
+        f.write(data.tobytes())
+    os.utime(file, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert file.stat().st_mtime_ns == old.st_mtime_ns and file.stat().st_size == old.st_size
+    second = load_hf_params(path, config)
+    np.testing.assert_array_equal(second["wte"], first["wte"] / 2)
+    np.testing.assert_array_equal(second["ln_f"]["g"], first["ln_f"]["g"] / 2)
+
+
 # ---- the Hub cache layout -------------------------------------------------------------------------
 
 def hub_cache(tmp_path, name="hf-tiny-f32", revision="0123abcd"):
@@ -236,6 +260,23 @@ def test_hub_cache_folder_loads_directly(tmp_path, which):
     assert all(p.is_symlink() for p in (repo / "snapshots" / "0123abcd").glob("*.json"))  # left as they were
 
 
+@pytest.mark.parametrize("ref, words", [
+    ("fedcba98", "refs/main names snapshot 'fedcba98', which is missing from {snapshots} (the snapshots there: "
+                 "0123abcd)"),
+    ("", "refs/main is empty: it should name the snapshot to load (the snapshots there: 0123abcd;"),
+    ("\n", "refs/main is empty"),
+    ("../../hub", "refs/main holds '../../hub', not a snapshot name"),
+])
+def test_hub_cache_folder_whose_refs_main_names_no_snapshot_says_so(tmp_path, ref, words):
+    repo = hub_cache(tmp_path)
+    (repo / "refs" / "main").write_text(ref)
+    with pytest.raises(FileNotFoundError) as e:
+        gpt2np.load_model(str(repo))
+    message = str(e.value)
+    assert words.format(snapshots=repo / "snapshots") in message and "\n" not in message, message
+    assert str(repo / "refs" / "main") in message
+
+
 # ---- refusals -------------------------------------------------------------------------------------
 
 GOOD = json.loads((FIXTURES / "hf-tiny-f32" / "config.json").read_text())
@@ -259,6 +300,39 @@ def test_config_json_refusals_are_one_line(tmp_path, changes, words):
     with pytest.raises(ValueError) as e:
         read_hf_config(tmp_path)
     assert words in str(e.value) and "\n" not in str(e.value) and "config.json" in str(e.value), str(e.value)
+
+
+def test_hf_folder_without_config_json_is_told_it_misses_config_json(folder):
+    """model.safetensors + vocab.json + merges.txt is a Hugging Face folder lacking config.json, not an
+    OpenAI one lacking hparams.json and model.ckpt.*: the error names the layout it is closest to."""
+    path = folder("hf-tiny-f32")
+    (path / "config.json").unlink()
+    with pytest.raises(FileNotFoundError) as e:
+        gpt2np.load_model(str(path))
+    message = str(e.value)
+    assert f"{path} is not a model folder: missing config.json (" in message and "\n" not in message, message
+    assert "hparams.json" not in message and "model.ckpt" not in message, message
+
+
+def test_release_folders_and_empty_ones_are_still_told_the_release_files(tmp_path):
+    release = copy_fixture(FIXTURES / "gpt2-tiny-a", tmp_path / "a")
+    (release / "model.ckpt.index").unlink()
+    with pytest.raises(FileNotFoundError, match=r"missing model\.ckpt\.index \(OpenAI's release layout: "):
+        gpt2np.load_model(str(release))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"missing hparams\.json, .* or config\.json, .* Hugging Face"):
+        gpt2np.load_model(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("changes", [{"n_embd": 64}, {"n_layer": 3}])
+def test_config_json_of_another_size_is_named_in_the_hint(folder, changes):
+    path = folder("hf-tiny-f32")
+    (path / "config.json").write_text(json.dumps(GOOD | changes))
+    with pytest.raises(ValueError) as e:
+        gpt2np.load_model(str(path))
+    message = str(e.value)
+    assert "model.safetensors does not fit" in message and "does config.json belong to this checkpoint?" in message
+    assert "hparams.json" not in message and "\n" not in message, message
 
 
 def test_gelu_pytorch_tanh_is_the_same_function_and_accepted():

@@ -1,5 +1,6 @@
 """Tests for gpt2np.checkpoints.weights: the name table, shape checks, random init and the .npy load cache."""
 import doctest
+import errno
 import json
 import os
 from pathlib import Path
@@ -283,6 +284,79 @@ def test_read_only_folder_loads_without_cache(model_dir):
     finally:
         model_dir.chmod(0o755)
     assert params["wte"].shape == (50257, 32) and not (model_dir / CACHE).exists()
+
+
+def test_full_disk_while_writing_the_cache_loads_and_leaves_nothing_behind(model_dir, monkeypatch, tmp_path):
+    """The disk fills at the 4th tensor: the load still succeeds (from the checkpoint), and neither the 3
+    .npy files written before nor the 4th's temporary file stay (they would never be read, and would hold
+    the space); then the next load, with room again, writes the whole cache."""
+    config = fixture_config("gpt2-tiny-a")
+    expected = load_params(copy_fixture(FIXTURES / "gpt2-tiny-a", tmp_path / "other"), config)
+    save, calls = np.save, []
+
+    def save_until_full(f, x):
+        calls.append(1)
+        if len(calls) > 3:
+            f.write(b"\x93NUMPY partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        save(f, x)
+
+    monkeypatch.setattr(np, "save", save_until_full)
+    assert_same_bits(load_params(model_dir, config), expected)
+    assert len(calls) == 4 and not (model_dir / CACHE).exists(), sorted(os.listdir(model_dir / CACHE))
+    monkeypatch.undo()
+    assert_same_bits(load_params(model_dir, config), expected)
+    assert (model_dir / CACHE / "manifest.json").is_file() and len(list((model_dir / CACHE).glob("*.npy"))) == 28
+
+
+def test_full_disk_while_rewriting_a_cache_removes_what_the_attempt_wrote(model_dir, monkeypatch):
+    """A cache folder that was there before stays, but without the files the failed attempt wrote."""
+    config = fixture_config("gpt2-tiny-a")
+    load_params(model_dir, config)
+    os.utime(model_dir / "model.ckpt.data-00000-of-00001", ns=(1, 1))  # another key: the cache is rewritten
+    save, written = np.save, []
+
+    def save_until_full(f, x):
+        written.append(f.name)
+        if len(written) > 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        save(f, x)
+
+    monkeypatch.setattr(np, "save", save_until_full)
+    load_params(model_dir, config)
+    left = set(os.listdir(model_dir / CACHE))
+    attempt = {os.path.basename(name).rsplit(".tmp-", 1)[0] for name in written}
+    assert len(attempt) == 4 and not left & attempt and not any(".tmp-" in n for n in left), sorted(left)
+    assert "manifest.json" not in left
+
+
+def dead_pid():
+    """A pid no process has (os.kill with signal 0 raises ProcessLookupError for it)."""
+    for pid in range(4_000_000, 5_000_000):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except OSError:
+            pass
+    pytest.skip("no free pid found")
+
+
+def test_temporary_files_of_dead_writers_are_swept_and_a_live_writers_kept(model_dir):
+    """kill -9 during a first load leaves <file>.tmp-<pid>: the next load removes it (its writer is
+    gone) but never the file of a writer that is still running (here: this process)."""
+    cache = model_dir / CACHE
+    cache.mkdir()
+    dead = [cache / f"model.wte.npy.tmp-{dead_pid()}", cache / f"manifest.json.tmp-{dead_pid()}"]
+    live = cache / f"spare.npy.tmp-{os.getpid()}"
+    for path in dead + [live]:
+        path.write_bytes(b"")
+    load_params(model_dir, fixture_config("gpt2-tiny-a"))
+    assert live.is_file() and not any(p.exists() for p in dead), sorted(os.listdir(cache))
+    assert (cache / "manifest.json").is_file()
+    dead[0].write_bytes(b"")  # and when the cache is already good, the load that reads it sweeps too
+    load_params(model_dir, fixture_config("gpt2-tiny-a"))
+    assert live.is_file() and not dead[0].exists()
 
 
 def test_missing_checkpoint_is_named(tmp_path):

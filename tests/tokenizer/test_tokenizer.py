@@ -8,6 +8,8 @@ import doctest
 import functools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import hypothesis
@@ -17,10 +19,10 @@ import regex
 import tiktoken
 
 import gpt2np.tokenizer.bpe as tokenizer_module
-from conftest import gpt2_bpe_dir
+from conftest import FIXTURES, copy_fixture, gpt2_bpe_dir
 from gpt2np.tokenizer.bpe import BYTE_TO_SYMBOL, Tokenizer, bytes_to_unicode, replace_lone_surrogates
 from gpt2np.tokenizer.fast import FastTokenizer
-from gpt2np.tokenizer.files import load_tokenizer, write_byte_level_vocab
+from gpt2np.tokenizer.files import load_hf_tokenizer, load_tokenizer, write_byte_level_vocab
 from gpt2np.tokenizer.unicode_classes import LETTER, NEWER_THAN_UNICODE_16, NUMBER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,13 +35,20 @@ def gpt2():
     folder = gpt2_bpe_dir()
     if folder is None:
         pytest.skip("GPT-2's encoder.json/vocab.bpe not found in ../shared/data/gpt2-bpe or weights/*")
-    return {"scratch": load_tokenizer(folder, fast=False), "fast": load_tokenizer(folder, fast=True)}
+    return scratch_and_fast(folder)
 
 
 @pytest.fixture(scope="module")
 def byte_level(tmp_path_factory):
-    folder = write_byte_level_vocab(tmp_path_factory.mktemp("byte_level"))
-    return {"scratch": load_tokenizer(folder, fast=False), "fast": load_tokenizer(folder, fast=True)}
+    return scratch_and_fast(write_byte_level_vocab(tmp_path_factory.mktemp("byte_level")))
+
+
+def scratch_and_fast(folder):
+    """Both tokenizers of a folder; the fast one really tiktoken's (load_tokenizer falls back to scratch
+    for files tiktoken cannot use, which would make every comparison here scratch against scratch)."""
+    tokenizers = {"scratch": load_tokenizer(folder, fast=False), "fast": load_tokenizer(folder, fast=True)}
+    assert type(tokenizers["fast"]) is FastTokenizer
+    return tokenizers
 
 
 @pytest.fixture(scope="module", params=["gpt2", "byte_level"])
@@ -296,12 +305,54 @@ def test_missing_files(tmp_path, fast):
     ({**byte_encoder(), "!": 1, '"': 0}, "#version: 0.2\n"),  # ids not in GPT-2's byte order
     (byte_encoder("hi"), "#version: 0.2\nh i"),  # no final newline: tiktoken drops the last line
 ])
-def test_scratch_only_layouts(tmp_path, encoder, bpe):
-    """Valid BPE files that tiktoken cannot load: the scratch path works, the fast one explains."""
+def test_scratch_only_layouts(tmp_path, capsys, encoder, bpe):
+    """Valid BPE files that tiktoken cannot load: the scratch path works, FastTokenizer itself explains,
+    and load_tokenizer(fast=True), which commands and the server use, falls back to scratch with a note."""
     folder = write_vocab(tmp_path / "v", encoder, bpe)
     assert Tokenizer.from_dir(folder).decode(Tokenizer.from_dir(folder).encode("hi!")) == "hi!"
-    with pytest.raises(ValueError, match="tiktoken cannot use .*fast=False"):
+    with pytest.raises(ValueError, match=r"tiktoken cannot use .*\(tiktoken needs .*fast=False"):
         FastTokenizer.from_dir(folder)
+    capsys.readouterr()
+    tok = load_tokenizer(folder, fast=True)
+    assert type(tok) is Tokenizer and tok.encode("hi! hi") == Tokenizer.from_dir(folder).encode("hi! hi")
+    err = capsys.readouterr().err
+    assert err.startswith("note: tiktoken cannot use ") and err.count("\n") == 1 and "pure-Python" in err, err
+
+
+def swapped_merges(folder, source):
+    """A copy of a Hugging Face fixture's tokenizer with merge lines 1 and 2 exchanged: valid BPE files
+    (each merge's token is in vocab.json) whose ids no longer follow the merges' order, as tiktoken needs."""
+    folder.mkdir()
+    (folder / "vocab.json").write_bytes((source / "vocab.json").read_bytes())
+    lines = (source / "merges.txt").read_text(encoding="utf-8").split("\n")
+    lines[1], lines[2] = lines[2], lines[1]
+    (folder / "merges.txt").write_text("\n".join(lines), encoding="utf-8")
+    return folder
+
+
+def test_swapped_merge_lines_load_with_the_scratch_tokenizer_and_its_ids(tmp_path, capsys):
+    folder = swapped_merges(tmp_path / "v", FIXTURES / "hf-tiny-f32")
+    tok, scratch = load_hf_tokenizer(folder), load_hf_tokenizer(folder, fast=False)
+    text = "the weather is nice today, thanks<|endoftext|>"
+    assert type(tok) is Tokenizer and tok.encode(text) == scratch.encode(text)
+    assert tok.fingerprint == scratch.fingerprint
+    assert tok.fingerprint != load_hf_tokenizer(FIXTURES / "hf-tiny-f32", fast=False).fingerprint  # other ranks
+    assert "note: tiktoken cannot use" in capsys.readouterr().err
+
+
+def test_main_runs_a_model_whose_merge_lines_are_swapped(tmp_path):
+    """The audit's case: main.py stopped on "tiktoken cannot use ... (AssertionError ); try load_tokenizer(dir,
+    fast=False)"; now it runs, with one note on stderr."""
+    model = copy_fixture(FIXTURES / "hf-tiny-f32", tmp_path / "m")
+    (model / "merges.txt").unlink()
+    (model / "vocab.json").unlink()
+    swapped = swapped_merges(tmp_path / "v", FIXTURES / "hf-tiny-f32")
+    for name in ("vocab.json", "merges.txt"):
+        (swapped / name).rename(model / name)
+    out = subprocess.run([sys.executable, "main.py", "--target_model_size", str(model), "--n_tokens_to_generate",
+                          "4", "--prompt", "the weather"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and "note: tiktoken cannot use" in out.stderr, out.stderr
+    assert "error" not in out.stderr, out.stderr
 
 
 def test_docstring_examples():

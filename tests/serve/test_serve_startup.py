@@ -1,0 +1,108 @@
+"""python -m gpt2np.serve as a command at startup: bad flags, a taken port, an unknown host and models that
+cannot be loaded are one line `error: ...` naming the flag, exit status 2, before any "serving ..." line;
+--port 0 announces the port the operating system picked.
+
+Each test starts the real command in a subprocess, on 127.0.0.1 and a free port (--port 0) unless the
+port is what it checks; one that starts serving when it should have refused is killed at its
+"serving" line (a watchdog kills it after 60 s in any case).
+"""
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
+pytest.importorskip("uvicorn", reason="the server needs uvicorn (pip install -r requirements-serve.txt)")
+import requests  # noqa: E402
+
+SERVE = [sys.executable, "-m", "gpt2np.serve", "--draft_model_size", "ngram"]
+
+
+def start(*flags):
+    process = subprocess.Popen([*SERVE, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(60, process.kill)
+    watchdog.start()
+    return process, watchdog
+
+
+def refused(*flags):
+    """The command's stderr and exit status; a server that starts serving is stopped at once."""
+    process, watchdog = start(*flags)
+    lines = []
+    try:
+        for line in process.stderr:
+            lines.append(line)
+            if line.startswith("serving "):
+                break
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        watchdog.cancel()
+        process.stderr.close()
+    stderr = "".join(lines)
+    if any(line.startswith("serving ") for line in lines):
+        return None, stderr
+    return process.returncode, stderr
+
+
+def assert_one_line_error(flags, expected):
+    status, stderr = refused(*flags)
+    assert status == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith(f"error: {expected}"), stderr
+    assert "Traceback" not in stderr and "serving" not in stderr, stderr
+
+
+BAD_FLAGS = [
+    (["--port", "-1"], "--port must be in 1..65535 (or 0: any free port), got -1"),
+    (["--port", "70000"], "--port must be in 1..65535 (or 0: any free port), got 70000"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--threads", "-1"], "--threads must be at least 1, got -1"),
+    (["--max_batch", "1000000000000"], "--max_batch must be at most 256, got 1000000000000"),
+    (["--draft_model_size", ""], "--draft_model_size is empty: name a model"),
+    (["--target_model_size", ""], "--target_model_size is empty: name a model"),
+    (["--host", ""], "--host is empty:"),
+    (["--host", "nonsense.invalid"], "--host nonsense.invalid: name or service not known"),
+    (["--host", "999.1.1.1"], "--host 999.1.1.1: name or service not known"),
+    (["--target_model_size", "nosuch"], "--target_model_size nosuch: unknown model 'nosuch'"),
+    (["--draft_model_size", "nosuch"], "--draft_model_size nosuch: unknown model 'nosuch'"),
+]
+
+
+@pytest.mark.parametrize("flags, expected", BAD_FLAGS, ids=[" ".join(flags) for flags, _ in BAD_FLAGS])
+def test_bad_startup_flags_are_one_line_errors_naming_the_flag(flags, expected):
+    port = [] if "--port" in flags else ["--port", "0"]  # never the default 8000, should one start serving
+    assert_one_line_error([*flags, *port], expected)
+
+
+def test_an_empty_host_says_how_to_listen_everywhere():
+    _, stderr = refused("--host", "", "--port", "0")
+    assert "0.0.0.0" in stderr and "every interface" in stderr, stderr
+
+
+def test_a_port_in_use_is_refused_before_the_serving_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert_one_line_error(["--port", str(port)], f"--port {port} on 127.0.0.1: address already in use")
+
+
+def test_port_zero_announces_the_port_it_serves_on():
+    process, watchdog = start("--port", "0")
+    try:
+        line = ""
+        for line in process.stderr:
+            if line.startswith("serving "):
+                break
+        found = re.search(r" on http://127\.0\.0\.1:(\d+)/ ", line)
+        assert found and int(found.group(1)) != 0, line
+        health = requests.get(f"http://127.0.0.1:{found.group(1)}/health", timeout=30)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        watchdog.cancel()
+        process.stderr.close()

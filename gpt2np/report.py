@@ -12,6 +12,7 @@ import numpy as np
 from .checkpoints import download, hub
 from .decoding.policies import POLICIES
 from .decoding.tree_drafts import check_widths
+from .decoding.tree_shape import tree_size
 
 # ANSI colours for where each speculative token came from (see speculative.py); "rejected" is the
 # draft the target rejected in a round, shown before the target's replacement (struck through, dim)
@@ -59,12 +60,42 @@ def tree_from_text(text):  # -> "auto", or the widths per depth
 
 
 def tree_nodes(widths):  # -> the nodes a tree of these widths drafts: (3, 2, 1) -> 3 + 6 + 6 = 15
-    return int(sum(np.cumprod(widths, dtype=object)))  # Python ints: exact, however wide
+    return tree_size(tuple(widths))
 
 
 def check_tree_size(widths):  # -> widths, or a ValueError naming the caps
-    """A tree a command's user typed, within TREE_MAX_WIDTH and TREE_MAX_NODES. Each command words its own error."""
+    """A tree a command's user typed, within TREE_MAX_WIDTH and TREE_MAX_NODES (check_typed_tree words it)."""
     return check_widths(widths, TREE_MAX_WIDTH, TREE_MAX_NODES)
+
+
+def check_typed_tree(widths, typed):  # -> widths, or a one-line ValueError naming the caps and what was typed
+    """check_tree_size, its error worded for a command's user: the tree as typed (`typed`), what is too big."""
+    try:
+        return check_tree_size(widths)
+    except ValueError:
+        shown = typed if len(typed) <= 40 else typed[:37] + "..."
+        got = f"{max(widths)} children a node" if max(widths) > TREE_MAX_WIDTH else f"{tree_nodes(widths)} nodes"
+        raise ValueError(f"tree {shown!r} is too big: at most {TREE_MAX_WIDTH} children a node and "
+                         f"{TREE_MAX_NODES} nodes in all (3,2,1 drafts 15), got {got}") from None
+
+
+def check_drafts_given(K_given, tree, drafting, drafter_flag, named=lambda dest: f"--{dest}"):
+    """--K and --tree as every command takes them: each needs a drafter (drafting: one will run; drafter_flag:
+    the flag that names it), and a tree fixes each round's drafts, so K beside it is refused, not dropped."""
+    if not drafting and (K_given or tree is not None):
+        raise ValueError(f"{named('K') if K_given else named('tree')} needs a drafter: add {drafter_flag} "
+                         f"(a model name, or ngram)")
+    if tree is not None and K_given:
+        raise ValueError(f"{named('tree')} fixes each round's drafts: leave {named('K')} out (a tree round's K is "
+                         f"the nodes it drafts)")
+
+
+def check_tree_drafter(tree, drafter, named=lambda dest: f"--{dest}", lookup="prompt lookup"):
+    """Prompt lookup (drafter "ngram") proposes earlier matches as a trie of the shape given: it grows no
+    shapes for tree auto to choose among (the library would refuse it at the run, in the API's words)."""
+    if tree == "auto" and drafter == "ngram":
+        raise ValueError(f"{named('tree')} auto picks the shapes a draft model grows; {lookup} takes a fixed "
+                         f"shape, e.g. {named('tree')} 3,1")
 
 
 def command_error_line(error):

@@ -16,7 +16,8 @@ import math
 import gpt2np
 from gpt2np import POLICIES
 from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, K_from_text, OneLineErrorParser, add_loading_flags,
-                           check_json_path, check_model_names, check_tree_size, tree_from_text, tree_nodes)
+                           check_drafts_given, check_json_path, check_model_names, check_tree_drafter,
+                           check_typed_tree, tree_from_text)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -164,12 +165,9 @@ def tree_value(text):
         raise argparse.ArgumentTypeError(f"invalid tree {text!r}: children per depth, comma-separated integers >= 1, "
                                          "e.g. 3,2,1, or auto") from None
     try:
-        return tree if tree == "auto" else check_tree_size(tree)
-    except ValueError:
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        got = f"{max(tree)} children a node" if max(tree) > TREE_MAX_WIDTH else f"{tree_nodes(tree)} nodes"
-        raise argparse.ArgumentTypeError(f"tree {shown!r} is too big: at most {TREE_MAX_WIDTH} children a node and "
-                                         f"{TREE_MAX_NODES} nodes in all (3,2,1 drafts 15), got {got}") from None
+        return tree if tree == "auto" else check_typed_tree(tree, text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def flag(args, dest):
@@ -199,14 +197,11 @@ def check_drafting_args(args):
     """--K, --K_max, --ngram_max: their ranges, and only where they mean something; then defaults."""
     drafting = args.draft_model_size is not None or args.target_model_size is None  # default: the bundled pair
     K = flag(args, "K")
-    if not drafting and (args.K is not None or args.tree is not None):
-        raise ValueError(f"{K if args.K is not None else '--tree'} needs a drafter: add "
-                         f"{flag(args, 'draft_model_size')} (a model name, or ngram)")
-    if args.tree is not None and args.K is not None:
-        raise ValueError(f"--tree fixes each round's drafts: leave {K} out (a tree round's K is the nodes it drafts)")
-    if args.tree == "auto" and args.draft_model_size == "ngram":  # the library says so only after the target-only run
-        raise ValueError(f"--tree auto picks the shapes a draft model grows; prompt lookup "
-                         f"({flag(args, 'draft_model_size')} ngram) takes a fixed shape, e.g. --tree 3,1")
+    check_drafts_given(args.K is not None, args.tree, drafting, flag(args, "draft_model_size"),
+                       lambda dest: K if dest == "K" else f"--{dest}")
+    # the library says so only after the target-only run
+    check_tree_drafter(args.tree, args.draft_model_size,
+                       lookup=f"prompt lookup ({flag(args, 'draft_model_size')} ngram)")
     if args.ngram_max is not None and args.draft_model_size != "ngram":
         raise ValueError("--ngram_max applies to --draft_model_size ngram only")
     if args.K_max is not None and args.K not in POLICIES[1:] and args.tree != "auto":

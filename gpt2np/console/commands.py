@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, replace
 
 from gpt2np import check_sampling_options, is_greedy, make_policy
-from gpt2np.report import TREE_MAX_NODES, TREE_MAX_WIDTH, tree_from_text, tree_nodes
+from gpt2np import report
+from gpt2np.report import check_typed_tree, tree_from_text
 
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")
@@ -131,11 +132,11 @@ def K_value(text, flag):
 
 
 def check_tree_drafter(tree, drafter, spell):
-    """Prompt lookup proposes earlier matches as a trie of the shape given: it grows no shapes for
-    tree auto to choose among (speculative.py would refuse it at every prompt, in the API's words)."""
-    if tree == "auto" and drafter == "ngram":
-        raise CommandError(f"{spell('tree')} auto picks the shapes a draft model grows; prompt lookup takes a "
-                           f"fixed shape, e.g. {spell('tree')} 3,1")
+    """report.check_tree_drafter as a CommandError (every prompt would refuse it, in the API's words)."""
+    try:
+        report.check_tree_drafter(tree, drafter, spell)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
 
 
 # ---- the commands ---------------------------------------------------------------------------------
@@ -164,12 +165,10 @@ def tree_widths(text):
     except ValueError:
         raise CommandError(f"tree must be children per depth, comma-separated integers >= 1 (e.g. 3,2,1), "
                            f"auto or off, got {text!r}") from None
-    if tree != "auto" and (max(tree) > TREE_MAX_WIDTH or tree_nodes(tree) > TREE_MAX_NODES):
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        got = f"{max(tree)} children a node" if max(tree) > TREE_MAX_WIDTH else f"{tree_nodes(tree)} nodes"
-        raise CommandError(f"tree {shown!r} is too big: at most {TREE_MAX_WIDTH} children a node and "
-                           f"{TREE_MAX_NODES} nodes in all (3,2,1 drafts 15), got {got}")
-    return tree
+    try:
+        return tree if tree == "auto" else check_typed_tree(tree, text)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
 
 
 def set_tree(s, args):

@@ -4,7 +4,7 @@ import argparse
 
 from .commands import Settings, K_value, check_tree_drafter, checked, tree_widths
 from gpt2np import bundled_models
-from ..report import OneLineErrorParser, add_loading_flags
+from ..report import OneLineErrorParser, add_loading_flags, check_drafts_given
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 
@@ -74,9 +74,5 @@ def initial_settings(args):
 def check_drafting_flags(args, drafter):
     """--K and --tree as main.py takes them: each needs a drafter, and a tree fixes each round's drafts
     (a setting the run would drop is refused, not ignored). In the console, :K turns a tree off."""
-    if drafter is None and (args.K is not None or args.tree is not None):
-        raise ValueError(f"{'--K' if args.K is not None else '--tree'} needs a drafter: add --draft_model_size "
-                         "(a model name, or ngram)")
-    if args.K is not None and args.tree is not None:
-        raise ValueError("--tree fixes each round's drafts: leave --K out (a tree round's K is the nodes it drafts)")
+    check_drafts_given(args.K is not None, args.tree, drafter is not None, "--draft_model_size")
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..model.rows import check_parents, tree_path
 from .sampling import distribution, sample
+from .tree_shape import tree_size
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,7 +121,7 @@ def check_widths(widths, max_width=None, max_nodes=None):  # -> widths as a tupl
         raise ValueError(f"tree widths must be a non-empty tuple of integers >= 1 (children per node at each "
                          f"depth, e.g. (3, 2, 1)), got {widths!r}")
     widths = tuple(int(w) for w in widths)
-    nodes = sum(np.cumprod(widths, dtype=object))  # Python ints: exact, however wide
+    nodes = tree_size(widths)  # Python ints: exact, however wide
     if (max_width is not None and max(widths) > max_width) or (max_nodes is not None and nodes > max_nodes):
         caps = [f"{max_width} children a node"] * (max_width is not None) + [f"{max_nodes} nodes in all"] * (
             max_nodes is not None)

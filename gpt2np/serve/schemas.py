@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from gpt2np.report import TREE_MAX_NODES, tree_nodes
+from gpt2np.report import TREE_MAX_NODES, TREE_MAX_WIDTH, tree_nodes
 from .engine import RequestError
 
 # strict float still takes ints (1 means 1.0); NaN and infinity (Python's json reads NaN, Infinity) are
@@ -28,7 +28,7 @@ MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 KValue = Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"]
 Count = Annotated[StrictInt, Field(ge=1)]
-TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=8)]], Field(min_length=1, max_length=8)] \
+TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=TREE_MAX_WIDTH)]], Field(min_length=1, max_length=8)] \
     | Literal["auto"]
 
 # what a field must be, for errors pydantic reports once per branch of a union

@@ -184,6 +184,23 @@ def compare(B, alpha, c, target_seconds, seeds, Ks=(0, 1, 2, 4), prompt_len=16, 
     return {"best": best, "ratios": sorted(fixed[best] / seconds(lambda: policy(c), s) for s in seeds)}
 
 
+def posterior_table(alphas, prior, g):  # [A], [A] -> [A, g, g]
+    """The posterior over `alphas` after s accepted and f rejected positions, for every s, f < g, in logs
+    (a long run's alpha^s would underflow); the prior itself where the coins rule every alpha out."""
+    alphas, prior = np.asarray(alphas, dtype=float), np.asarray(prior, dtype=float)
+    with np.errstate(divide="ignore"):
+        log_a, log_b, log_prior = np.log(alphas), np.log(1 - alphas), np.log(prior)  # [A] each (-inf at 0)
+    s, f = np.arange(g)[:, None], np.arange(g)[None, :]                            # [g, 1], [1, g]
+    with np.errstate(invalid="ignore"):
+        log_w = log_prior[:, None, None] + np.where(s > 0, s * log_a[:, None, None], 0.0) \
+            + np.where(f > 0, f * log_b[:, None, None], 0.0)                      # [A, g, g] (0 log 0 = 0)
+    top = log_w.max(axis=0)                                                       # [g, g]
+    w = np.exp(log_w - np.where(np.isfinite(top), top, 0.0))                      # [A, g, g]
+    total = w.sum(axis=0)                                                         # [g, g]
+    impossible = total == 0                                                       # every alpha ruled out
+    return np.where(impossible, (prior / prior.sum())[:, None, None], w / np.where(impossible, 1.0, total))
+
+
 def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=None, K_max=4):
     """expected_seconds_reference's expected seconds [len(alphas)], its programme solved a level of tokens
     left at a time, every state of a level as one array.
@@ -208,23 +225,17 @@ def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=N
     a = alphas[:, None, None]                                                     # [A, 1, 1]
     prior_belief = prior / prior.sum()
 
-    def belief(g):  # -> [A, g, g]: the posterior after s accepted and f rejected positions (s, f < g)
-        s, f = np.arange(g)[None, :, None], np.arange(g)[None, None, :]         # [1, g, 1], [1, 1, g]
-        w = prior[:, None, None] * np.where(s > 0, a ** s, 1.0) * np.where(f > 0, (1 - a) ** f, 1.0)  # [A, g, g]
-        total = w.sum(axis=0)                                                     # [g, g]
-        impossible = total == 0                                                   # any, where the coins were
-        return np.where(impossible, prior_belief[:, None, None], w / np.where(impossible, 1.0, total))
 
     def choices(n):
         return [min(K, n - 1)] if K is not None else range(min(K_max, n - 1) + 1)
 
-    def drafted(k, n, s0, g, later):  # -> [A, g, g]: a round of k drafts' seconds after its first draft call
-        total = np.full((A, g, g), (k - 1) * c * T(1) + T(k + 1))                # later draft steps, the target
+    def drafted(k, n, g, fed=1):  # -> [A, g, g]: a round of k drafts' seconds after its first draft call
+        total = np.full((A, g, g), (k - 1) * c * T(1) + T(fed + k))              # later draft steps, the target
         for j in range(k + 1):  # j drafts accepted: probability alpha^j (1 - alpha), or alpha^k for all
             rejected = j < k
             nxt = later[n - j - 1]                                                # [A, g', g', 2]: lag 0 and 1
             total = total + a ** j * ((1 - a) if rejected else 1) * \
-                nxt[:, s0 + j:s0 + j + g, int(rejected):int(rejected) + g, 0 if rejected else 1]
+                nxt[:, j:j + g, int(rejected):int(rejected) + g, 0 if rejected else 1]
         return total
 
     level = np.zeros((A, N + 1, N + 1, P + N + 1))  # the level below, whole (what a plain round reads)
@@ -232,7 +243,7 @@ def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=N
     first = np.array([c * T(lag + 1) for lag in range(P + N)])                    # [P + N]: a try's first draft call
     for n in range(1, N):                          # every state but the first round's
         g, L = N - n + 1, P + N - n
-        w = belief(g)                                                             # [A, g, g]
+        w = posterior_table(alphas, prior, g)                                     # [A, g, g]
         plain = T(1) + level[:, :g, :g, 1:L + 1]                                  # [A, g, g, L]: lag + 1 below
         best, best_mean = None, None
         for k in choices(n):
@@ -240,7 +251,7 @@ def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=N
                 total = plain
                 mean = np.einsum("asf,asfl->sfl", w, plain)                        # [g, g, L]
             else:
-                rest = drafted(k, n, 0, g, later)                                 # [A, g, g]
+                rest = drafted(k, n, g)                                           # [A, g, g]
                 total = rest[..., None] + first[:L]                               # [A, g, g, L]
                 mean = np.einsum("asf,asf->sf", w, rest)[..., None] + first[:L]   # [g, g, L] (w sums to 1)
             if best is None:
@@ -256,7 +267,7 @@ def expected_seconds(alphas, prior, c, target_seconds, prompt_len, n_tokens, K=N
         if k == 0:
             total = T(P) + level[:, 0, 0, P]
         else:
-            total = c * T(P) + drafted(k, N, 0, 1, later)[:, 0, 0] + T(P - 1 + k + 1) - T(k + 1)
+            total = c * T(P) + drafted(k, N, 1, fed=P)[:, 0, 0]
         mean = prior_belief @ total
         if best is None or mean < best_mean - 1e-12:
             best, best_mean = total, mean

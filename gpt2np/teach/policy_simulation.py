@@ -48,7 +48,7 @@ from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_
 from ..decoding.stream import RoundEvent
 from ..decoding.theory import expected_speedups_under_belief
 from ..model.config import PRESETS
-from .batch_simulation import log_noise, noise_arg
+from .batch_simulation import log_noise, noise_arg, posterior_table
 
 
 PROMPT_LEN = 8  # the bench's policies section's prompt (bench.common's spec_prompt_len): its replays' prompt_len
@@ -345,20 +345,10 @@ def bayes_optimal_plan(alphas, prior, c, v, K_max=8):  # -> plan(n, s, f) -> (ex
     """
     alphas, prior = np.array(alphas, dtype=float), np.array(prior, dtype=float)  # [A], [A]
     a = alphas[:, None, None]                                                     # [A, 1, 1]
-    with np.errstate(divide="ignore"):
-        log_a, log_b, log_prior = np.log(alphas), np.log(1 - alphas), np.log(prior)  # [A] each (-inf at 0)
     solved = {"N": -1}
 
     def belief(g):  # -> [A, g, g]: the posterior over alphas after s accepted and f rejected positions
-        s, f = np.arange(g)[:, None], np.arange(g)[None, :]                        # [g, 1], [1, g]
-        with np.errstate(invalid="ignore"):
-            log_w = log_prior[:, None, None] + np.where(s > 0, s * log_a[:, None, None], 0.0) \
-                + np.where(f > 0, f * log_b[:, None, None], 0.0)                  # [A, g, g] (0 log 0 = 0)
-        top = log_w.max(axis=0)                                                   # [g, g]
-        w = np.exp(log_w - np.where(np.isfinite(top), top, 0.0))                  # [A, g, g]
-        total = w.sum(axis=0)                                                     # [g, g]
-        impossible = total == 0                                                   # every alpha ruled out
-        return np.where(impossible, (prior / prior.sum())[:, None, None], w / np.where(impossible, 1.0, total))
+        return posterior_table(alphas, prior, g)
 
     def solve(N):
         costs, Ks = [np.zeros((len(alphas), N + 1, N + 1))], [np.zeros((N + 1, N + 1), dtype=int)]

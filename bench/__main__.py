@@ -11,7 +11,7 @@ import numpy as np
 from gpt2np.model.config import PRESETS
 from gpt2np.checkpoints.download import DownloadError
 from gpt2np.checkpoints.loading import read_config, resolve_model_dir
-from gpt2np.report import OneLineErrorParser
+from gpt2np.report import OneLineErrorParser, write_atomically
 
 from . import SECTIONS, batching, trees
 from .common import full_plan, log, numbers, tiny_plan
@@ -245,18 +245,7 @@ def json_path(text):
 
 def write_json(path, results):
     """The results at path whole or not at all: written to a temporary file beside it, then renamed over it."""
-    text = json.dumps(results, indent=1, default=to_json)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp's is 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, json.dumps(results, indent=1, default=to_json))
 
 
 def tiny_note(ap, args):  # -> "" or the one line naming the flags --tiny ignores that were given

@@ -69,25 +69,22 @@ class FastTokenizer(Tokenizer):
         encoding = tiktoken_encoding(encoder_json, vocab_bpe, len(encoder), encoder.get(EOT))
         return cls(encoder, merges, encoding)
 
-
-def fast_or_scratch(encoder_json, vocab_bpe):  # -> FastTokenizer, or Tokenizer when tiktoken refuses
-    """The fast tokenizer, or, for valid files that tiktoken cannot use, the scratch one with a note on
-    stderr: the same ids (the scratch path is the reference the fast one is tested against), only
-    slower, so a command or the server works instead of stopping on advice about a Python argument.
-    Malformed files still raise (read_encoder / read_merges name the file and the line)."""
-    encoder = read_encoder(encoder_json)
-    merges = read_merges(vocab_bpe, encoder)
-    try:
-        return FastTokenizer(encoder, merges, tiktoken_encoding(encoder_json, vocab_bpe, len(encoder),
-                                                                encoder.get(EOT)))
-    except TiktokenRefused as e:
-        print(f"note: tiktoken cannot use {encoder_json} + {vocab_bpe} ({e.args[1]}); using the pure-Python "
-              f"tokenizer instead: the same ids, slower", file=sys.stderr)
-        return Tokenizer(encoder, merges)
-
     def encode(self, text):
         return self.encoding.encode(text, allowed_special="all")  # "all" = just <|endoftext|>
 
     def decode_bytes(self, ids):
         check_ids(ids, self.n_vocab)  # tiktoken would raise KeyError or OverflowError
         return self.encoding.decode_bytes(ids)
+
+
+def fast_or_scratch(encoder_json, vocab_bpe):  # -> FastTokenizer, or Tokenizer when tiktoken refuses
+    """The fast tokenizer, or, for valid files that tiktoken cannot use, the scratch one with a note on
+    stderr: the same ids (the scratch path is the reference the fast one is tested against), only
+    slower, so a command or the server works instead of stopping on advice about a Python argument.
+    Malformed files still raise (read_encoder / read_merges name the file and the line)."""
+    try:
+        return FastTokenizer.from_files(encoder_json, vocab_bpe)
+    except TiktokenRefused as e:
+        print(f"note: tiktoken cannot use {encoder_json} + {vocab_bpe} ({e.args[1]}); using the pure-Python "
+              f"tokenizer instead: the same ids, slower", file=sys.stderr)
+        return Tokenizer.from_files(encoder_json, vocab_bpe)

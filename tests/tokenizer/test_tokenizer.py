@@ -357,3 +357,23 @@ def test_main_runs_a_model_whose_merge_lines_are_swapped(tmp_path):
 
 def test_docstring_examples():
     assert doctest.testmod(tokenizer_module).failed == 0
+
+
+def test_the_fast_tokenizer_encodes_and_decodes_through_tiktoken(byte_level):
+    """FastTokenizer's encode and decode_bytes are tiktoken's calls, not the scratch ones it inherits: a
+    function defined in the middle of the class once left both as dead code in its body, and every fast
+    tokenizer silently ran the pure-Python merges (the same ids, so only this check sees it)."""
+    fast = byte_level["fast"]
+
+    class Stub:  # stands in for the tiktoken.Encoding: what the tokenizer returns must come from here
+        def encode(self, text, allowed_special):
+            return ["tiktoken", text, allowed_special]
+
+        def decode_bytes(self, ids):
+            return b"tiktoken:" + bytes(ids)
+    real, fast.encoding = fast.encoding, Stub()
+    try:
+        assert fast.encode("ab") == ["tiktoken", "ab", "all"]
+        assert fast.decode_bytes([97, 98]) == b"tiktoken:ab"
+    finally:
+        fast.encoding = real

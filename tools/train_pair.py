@@ -238,9 +238,10 @@ def model_name(corpus_name, n_params):
     return f"{corpus_name}-{n_params}"
 
 
-def count_params(n_ctx, n_embd, n_layer, n_vocab=N_VOCAB):
-    """GPT2Torch(...).n_params() without building it: wte, wpe, 12E^2 + 13E a block, ln_f."""
-    return (n_vocab + n_ctx) * n_embd + n_layer * (12 * n_embd ** 2 + 13 * n_embd) + 2 * n_embd
+def count_params(n_ctx, n_embd, n_head, n_layer):
+    """GPT2Torch(...).n_params() without building it: gpt2np's count of the same GPT-2 (the head tied to wte)."""
+    from gpt2np.model.config import GPT2Config
+    return GPT2Config(n_vocab=N_VOCAB, n_ctx=n_ctx, n_embd=n_embd, n_head=n_head, n_layer=n_layer).n_params()
 
 
 def export(model, out_dir, prompt_ids):
@@ -373,7 +374,7 @@ def check_args(args):  # -> the corpus bytes, or a one-line ValueError naming th
     name = args.corpus_name
     if not name or name.startswith(".") or "/" in name or os.sep in name:
         raise ValueError(f"--corpus_name must be a plain folder name (no '/', not starting with '.'), got {name!r}")
-    names = [model_name(name, count_params(args.n_ctx, spec[0], spec[2])) for spec in (args.target, args.draft)]
+    names = [model_name(name, count_params(args.n_ctx, *spec)) for spec in (args.target, args.draft)]
     if names[0] == names[1]:
         raise ValueError(f"--target and --draft would both be exported as {names[0]} (the name rounds the "
                          f"parameter count to two figures): make them differ in size")

@@ -1,11 +1,12 @@
 """Show-your-work helpers for the notebooks: every step of the forward pass, and small measurements.
 
-Nothing here is a second implementation. `forward_trace` calls model.py's own functions
+Nothing here is a second implementation. `forward_trace` calls gpt2np/model/forward.py's own functions
 (layer_norm, linear, split_heads, causal_mask, attention, merge_heads, gelu) in the order
-`gpt2_forward` does, keeping each intermediate array; tests/teach/test_explain.py checks that its
+`forward.gpt2_forward` does, keeping each intermediate array; tests/teach/test_explain.py checks that its
 logits equal `GPT2.forward`'s. The other helpers only call the public API (generate,
 speculative_generate, exact.exact_distribution) and time or count what comes back.
-The notebooks in notebooks/ use these, so that no algorithm is defined in a notebook (STYLE H13, H15).
+The notebooks in notebooks/ use these, so that no algorithm is defined in a notebook: a helper a
+notebook needs lives in gpt2np/ (usually here), where the tests can reach it.
 
 >>> from gpt2np.model.config import PRESETS
 >>> from gpt2np.checkpoints.loading import random_model
@@ -73,7 +74,7 @@ class ForwardTrace:
 
 
 def attention_weights(q, k, mask):  # [n_head, n_seq, d_head], [n_head, n_kv, d_head] -> [n_head, n_seq, n_kv]
-    """softmax(q k^T / sqrt(d_head) + mask), taken from model.attention itself.
+    """softmax(q k^T / sqrt(d_head) + mask), taken from forward.attention itself.
 
     attention() returns weights @ v; with v = the identity matrix that product IS the weights,
     so the notebook's heat maps come from the very function the model runs.
@@ -84,7 +85,7 @@ def attention_weights(q, k, mask):  # [n_head, n_seq, d_head], [n_head, n_kv, d_
 
 
 def block_trace(x, block, n_head):  # [n_seq, n_embd] -> LayerTrace
-    """transformer_block + mha + ffn of model.py, unrolled, with no cache (n_past = 0)."""
+    """transformer_block + mha + ffn of gpt2np/model/forward.py, unrolled, with no cache (n_past = 0)."""
     ln_1 = layer_norm(x, **block["ln_1"])
     qkv = linear(ln_1, **block["attn"]["c_attn"])                         # [n_seq, 3*n_embd]
     q, k, v = split_heads(qkv, n_head)                                    # 3 x [n_head, n_seq, d_head]
@@ -134,13 +135,15 @@ def incremental_logits(model, ids):  # [n_seq] -> [n_seq, n_vocab]
     return np.concatenate([model.forward(ids[i:i + 1], cache) for i in range(len(ids))])
 
 
-def best_time(fn, repeats=3):
-    """(result, seconds): the fastest of `repeats` calls, the usual way to time on a busy machine."""
+def best_time(fn, repeats=3, clock=time.perf_counter):
+    """(result, seconds): the fastest of `repeats` calls, the usual way to time on a busy machine.
+
+    clock: the timer read before and after each call (tests pass a scripted one)."""
     seconds, result = [], None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         result = fn()
-        seconds.append(time.perf_counter() - start)
+        seconds.append(clock() - start)
     return result, min(seconds)
 
 

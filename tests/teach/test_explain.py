@@ -1,7 +1,7 @@
 """gpt2np.teach.explain: the notebooks' show-your-work helpers are thin, and agree with the fast path.
 
 The central claim is that forward_trace is the model's own forward pass, unrolled: its logits,
-and each block's output, equal what GPT2.forward and model.transformer_block compute.
+and each block's output, equal what GPT2.forward and forward.transformer_block compute.
 """
 import numpy as np
 import pytest
@@ -100,8 +100,15 @@ def test_without_cache_samples_exactly_what_generate_samples(model, ids):
 
 
 def test_best_time_returns_result_and_minimum():
-    result, seconds = explain.best_time(lambda: 42, repeats=2)
-    assert result == 42 and 0 <= seconds < 1
+    # A scripted clock: the three calls last 3, 1 and 2 ticks, so the fastest is the middle one,
+    # neither the first, the last nor the slowest. No wall clock is read.
+    readings = iter([10.0, 13.0, 20.0, 21.0, 30.0, 32.0])
+    calls = []
+    result, seconds = explain.best_time(lambda: calls.append(len(calls)) or 42, repeats=3,
+                                        clock=lambda: next(readings))
+    assert result == 42 and len(calls) == 3
+    assert seconds == 1.0
+    assert next(readings, None) is None  # the clock was read exactly twice per call
 
 
 def test_top_tokens_and_entropy():

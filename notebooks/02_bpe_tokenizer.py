@@ -95,7 +95,7 @@ for text in ["Hello", "café", "🙂"]:
 # %% [markdown]
 # ## Stage 1 · Pre-tokenization
 #
-# GPT-2's regex (`tokenizer.PRE_TOKENIZER`) tries, at each position: an English contraction
+# GPT-2's regex (`bpe.PRE_TOKENIZER`) tries, at each position: an English contraction
 # (`'s`, `'t`, `'re`, ...), a run of letters, a run of digits, a run of other symbols (each with
 # at most one leading space), or whitespace. The leading space stays *with* the word that follows,
 # which is why GPT-2 has separate tokens for `"dog"` and `" dog"`.

@@ -7,7 +7,8 @@ files, with the outputs of their real run, are left untouched. A failing cell fa
 the cell's source and traceback. The static checks keep the committed .ipynb honest: the same cells
 as its script (an edit made in one place and not synced fails), executed in order, no error
 outputs, outputs made with the bundled weights shipped now, and no function or class defined in a
-notebook (STYLE H13: a helper a notebook needs goes into gpt2np/, usually gpt2np/teach/explain.py).
+notebook (the project's rule: no logic lives in a notebook; a helper a notebook needs goes into gpt2np/,
+usually gpt2np/teach/explain.py).
 """
 import os
 import re

@@ -1,7 +1,7 @@
 """Per-size forward-pass costs: prefill, decode s/token at several contexts, the verification curve.
 
 All three use the public model interface only (new_cache, forward, cache.truncate), so they keep
-working whatever model.py does inside. Each measurement returns the cache to a fixed length with
+working whatever model/forward.py does inside. Each measurement returns the cache to a fixed length with
 truncate() between runs, so every repeat sees the same context.
 
   prefill   one forward over an n-token prompt into an empty cache (logits of the last row), for

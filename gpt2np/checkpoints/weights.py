@@ -1,7 +1,7 @@
 """GPT-2 parameters: map OpenAI's checkpoint names to our nested dict, load them fast, or draw them.
 
 The layout of `params` is the one in docs/CONTRACTS.md (picoGPT's). The checkpoint side is
-OpenAI's TF1 release (variable names from openai/gpt-2's src/model.py), read by checkpoint.py.
+OpenAI's TF1 release (variable names from openai/gpt-2's src/model.py), read by tf_reader.py.
 One table, `tf_layout`, states the whole mapping. The only remapping is the Conv1D weight:
 the checkpoint stores it as [1, in, out] and we drop the leading 1. It is already [in, out],
 so `x @ w + b` needs NO transpose (the opposite of the torch ports, which transpose it).

@@ -1,6 +1,6 @@
 """The console's settings and commands: one typed line in, new settings (or a one-line error) out.
 
-Pure: no models, no printing, no decoding. console.py reads lines and shows results;
+Pure: no models, no printing, no decoding. repl.py reads lines, display.py shows results;
 runs.py is the one place that calls the decoders. A command is a line starting with ':'
 (`:temperature 0.8`, `:K auto 12`, `:sampling nucleus 0.9 0.8`), or '/' (slash.py turns it into
 the ':' line with its meaning); anything else is a prompt.

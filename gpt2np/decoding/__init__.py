@@ -11,7 +11,10 @@
     run_stats.py           a speculative run's statistics: alpha, c, v, the predictions
     theory.py              alpha, expected tokens per round, the predicted speedup (Thm 3.8, refined)
     tree_drafts.py         token trees of drafts: drawn level by level, with or without replacement; tries
+    tree_drafters.py       the loop's tree drafters: a draft model's tree, one call a level; prompt lookup's trie
     tree_kernel.py         one round of token-tree verification: multi-draft speculative sampling
+    tree_shape.py          which tree: the shape with the most expected tokens per unit of cost, from v(M)
+    tree_policy.py         tree="auto": each round's shape from the run's acceptance and the machine's costs
     batched.py             several prompts decoded together, one packed pass a step
     batched_speculative.py several prompts drafted and verified together; batch_policy.py: K for a batch
     continuous.py          sequences joining and leaving a running batch; continuous_speculative.py: drafting

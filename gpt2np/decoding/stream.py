@@ -52,7 +52,7 @@ class RoundEvent:
                                   # drafts[i - 1] and parents[i] its parent; a chain (-1, 0, 1, ..., k-1)
     path: tuple = ()              # the accepted nodes, the root's child first (a chain: 1, ..., n accepted)
     tried: tuple = ()             # (node, accepted?) per child the kernel tested, in order: acceptance by depth
-                                  # and sibling rank (run_stats.acceptance_by_depth_and_rank)
+                                  # and sibling rank (run_stats.acceptance_by_rank)
 
 
 class Stream:

@@ -134,7 +134,7 @@ def attention(q, k, v, mask):  # [n_head, n_seq, d_head], 2 x [n_head, n_kv, d_h
 def causal_attention(q, k, v):  # [n_head, n_seq, d_head], 2 x [n_head, n_kv, d_head] -> [n_head, n_seq, d_head]
     """attention() with the causal mask, for the n_seq new queries (the last n_seq of n_kv positions).
 
-    Long inputs go to attention.py, which computes the same in blocks on every core allowed."""
+    Long inputs go to fast/blocked_attention.py, which computes the same in blocks on every core allowed."""
     n_head, n_seq, d_head = q.shape
     n_kv = k.shape[1]
     if n_head * n_seq * n_kv >= BLOCKS_MIN_SCORES:

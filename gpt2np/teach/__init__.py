@@ -6,6 +6,7 @@
     toy_models.py           tiny n-gram models with the model interface
     broken_kernels.py       deliberately wrong samplers: the negative controls
     broken_tree_kernels.py  deliberately wrong token-tree kernels: the tree kernel's negative controls
+    broken_batch_kernels.py deliberately wrong batched speculative decoding: the batch's negative controls
     explain.py              the forward pass step by step with every intermediate, for the notebooks
     blas_curves.py          what M rows cost against one, per OpenBLAS kernel, for notebook 07 and the bench
     policy_simulation.py    a K policy against a cost model: many coin seeds in a second, no model, no clock

@@ -1,5 +1,6 @@
-"""Long inputs: attention in blocks (attention.py), row blocks on both cores (threads.py), and the
-last layer of a prefill computing only the rows whose logits are wanted (model.py).
+"""Long inputs: attention in blocks (model/fast/blocked_attention.py), row blocks on both cores
+(model/fast/threads.py), and the last layer of a prefill computing only the rows whose logits are
+wanted (model/forward.py).
 
 Each fast path is checked against the plain one it replaces, with the thresholds that choose it
 lowered so that tiny shapes take it; mismatches print their size. Timing: `python -m bench`.

@@ -25,7 +25,7 @@ sample, see test_negative_control_settings_give_every_bug_a_large_effect; for GP
 comments there), so we demand p < 1e-6: a broken sampler passing would need more than a
 million-to-one accident.
 
-The first block checks the instrument itself, stats.py, against scipy (a development dependency).
+The first block checks the instrument itself, chi_square.py, against scipy (a development dependency).
 """
 import contextlib
 import math
@@ -53,7 +53,7 @@ ALPHA = 1e-3         # false-alarm rate of each positive test (see the module do
 REJECT_BELOW = 1e-6  # what a negative control must reach
 
 
-# --- the instrument: stats.py against scipy ------------------------------------------------------
+# --- the instrument: chi_square.py against scipy -------------------------------------------------
 
 @pytest.mark.parametrize("df", [1, 2, 3, 7, 26, 100, 1000, 20000])
 def test_chi_square_sf_matches_scipy_from_the_bulk_to_the_far_tail(df):

@@ -2,6 +2,7 @@
 the equations and reference.py as the textbook.
 
     matmul.py              x @ w for a verification pass's few rows, by the BLAS kernel that runs
+    layout.py              the weights' memory order: column-major as stored, or another for batches
     blocked_attention.py   causal attention for long inputs, in blocks of queries on every core
     threads.py             the helper thread, work shared between cores, row-block passes
 

@@ -1,6 +1,6 @@
-"""Causal attention for long inputs, in blocks shared between the cores (model.attention is the plain form).
+"""Causal attention for long inputs, in blocks shared between the cores (forward.attention is the plain form).
 
-model.attention computes every head's scores [n_seq, n_kv] at once, masks, normalises and
+forward.attention computes every head's scores [n_seq, n_kv] at once, masks, normalises and
 multiplies by v. For a long prompt that is slow three ways: half the scores are masked and
 computed for nothing; the scores of all heads (16 x 512 x 512 floats at 355M, 16 MB) stream
 through memory several times (max, subtract, exp, sum, divide); and all of it runs on one core.
@@ -18,7 +18,7 @@ Here the work is cut into tasks of a few heads and a block of queries each:
     one thread so the small products run side by side.
 
 The same tasks serve a verification pass at long context (a few queries: heads split between
-the cores). Equal to model.attention up to float32 rounding (tests/model/test_attention.py).
+the cores). Equal to forward.attention up to float32 rounding (tests/model/test_attention.py).
 """
 import functools
 import math
@@ -72,7 +72,7 @@ def attend_block(q, k, v, out, n_past, task):
 
 
 @functools.lru_cache(maxsize=8)  # a handful of block sizes; read-only, shared between threads
-def causal_square(n):  # -> [n, n]: 0 on and below the diagonal, -1e10 above (model.causal_mask's values)
+def causal_square(n):  # -> [n, n]: 0 on and below the diagonal, -1e10 above (forward.causal_mask's values)
     mask = np.triu(np.full((n, n), -1e10, np.float32), k=1)
     mask.flags.writeable = False
     return mask

@@ -3,7 +3,7 @@
 NumPy releases the GIL inside its loops over large arrays (matmul with an output of more than ~500
 elements, ufuncs and reductions over more than ~500), so Python threads calling NumPy on separate
 pieces of an array run at once. matmul.py uses that for few-row products; blocked_attention.py and the
-row-block passes below (model.linear's bias, GELU and residual, layer norm) for long prompts.
+row-block passes below (forward.linear's bias, GELU and residual, layer norm) for long prompts.
 
     share(work, tasks, n_threads)   runs work(task) for every task, on the caller and n_threads - 1
                                     helpers, each taking the next task when it is free

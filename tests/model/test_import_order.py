@@ -9,7 +9,8 @@ since only a fresh one can import NumPy first.
 
 What is measured is the CPU time the process burns while it sleeps after a threaded product: the
 spinning workers' time. The negative control (a user's own OPENBLAS_THREAD_TIMEOUT=28, OpenBLAS's
-default, which gpt2np leaves alone) must burn it, or the measurement could not fail.
+default, which gpt2np leaves alone) must burn it, or the measurement could not fail: where it hardly
+does (a busy machine), the test skips, saying so; otherwise each order must burn under a third of it.
 
 The speed itself, plain decoding of a random 124M with a busy second process, for both orders:
 
@@ -70,13 +71,19 @@ def test_either_order_gives_openblas_the_same_setting(probes):
     assert (probes["control"]["env"], probes["control"]["setting"]) == ("28", 28)  # the user's value stays
 
 
+CONTROL_MIN_SPIN = 0.02  # CPU-s per 0.25 s of sleep: below it the control's spinners got too little CPU to tell apart
+
+
 def test_idle_workers_sleep_whatever_the_import_order(probes):
-    """CPU seconds burnt per 0.25 s of sleep after a product: ~0.0006 either order here; with
-    OpenBLAS's 2^28-cycle spin, 0.05-0.1 (less on a busy machine, where the spinner waits its turn)."""
+    """CPU seconds burnt per 0.25 s of sleep after a product: ~0.001 either order here; with
+    OpenBLAS's 2^28-cycle spin (the control), ~0.1 (less on a busy machine, where the spinner waits
+    its turn). Each order is judged against the control measured in the same run, never against a
+    fixed number; a control that hardly spun means a machine too busy to measure, so a skip."""
     burnt = {case: round(result["idle"], 4) for case, result in probes.items()}
-    assert burnt["control"] > 0.02, f"the control did not spin, so this test could not fail: {burnt}"
+    if burnt["control"] < CONTROL_MIN_SPIN:
+        pytest.skip(f"machine too busy to measure: the spinning control burnt only {burnt['control']} CPU-s {burnt}")
     for order in ORDERS:
-        assert burnt[order] < 0.01 and burnt[order] < burnt["control"] / 3, burnt
+        assert burnt[order] < burnt["control"] / 3, f"{order}: idle workers burn like the spinning control {burnt}"
 
 
 def test_a_blas_that_cannot_restart_says_so_once_with_the_fix():

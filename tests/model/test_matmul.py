@@ -107,6 +107,18 @@ def test_every_method_equals_numpy(method, order, m, k, n):
     assert err <= 2e-6, f"{method} on {order} w under {mm.KERNEL}: max |product - x @ w| = {err:.2e} of max |x @ w|"
 
 
+
+@pytest.mark.parametrize("method, order", CUTS + [("panels", "panels"), ("matmul", "column-major"),
+                                                  ("matmul", "row-major"), ("matmul", "panels")])
+def test_no_rows_give_the_empty_product(method, order):
+    """[0, k] @ [k, n] is x @ w's empty [0, n] on every method and layout (by_rows' blocks and by_panels'
+    slices once divided by the row count, or reshaped by it)."""
+    _, w, _ = product_case(2, 1024, 4096)
+    w = {"row-major": np.ascontiguousarray(w), "panels": mm.to_panels(w)}.get(order, w)
+    x = np.zeros((0, 1024), np.float32)
+    got = (mm.matmul if method == "matmul" else mm.BY_NAME[method])(x, w)
+    assert got.shape == (0, 4096) and got.dtype == np.float32
+
 @pytest.mark.parametrize("m", [1, 2, 5, 7, 8, 9, 15, 16])  # 7, 15: padded small weights under Haswell
 def test_matmul_equals_numpy_with_the_method_this_kernel_gets(m):
     rng = np.random.default_rng(m)

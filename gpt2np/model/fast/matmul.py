@@ -333,7 +333,7 @@ def by_rows(x, w):  # [m, k] @ [k, n] -> [m, n]
     w_layout = layout(w)
     if w_layout == "row-major":
         return by_row_blocks(x, w)
-    if w_layout != "large":
+    if w_layout != "large" or not len(x):                     # no rows: row_blocks would divide by m
         return np.matmul(x[:, None, :], w)[:, 0]              # [m, 1, k] @ [k, n] -> [m, 1, n] -> [m, n]
     m, k = x.shape
     n = w.shape[1]
@@ -473,7 +473,7 @@ def by_panels(x, panels):  # [m, k] @ panels [n / width, k, width] -> [m, n]
 
     M = 1 before one row was padded to two; so a long prompt's prefill costs up to a third more in panels)."""
     m, k = x.shape
-    if m <= panel_rows(k, panels.shape[2]):
+    if 0 < m <= panel_rows(k, panels.shape[2]):  # no rows: panel_sgemm's empty product (panel_products slices by m)
         return panel_products(x, panels)
     return panel_sgemm(x, panels)
 

@@ -11,9 +11,10 @@ import numpy as np
 from gpt2np.model.config import PRESETS
 from gpt2np.checkpoints.download import DownloadError
 from gpt2np.checkpoints.loading import read_config, resolve_model_dir
-from gpt2np.report import OneLineErrorParser, write_atomically
+from gpt2np.report import DefaultsHelpFormatter, OneLineErrorParser, write_atomically
 
 from . import SECTIONS, batching, trees
+from . import __doc__ as SUITE_DOC
 from .common import full_plan, log, numbers, tiny_plan
 from .compare import load_results, print_comparison
 from .run import run
@@ -26,21 +27,14 @@ TINY_FIXES = ("sizes", "pair", "large", "kernel_sizes", "kernel_rounds", "K", "p
               "batch_pairs", "batch_tokens", "batch_prompt_len", "tree_pair", "tree_tokens")  # --tiny's own values
 
 
-class DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's "(default: ...)" after a flag's help, unless the help states its default itself or there is none."""
-
-    def _get_help_string(self, action):
-        if "default" in (action.help or "") or action.default is None:
-            return action.help
-        return super()._get_help_string(action)
-
-
 def parse_args(argv):
     return parser().parse_args(argv)
 
 
 def parser():
-    ap = OneLineErrorParser(prog="python -m bench", description=__doc__, formatter_class=DefaultsOnce)
+    ap = OneLineErrorParser(prog="python -m bench", formatter_class=DefaultsHelpFormatter,
+                            description=f"{SUITE_DOC.splitlines()[0].rstrip('.')} "
+                                        f"(each section's file and the JSON: bench/__init__.py)")
     # what to measure
     ap.add_argument("--sizes", default="124M,355M",
                     help="comma-separated model sizes (random weights), or model names as main.py takes them: a "

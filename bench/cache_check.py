@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpt2np.checkpoints import weights
 from gpt2np.model.config import PRESETS
+from gpt2np.report import DefaultsHelpFormatter
 
 from .common import log, median
 from .memory import write_random_checkpoint
@@ -53,8 +54,10 @@ def time_cached_loads(size, repeats):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(prog="python -m bench.cache_check", description=__doc__.split("\n")[0])
-    ap.add_argument("--size", default="355M", choices=list(PRESETS))
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = argparse.ArgumentParser(prog="python -m bench.cache_check", description=__doc__.split("\n")[0],
+                                 formatter_class=DefaultsHelpFormatter)
+    ap.add_argument("--size", default="355M", choices=list(PRESETS), help="the random checkpoint's shape")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="timed loads with the check and without it, alternated (the best of each is reported)")
     args = ap.parse_args()
     time_cached_loads(args.size, args.repeats)

@@ -18,6 +18,7 @@ import time
 import gpt2np
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.speculative import speculative_generate
+from gpt2np.report import DefaultsHelpFormatter
 
 from .common import log, random_ids
 from .forced_draft import ForcedAcceptanceDraft
@@ -64,13 +65,14 @@ def print_seed_table(times, rejections, label):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.seed_table", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.seed_table", description=__doc__.split("\n")[0],
+                                 formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--target", default="1558M", help="target shape (a size of gpt2np.PRESETS)")
     ap.add_argument("--draft", default="124M", help="draft shape")
     ap.add_argument("--alpha", type=float, default=0.7, help="forced acceptance rate of the draft")
-    ap.add_argument("--num-runs", type=int, default=5)
+    ap.add_argument("--num-runs", type=int, default=5, help="timed runs of each method, after one warm-up run")
     ap.add_argument("--N", type=int, default=40, help="tokens per run")
-    ap.add_argument("--K", type=int, default=4)
+    ap.add_argument("--K", type=int, default=4, help="draft tokens per round")
     ap.add_argument("--seed", type=int, default=0, help="seed of the forced drafter's coins")
     args = ap.parse_args(argv)
     for size in (args.target, args.draft):

@@ -47,7 +47,7 @@ def parse_args(argv):
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator (default: 0)")
     add_loading_flags(p)
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the runs and statistics to PATH")
+    p.add_argument("--json", metavar="PATH", default=None, help="also write the runs and statistics to PATH (default: none)")
     return p.parse_args(argv)
 
 

@@ -55,9 +55,10 @@ def parse_args(argv):
     p.add_argument("--n_tokens", type=int, default=64, help="new tokens per prompt (default: 64, llama-ssp's)")
     p.add_argument("--K", default=None, help="draft tokens per round, or 'heuristic' / 'auto' (default: 4)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy (default)")
-    p.add_argument("--seed", type=int, default=0, help="prompt i samples from np.random.default_rng([seed, i])")
+    p.add_argument("--seed", type=int, default=0,
+                   help="prompt i samples from np.random.default_rng([seed, i]) (default: %(default)s)")
     add_loading_flags(p)
-    p.add_argument("--json", metavar="PATH", default=None, help="also write every measurement to PATH")
+    p.add_argument("--json", metavar="PATH", default=None, help="also write every measurement to PATH (default: none)")
     return p.parse_args(argv)
 
 

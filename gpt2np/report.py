@@ -35,6 +35,16 @@ COMMAND_HINTS = ((download.HINT, download.mirror_hint(f"--mirror (or ${download.
                  (hub.HINT, hub.hub_hint(f"--hf_endpoint (or ${hub.ENDPOINT_ENV})")))
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: ...)" after a flag's help, unless the help states its default itself or there
+    is none: no "(default: None)", and no second default after one the help words (every command's --help)."""
+
+    def _get_help_string(self, action):
+        if "default" in (action.help or "") or action.default in (None, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """argparse, but a usage error is ONE line on stderr (and exit status 2, as argparse's)."""
 
@@ -114,7 +124,7 @@ def add_loading_flags(p):
     """--models_dir, --mirror, --hf_endpoint: where every command finds or downloads its models."""
     p.add_argument("--models_dir", default="weights",
                    help="where OpenAI's release sizes (<dir>/<size>/) and Hub models (<dir>/<owner>/<name>/) "
-                        "are downloaded to")
+                        "are downloaded to (default: %(default)s)")
     p.add_argument("--mirror", default=None,
                    help="base URL of a mirror of OpenAI's release (default: $GPT2NP_MIRROR, else OpenAI's own)")
     p.add_argument("--hf_endpoint", default=None,

@@ -52,6 +52,7 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 from gpt2np.decoding.batched import batch_stream  # noqa: E402
 from gpt2np import set_weights_order  # noqa: E402
+from gpt2np.report import DefaultsHelpFormatter  # noqa: E402
 from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
 from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
 from gpt2np.model.fast.layout import fitting  # noqa: E402
@@ -304,7 +305,7 @@ def check_args(args, sizes):  # -> the first problem, naming its flag as typed, 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--sizes", default="124M,355M", help="gpt2np.PRESETS names, comma-separated (random weights)")
     parser.add_argument("--batches", default="1,2,4,8", type=integers, help="batch sizes B, comma-separated")
     parser.add_argument("--context", type=int, default=64, help="prompt tokens per sequence")

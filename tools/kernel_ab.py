@@ -30,6 +30,7 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 from gpt2np.model.fast import matmul as mm  # noqa: E402
 from gpt2np.model.fast.layout import ORDERS, panels_fit  # noqa: E402
+from gpt2np.report import DefaultsHelpFormatter  # noqa: E402
 
 
 def with_table(table, run):  # -> run()'s result with METHODS[the running kernel] = table (None: no entry, plain)
@@ -91,7 +92,7 @@ def integers(text):  # "1,2,5" -> [1, 2, 5]; argparse turns a ValueError into a 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--size", default="355M", help="a gpt2np.PRESETS name (random weights) or 'bundled' "
                                                        "(the bundled 2.6M target, its real weights)")
     parser.add_argument("--rows", type=integers, default=[1, 2, 3, 5, 8, 12, 16],
@@ -100,7 +101,8 @@ def main(argv=None):
     parser.add_argument("--pairs", type=int, default=6, help="alternated pairs of passes per row count")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the BLAS default)")
     parser.add_argument("--try", dest="candidate", default=None, metavar="KERNEL",
-                        help="measure METHODS[KERNEL] on the running kernel instead of its own entry")
+                        help="measure METHODS[KERNEL] on the running kernel instead of its own entry "
+                             "(default: its own)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the tokens' np.random.Generator")
     parser.add_argument("--order", choices=ORDERS, default="column-major",
                         help="the large weights' order (METHODS' rows are for column-major and row-major ones; in "

@@ -79,23 +79,26 @@ def parse_args(argv):
                    "(repeat to compare configurations; default: one server with no arguments, the bundled pair); "
                    "ARGS without a space need the form --serve=--flag=value")
     p.add_argument("--compare", metavar="FLAG=V1,V2", help="one server per value, each with --FLAG V appended "
-                   "to every --serve configuration, e.g. max_queue=8,16")
+                   "to every --serve configuration, e.g. max_queue=8,16 (default: none)")
     p.add_argument("--compare-max-batch", "--compare_max_batch", dest="compare_max_batch", metavar="V1,V2",
-                   type=positive_ints, help="the same as --compare max_batch=V1,V2")
+                   type=positive_ints, help="the same as --compare max_batch=V1,V2 (default: none)")
     p.add_argument("--concurrency", type=positive_ints, default=[1, 2, 4, 8, 16], help="levels (default: 1,2,4,8,16)")
     p.add_argument("--requests_per_client", type=int, default=4,
                    help="completions each client sends, one after another (default: %(default)s)")
     p.add_argument("--max_tokens", type=int, default=32, help="tokens asked for per request (default: %(default)s)")
     p.add_argument("--stream_fraction", type=float, default=0.5, help="fraction of clients streaming (default: half)")
-    p.add_argument("--temperature", type=float, default=0.0, help="default 0: greedy")
-    p.add_argument("--seed", type=int, default=None, help="with sampling: request i gets seed + i")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0, greedy)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="with sampling: request i gets seed + i (default: none sent, the server draws a fresh seed "
+                        "per request)")
     p.add_argument("--extra", type=json_object, default={}, help='more request fields, e.g. \'{"K": "auto"}\' (not '
-                   'the fields the flags set: prompt, max_tokens, stream, temperature, seed, model)')
+                   'the fields the flags set: prompt, max_tokens, stream, temperature, seed, model) (default: none)')
     p.add_argument("--prompt", action="append", help="a prompt (repeatable; default: four Shakespeare openings)")
     p.add_argument("--retry_busy", action="store_true", help="retry a 429 after its Retry-After (default: count it)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per request (default: %(default)s)")
-    p.add_argument("--start_timeout", type=float, default=300, help="seconds for a started server to answer /health")
-    p.add_argument("--json", type=Path, help="also write every number and request here (atomically)")
+    p.add_argument("--start_timeout", type=float, default=300,
+                   help="seconds for a started server to answer /health (default: %(default)s)")
+    p.add_argument("--json", type=Path, help="also write every number and request here (atomically) (default: none)")
     args = p.parse_args(argv)
     problem = check_args(args)
     if problem:

@@ -390,11 +390,14 @@ def parse_args():  # -> args, the corpus bytes
     ap.add_argument("--out_dir", default=ROOT / "gpt2np" / "bundled", type=Path, help="models go to OUT_DIR/<name>/")
     ap.add_argument("--work_dir", default="/tmp/gpt2np-train", help="torch state dicts (not committed)")
     ap.add_argument("--reuse", action="store_true", help="load models already trained in WORK_DIR")
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seed", type=int, default=1234,
+                    help="seed of the initial weights and of the random training blocks")
     ap.add_argument("--n_ctx", type=int, default=256, help="context length in tokens (= bytes)")
     # target (n_embd, n_head, n_layer) and draft, as in hparams.json
-    ap.add_argument("--target", type=int, nargs=3, default=[160, 5, 8], metavar=("N_EMBD", "N_HEAD", "N_LAYER"))
-    ap.add_argument("--draft", type=int, nargs=3, default=[128, 4, 1], metavar=("N_EMBD", "N_HEAD", "N_LAYER"))
+    ap.add_argument("--target", type=int, nargs=3, default=[160, 5, 8], metavar=("N_EMBD", "N_HEAD", "N_LAYER"),
+                    help="the target's width, heads and layers")
+    ap.add_argument("--draft", type=int, nargs=3, default=[128, 4, 1], metavar=("N_EMBD", "N_HEAD", "N_LAYER"),
+                    help="each draft's width, heads and layers")
     ap.add_argument("--target_steps", type=int, default=2000, help="optimizer steps for the target")
     ap.add_argument("--draft_steps", type=int, default=1500, help="optimizer steps for each draft")
     ap.add_argument("--batch_size", type=int, default=16, help="blocks of n_ctx tokens per step")

@@ -15,9 +15,9 @@ import math
 
 import gpt2np
 from gpt2np import POLICIES
-from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, K_from_text, OneLineErrorParser, add_loading_flags,
-                           check_drafts_given, check_json_path, check_model_names, check_tree_drafter,
-                           check_typed_tree, tree_from_text)
+from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, DefaultsHelpFormatter, K_from_text, OneLineErrorParser,
+                           add_loading_flags, check_drafts_given, check_json_path, check_model_names,
+                           check_tree_drafter, check_typed_tree, tree_from_text)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -29,11 +29,6 @@ LLMSS_DEFAULTS = dict(n_tokens_to_generate=20, temperature=1.0, top_k=20, top_p=
 METAVARS = dict(prompt="TEXT", target_model_size="NAME", draft_model_size="NAME", n_tokens_to_generate="N",
                 K="K", seed="N", num_runs="N", top_k="K", top_p="P")
 BENCHMARK_RUNS = 10  # -b without --num_runs: LLMSpeculativeSampling's benchmark runs each decoder 10 times
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
-        return action.help if action.default in (None, argparse.SUPPRESS) else super()._get_help_string(action)
 
 
 class Spelling(argparse.Action):
@@ -52,7 +47,7 @@ class Spelling(argparse.Action):
 
 
 def parse_args(argv):
-    p = OneLineErrorParser(prog="python main.py", description=DESCRIPTION, formatter_class=HelpFormatter)
+    p = OneLineErrorParser(prog="python main.py", description=DESCRIPTION, formatter_class=DefaultsHelpFormatter)
     model_flags(p)
     decoding_flags(p)
     output_flags(p)
@@ -67,7 +62,8 @@ def model_flags(p):
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to continue")
     p.add_argument("--n_tokens_to_generate", type=int, default=None,
                    help="new tokens, exactly this many unless <|endoftext|> comes first "
-                        "(default: 200 with the bundled byte-level pair, 40 otherwise)")
+                        "(default: 200 when no target is named, i.e. the bundled pair; 40 when one is, the "
+                        f"bundled pair included; 20 with {LLMSS}'s spellings)")
     p.add_argument("--target_model_size", default=None,
                    help=f"target model: 124M, 355M, 774M, 1558M (or the Hub's names gpt2, gpt2-medium, gpt2-large, "
                         f"gpt2-xl), distilgpt2, a bundled name ({bundled}), a Hub name hf:owner/name[@revision], "
@@ -96,7 +92,7 @@ def decoding_flags(p):
                         f"{TREE_MAX_NODES} nodes in all; a draft model draws them without replacement, prompt "
                         "lookup proposes up to W1*W2*... earlier matches as a trie); 'auto': each round the shape with the best "
                         "predicted speedup from this run's acceptance by depth and sibling rank and the measured "
-                        "call times (a draft model only); replaces --K")
+                        "call times (a draft model only); replaces --K (default: none, a chain of --K drafts)")
     p.add_argument("--K_max", type=int, default=None,
                    help="the largest K the heuristic and auto policies may use, and the deepest tree --tree auto "
                         "may grow (default: 8)")
@@ -124,7 +120,8 @@ def output_flags(p):
                         "bonus) and each rejected draft: colours and strikethrough on a terminal, [accepted: ...] "
                         "spans in a pipe or file")
     p.add_argument("--json", metavar="PATH", default=None,
-                   help="also write the runs' times and statistics (per-position acceptance included) as JSON to PATH")
+                   help="also write the runs' times and statistics (per-position acceptance included) as JSON to PATH "
+                        "(default: none)")
 
 
 def compatible_spellings(g):

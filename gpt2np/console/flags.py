@@ -1,23 +1,17 @@
 """The console's command-line flags: main.py's model, loading and sampling flags (--models_dir,
 --mirror, --hf_endpoint as every command has them), and the first settings they give."""
-import argparse
 
 from .commands import Settings, K_value, check_tree_drafter, checked, tree_widths
 from gpt2np import bundled_models
-from ..report import OneLineErrorParser, add_loading_flags, check_drafts_given
+from ..report import DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    def _get_help_string(self, action):  # "(default: None)" says nothing: those helps say it in words
-        return action.help if action.default is None else super()._get_help_string(action)
 
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python -m gpt2np.console", description="An interactive console over gpt2np: "
                            "type a prompt, watch speculative decoding write it, change settings, repeat.",
-                           formatter_class=HelpFormatter)
+                           formatter_class=DefaultsHelpFormatter)
     bundled = ", ".join(bundled_models()) or "none"
     p.add_argument("--target_model_size", default=None,
                    help=f"target: 124M, 355M, 774M, 1558M, a bundled name ({bundled}), a Hub name "
@@ -31,13 +25,15 @@ def parse_args(argv):
     p.add_argument("--K_max", type=int, default=8, help="the bound of the heuristic and auto K policies")
     p.add_argument("--tree", default=None, metavar="W1,W2,...|auto",
                    help="draft a token tree each round instead of K drafts: children per depth (3,2,1), or 'auto' "
-                        "(each round's shape from the run's acceptance and measured costs; a draft model only)")
+                        "(each round's shape from the run's acceptance and measured costs; a draft model only) "
+                        "(default: none, a chain of --K drafts)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 means greedy")
     p.add_argument("--top_k", type=int, default=None, help="keep only the k most likely tokens (default: all)")
     p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
     p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator")
     p.add_argument("--n_tokens_to_generate", type=int, default=None,
-                   help="new tokens per run (default: 200 with the bundled pair, 40 otherwise)")
+                   help="new tokens per run (default: 200 when --target_model_size is omitted, i.e. the bundled pair; "
+                        "40 when it is given, the bundled pair included)")
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
     return p.parse_args(argv)

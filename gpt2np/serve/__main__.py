@@ -41,7 +41,8 @@ def parse_args(argv):
     p.add_argument("--draft_model_size", default=None,
                    help=f"drafter: a model named like the target, or 'ngram'; 'none': no draft model "
                         f"(default with the default target: {DEFAULT_DRAFT}, else none); 'ngram' is always served too")
-    p.add_argument("--ngram_max", type=int, default=3, help="longest n-gram the 'ngram' drafter looks up")
+    p.add_argument("--ngram_max", type=int, default=3,
+                   help="longest n-gram the 'ngram' drafter looks up (default: %(default)s)")
     add_loading_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000,
@@ -55,7 +56,8 @@ def parse_args(argv):
     p.add_argument("--max_queue", type=int, default=16,
                    help="requests waiting beyond --max_batch running; past max_batch + max_queue in all, requests "
                         "are answered 429 (default: %(default)s)")
-    p.add_argument("--max_body_bytes", type=int, default=256 * 1024, help="larger request bodies get 413")
+    p.add_argument("--max_body_bytes", type=int, default=256 * 1024,
+                   help="larger request bodies get 413 (default: %(default)s, 256 KiB)")
     p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: as main.py)")
     return p.parse_args(argv)
 

@@ -65,7 +65,7 @@ class FastTokenizer(Tokenizer):
     def from_files(cls, encoder_json, vocab_bpe):
         """Raises TiktokenRefused for valid files tiktoken cannot use; fast_or_scratch falls back instead."""
         encoder = read_encoder(encoder_json)  # our readers check the files and explain any problem
-        merges = read_merges(vocab_bpe, encoder)
+        merges = read_merges(vocab_bpe, encoder, encoder_json)
         encoding = tiktoken_encoding(encoder_json, vocab_bpe, len(encoder), encoder.get(EOT))
         return cls(encoder, merges, encoding)
 
@@ -79,12 +79,13 @@ class FastTokenizer(Tokenizer):
 
 def fast_or_scratch(encoder_json, vocab_bpe):  # -> FastTokenizer, or Tokenizer when tiktoken refuses
     """The fast tokenizer, or, for valid files that tiktoken cannot use, the scratch one with a note on
-    stderr: the same ids (the scratch path is the reference the fast one is tested against), only
-    slower, so a command or the server works instead of stopping on advice about a Python argument.
-    Malformed files still raise (read_encoder / read_merges name the file and the line)."""
+    stderr: it applies the files' merges in their order (the reference the fast path is tested against),
+    only slower, so a command or the server works instead of stopping on advice about a Python argument.
+    Malformed files still raise (read_encoder / read_merges name the file and the line), and so do merges
+    that do not make every token of the encoder (a file cut short: read_merges)."""
     try:
         return FastTokenizer.from_files(encoder_json, vocab_bpe)
     except TiktokenRefused as e:
         print(f"note: tiktoken cannot use {encoder_json} + {vocab_bpe} ({e.args[1]}); using the pure-Python "
-              f"tokenizer instead: the same ids, slower", file=sys.stderr)
+              f"tokenizer instead, which is slower", file=sys.stderr)
         return Tokenizer.from_files(encoder_json, vocab_bpe)

@@ -292,6 +292,45 @@ def test_malformed_files(tmp_path, encoder, bpe, match, fast):
         load_tokenizer(write_vocab(tmp_path / "v", encoder, bpe), fast)
 
 
+MERGES = [("h", "i"), ("Ġ", "hi"), ("Ġhi", "!")]  # each merge's token is the next one's part
+
+
+@pytest.mark.parametrize("kept, pad", [(2, False), (0, False), (3, True)], ids=["last-merge-cut", "all-cut", "pad"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_merges_must_make_every_token(tmp_path, kept, pad, fast):
+    """A vocab.bpe cut at a line's end parses, line by line, but its lost merges' tokens are made by none:
+    refused in one line naming the file and the fix. A special-looking token no merge makes ("<|pad|>", as
+    a Hugging Face vocab.json may add) is not a lost merge."""
+    encoder = byte_encoder("hi", "Ġhi", "Ġhi!", "<|endoftext|>", *["<|pad|>"] * pad)
+    bpe = "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in MERGES[:kept])
+    folder = write_vocab(tmp_path / "v", encoder, bpe)
+    if kept == len(MERGES):
+        assert load_tokenizer(folder, fast).encode(" hi hi") == [257, 257]
+        return
+    with pytest.raises(ValueError) as e:
+        load_tokenizer(folder, fast)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"{folder / 'vocab.bpe'} has {kept} merges, but no merge "
+                                                        f"makes {len(MERGES) - kept} of the 260 tokens of encoder.json")
+    assert "delete it and download it again" in message
+
+
+@pytest.mark.parametrize("cut", ["at a line's end", "mid-line"])
+def test_gpt2_vocab_bpe_cut_short_is_refused(bpe_dir, tmp_path, cut):
+    """The audit's case: GPT-2's vocab.bpe cut half-way (an interrupted copy) loaded, with other ids."""
+    text = (bpe_dir / "vocab.bpe").read_bytes()
+    end = text.rindex(b"\n", 0, len(text) // 2) + 1
+    end += 0 if cut == "at a line's end" else text.index(b" ", end) + 2 - end  # "ĠRe gul" -> "ĠRe g"
+    folder = tmp_path / "v"
+    folder.mkdir()
+    (folder / "encoder.json").write_bytes((bpe_dir / "encoder.json").read_bytes())
+    (folder / "vocab.bpe").write_bytes(text[:end])
+    for fast in (False, True):
+        with pytest.raises(ValueError, match=r"vocab.bpe has 2\d,\d{3} merges, but no merge makes 2\d,\d{3} of the "
+                                             r"50,257 tokens of encoder.json .*download it again"):
+            load_tokenizer(folder, fast)
+
+
 @pytest.mark.parametrize("fast", [False, True])
 def test_missing_files(tmp_path, fast):
     with pytest.raises(FileNotFoundError, match="encoder.json not found"):
@@ -317,6 +356,7 @@ def test_scratch_only_layouts(tmp_path, capsys, encoder, bpe):
     assert type(tok) is Tokenizer and tok.encode("hi! hi") == Tokenizer.from_dir(folder).encode("hi! hi")
     err = capsys.readouterr().err
     assert err.startswith("note: tiktoken cannot use ") and err.count("\n") == 1 and "pure-Python" in err, err
+    assert "same ids" not in err  # the same as what? tiktoken refused the files
 
 
 def swapped_merges(folder, source):

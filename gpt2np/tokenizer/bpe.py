@@ -27,6 +27,7 @@ A byte-level vocabulary (256 byte symbols + "<|endoftext|>", no merges) works th
 import functools
 import hashlib
 import json
+import numbers
 from pathlib import Path
 
 import regex  # unlike `re`, knows the Unicode classes \p{L} (letters) and \p{N} (numbers)
@@ -173,10 +174,19 @@ def check_made(merges, encoder, path, encoder_path):
 
 
 def check_ids(ids, n_vocab):
-    """Raise a one-line ValueError for an id outside 0..n_vocab-1 (a negative one would wrap around)."""
-    bad = next((i for i in ids if not 0 <= i < n_vocab), None)
-    if bad is not None:
-        raise ValueError(f"token id {bad} is outside the vocabulary 0..{n_vocab - 1}")
+    """Raise a one-line ValueError unless ids is a 1-D sequence of ints in 0..n_vocab-1 (forward's wording):
+    a negative id would wrap around, and Python would index with a bool; a float, None, text or a 2-D array
+    would fail deep inside, and a generator would be used up by this check."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__") or getattr(ids, "ndim", 1) != 1:
+        shape = f" of shape {ids.shape}" if hasattr(ids, "shape") else ""
+        raise ValueError(f"token ids must be a 1-D sequence of ints, got {type(ids).__name__}{shape}")
+    if getattr(ids, "dtype", None) is not None and ids.dtype.kind in "iu" and len(ids):  # an int array:
+        ids = (ids.min(), ids.max())  # its extremes are all the range check needs (NumPy finds them at once)
+    for i in ids:
+        if type(i) is not int and (isinstance(i, bool) or not isinstance(i, numbers.Integral)):  # type: fast
+            raise ValueError(f"token ids must be ints, got {type(i).__name__} {i!r:.40}")
+        if not 0 <= i < n_vocab:
+            raise ValueError(f"token id {i} is outside the vocabulary 0..{n_vocab - 1}")
 
 
 def vocabulary_fingerprint(tokens, merges, special_tokens):

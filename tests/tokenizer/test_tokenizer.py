@@ -14,6 +14,7 @@ from pathlib import Path
 
 import hypothesis
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 import regex
 import tiktoken
@@ -250,6 +251,27 @@ def test_decode_invalid_utf8_and_bad_ids(byte_level, path):
     for bad in [257, -1]:
         with pytest.raises(ValueError, match="outside the vocabulary"):
             tok.decode([71, bad])
+
+
+@pytest.mark.parametrize("ids, says", [
+    ([1.0], "must be ints, got float 1.0"), ([71, 1.5], "must be ints, got float 1.5"),
+    ([None], "must be ints, got NoneType None"), ([True], "must be ints, got bool True"),
+    ("ab", "1-D sequence of ints, got str"), (b"GH", "1-D sequence of ints, got bytes"),
+    (5, "1-D sequence of ints, got int"), (None, "1-D sequence of ints, got NoneType"),
+    ((i for i in [71]), "1-D sequence of ints, got generator"),
+    (np.array([[71, 72]]), r"1-D sequence of ints, got ndarray of shape \(1, 2\)"),
+    (np.array([71.0]), "must be ints, got float64"), (np.array([True]), "must be ints, got bool"),
+    (np.array([71, 300]), "token id 300 is outside the vocabulary 0..256"),
+], ids=["float", "half", "None", "bool", "str", "bytes", "int", "no-ids", "generator", "2-D", "float-array",
+        "bool-array", "int-array-out-of-range"])
+@pytest.mark.parametrize("path", ["scratch", "fast"])
+def test_decode_refuses_what_is_not_token_ids(byte_level, path, ids, says):
+    """One line naming what is wrong, on both paths: these failed deep inside (tiktoken's or a list's
+    TypeError), or decoded (a bool as id 1, bytes as their values, a generator as nothing)."""
+    with pytest.raises(ValueError, match=says) as e:
+        byte_level[path].decode(ids)
+    assert "\n" not in str(e.value)
+    assert byte_level[path].decode(np.array([71, 72], np.uint16)) == byte_level[path].decode((71, 72)) == "hi"
 
 
 def write_vocab(folder, encoder, bpe_text):

@@ -65,9 +65,15 @@ def read_hf_config(folder):
     path = os.path.join(folder, CONFIG_FILE)
     try:
         with open(path, encoding="utf-8") as f:
-            return config_from_hf(json.load(f))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
+            hf = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # e.g. a download cut short
+        raise ValueError(f"{path} is not valid JSON ({e}): cut short or damaged? delete it and download it "
+                         f"again") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path} must be a JSON object (model_type, n_embd, n_layer, ...), got a "
+                         f"JSON {type(hf).__name__}")
+    try:
+        return config_from_hf(hf)
     except (ValueError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: {e}") from None
 

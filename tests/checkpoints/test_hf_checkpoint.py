@@ -302,6 +302,22 @@ def test_config_json_refusals_are_one_line(tmp_path, changes, words):
     assert words in str(e.value) and "\n" not in str(e.value) and "config.json" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("text, words", [
+    ("[1, 2]", "config.json must be a JSON object (model_type, n_embd, n_layer, ...), got a JSON list"),
+    ('"gpt2"', "got a JSON str"),
+    (json.dumps(GOOD)[:40], "config.json is not valid JSON (Unterminated string"),  # a download cut short
+    (b"\xff{}", "config.json is not valid JSON ("),
+])
+def test_config_json_that_is_no_json_object_is_one_line(tmp_path, text, words):
+    """A list said "'list' object has no attribute 'get'"; a cut file must say what to do about it."""
+    (tmp_path / "config.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError) as e:
+        read_hf_config(tmp_path)
+    message = str(e.value)
+    assert words in message and "\n" not in message and message.startswith(str(tmp_path / "config.json")), message
+    assert ("delete it and download it again" in message) == ("not valid JSON" in words)
+
+
 def test_hf_folder_without_config_json_is_told_it_misses_config_json(folder):
     """model.safetensors + vocab.json + merges.txt is a Hugging Face folder lacking config.json, not an
     OpenAI one lacking hparams.json and model.ckpt.*: the error names the layout it is closest to."""

@@ -321,7 +321,12 @@ def check_checkpoint_file(path):
 
 
 def check_json_object(path):
-    if not isinstance(json.loads(Path(path).read_bytes()), dict):
+    """A whole JSON object: a file cut short never parses (its closing brace is gone)."""
+    try:
+        value = json.loads(Path(path).read_bytes())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(value, dict):
         raise ValueError(f"{path} is not a JSON object")
 
 

@@ -7,9 +7,12 @@ in `HF_TOKEN` goes along as `Authorization: Bearer <token>` (gated and private r
 
 Four files make a GPT-2 (HUB_FILES); they are fetched by download.py's `fetch_file`, the one
 downloader, with its guarantees: `.part` file, resume by Range, size against Content-Length,
-atomic rename, progress bar. Before each GET a HEAD asks for the file's sha256, which the Hub
-sends for large (LFS) files as `X-Linked-Etag` (huggingface_hub reads the same header); when it
-is there the file is checked against it before the rename, and a mismatch keeps nothing.
+atomic rename, progress bar. Before each GET a HEAD asks for the file's sha256 and size, which
+the Hub sends for large (LFS) files as `X-Linked-Etag` and `X-Linked-Size`, and for small ones
+the size as the HEAD's Content-Length (huggingface_hub reads the same headers); the file is
+checked against them before the rename, and a mismatch keeps nothing. Small files have no
+sha256 (their ETag is a git sha1), and a mirror may send no size at all, so each file is also
+parsed before the rename (HUB_CHECKS): a transfer cut short cannot get the file's name.
 Once all four files are in the folder, loading makes no request at all (like the release sizes).
 
 >>> parse_hub_name("hf:distilbert/distilgpt2@main")
@@ -23,7 +26,9 @@ from pathlib import Path
 from urllib.parse import quote, urljoin
 
 from . import download
-from .download import DownloadError, fetch_file
+from .download import DownloadError, check_json_object, fetch_file
+from .safetensors import read_header
+from ..tokenizer.bpe import AGAIN, read_encoder, read_merges
 
 HUB_PREFIX = "hf:"
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -81,8 +86,9 @@ def download_hub_model(name, models_dir="weights", endpoint=None, progress=True)
     try:
         for file in missing:
             url = file_url(endpoint, repo, revision, file)
+            sha256, size = server_file_info(url, headers)
             try:
-                fetch_file(url, folder / file, server_sha256(url, headers), progress, headers=headers)
+                fetch_file(url, folder / file, sha256, progress, headers=headers, size=size, check=HUB_CHECKS[file])
             except DownloadError as e:  # download.py's messages point at OpenAI's release; point at the Hub
                 raise DownloadError(str(e).replace(download.HINT, HINT).replace("OpenAI's", "the server's")) from None
     except BaseException:
@@ -91,29 +97,65 @@ def download_hub_model(name, models_dir="weights", endpoint=None, progress=True)
     return folder
 
 
-def server_sha256(url, headers, max_redirects=5):  # -> hex sha256, or None if the server sends none
-    """HEAD the file: X-Linked-Etag (LFS files, on the Hub's redirect to its CDN) or a sha256 ETag.
+def server_file_info(url, headers, max_redirects=5):  # -> (hex sha256 or None, size in bytes or None)
+    """HEAD the file: its sha256 from X-Linked-Etag (LFS files, on the Hub's redirect to its CDN) or a
+    sha256 ETag; its size from X-Linked-Size, or a 200's Content-Length (small files). None for what
+    the server does not send (a size of 0 counts as none: no HUB_FILES file is empty).
 
     Redirects within the Hub (a renamed repository) are followed; one to another host (the CDN) is
-    not: the header we want is on the Hub's own answer.
+    not: the headers we want are on the Hub's own answer.
     """
     import requests  # here, not at the top (download.py's _get says why)
+    headers = {**headers, "Accept-Encoding": "identity"}  # the file's own size, not a gzipped one's
     for _ in range(max_redirects):
         try:
             response = requests.head(url, headers=headers, allow_redirects=False, timeout=download.TIMEOUT)
         except requests.RequestException as e:
             raise DownloadError(f"cannot reach {url} ({download._root_cause(e)}); check the network, "
                                 f"or {HINT}") from e
-        if response.status_code in (405, 501):  # a plain file server without HEAD: no sha256 to check
-            return None
+        if response.status_code in (405, 501):  # a plain file server without HEAD: nothing to check against
+            return None, None
         if response.status_code >= 400:
             raise DownloadError(f"HEAD {url} failed with HTTP {response.status_code} {response.reason}; {HINT}")
-        for header in ("X-Linked-Etag", "ETag"):
-            m = SHA256.fullmatch(response.headers.get(header, ""))
-            if m:
-                return m[1].lower()
+        sha256, size = header_sha256(response.headers), header_size(response)
         location = response.headers.get("Location", "")
-        if not (300 <= response.status_code < 400 and location.startswith("/")):
-            return None
+        if sha256 or size or not (300 <= response.status_code < 400 and location.startswith("/")):
+            return sha256, size
         url = urljoin(url, location)
+    return None, None
+
+
+def header_sha256(headers):  # -> hex sha256, or None
+    for name in ("X-Linked-Etag", "ETag"):
+        m = SHA256.fullmatch(headers.get(name, ""))
+        if m:
+            return m[1].lower()
     return None
+
+
+def header_size(response):  # -> bytes, or None
+    """X-Linked-Size (LFS files, on the redirect), else a 200's Content-Length (a redirect's is its own body's)."""
+    size = response.headers.get("X-Linked-Size") or (
+        response.headers.get("Content-Length") if response.status_code == 200 else None)
+    return int(size) if size and size.isdigit() and int(size) > 0 else None
+
+
+def check_merges(path):
+    """merges.txt against the vocab.json fetched before it (HUB_FILES' order): read_merges' checks, which
+    catch a file cut short at any byte (bpe.check_made). A vocab.json that gpt2np cannot read is left for
+    loading to name."""
+    vocab = Path(path).with_name("vocab.json")
+    try:
+        encoder = read_encoder(vocab)
+    except (OSError, ValueError):
+        return
+    try:
+        read_merges(path, encoder, vocab)
+    except ValueError as e:  # what to do about a download is fetch_file's to say (resume, or fetch anew)
+        raise ValueError(str(e).removesuffix(f": {AGAIN}")) from None
+
+
+# fetch_file's check of each file before it gets its name: small files come with no sha256, and with no
+# size when the server sends no Content-Length (a mirror), so nothing else would notice one cut short
+HUB_CHECKS = {"config.json": check_json_object, "vocab.json": check_json_object, "merges.txt": check_merges,
+              "model.safetensors": read_header}  # the header's offsets must tile the file: a cut one fails

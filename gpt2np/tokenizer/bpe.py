@@ -154,7 +154,7 @@ def read_merges(path, encoder, encoder_path="encoder.json"):
     for n, pair in enumerate(merges, start=2):
         if len(pair) != 2 or "".join(pair) not in encoder:
             raise ValueError(f"{path} line {n}: {' '.join(pair)!r} is not two symbols whose merge is in "
-                             f"{Path(encoder_path).name}" + (f" ({AGAIN})" if n == len(merges) + 1 else ""))
+                             f"{Path(encoder_path).name}" + (f": {AGAIN}" if n == len(merges) + 1 else ""))
     check_made(merges, encoder, path, encoder_path)
     return merges
 

@@ -1,9 +1,10 @@
 """hf:owner/name[@revision] (gpt2np/checkpoints/hub.py) against a Hub imitation on 127.0.0.1, never the internet.
 
 The imitation serves <root>/<repo>/resolve/<revision>/<file> like the Hub: a HEAD of an LFS file
-(model.safetensors) answers 302 towards a CDN with the sha256 in X-Linked-Etag, small files answer
-200 with a git-sha1 ETag; a renamed repository answers 307 to its new name. Downloads then go
-through download.py's fetch_file (tests/http_fixture_server.py does Range and the faults).
+(model.safetensors) answers 302 towards a CDN with the sha256 in X-Linked-Etag and the size in
+X-Linked-Size, small files answer 200 with a git-sha1 ETag and their Content-Length; a renamed
+repository answers 307 to its new name. Downloads then go through download.py's fetch_file
+(tests/http_fixture_server.py does Range and the faults; its own handler has no HEAD, as a plain mirror).
 """
 import hashlib
 import json
@@ -51,10 +52,14 @@ class HubHandler(_Handler):
             self.send_response(302)
             sha = fixture.wrong_sha256 or hashlib.sha256(path.read_bytes()).hexdigest()
             self.send_header("X-Linked-Etag", f'"{sha}"')
+            self.send_header("X-Linked-Size", str(path.stat().st_size))
             self.send_header("Location", f"https://cdn.invalid/{sha}")  # another host: not followed
-        else:
+        else:  # a HEAD's Content-Length is the GET's: the file's size
             self.send_response(200)
             self.send_header("ETag", f'"{hashlib.sha1(path.read_bytes()).hexdigest()}"')
+            self.send_header("Content-Length", str(path.stat().st_size))
+            self.end_headers()
+            return
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -133,10 +138,12 @@ def test_flag_beats_hf_endpoint(server, tmp_path, monkeypatch):
     assert hub.resolve_endpoint() == "https://huggingface.co"
 
 
-def test_sha256_comes_from_x_linked_etag_only_for_lfs_files(server):
+def test_sha256_comes_from_x_linked_etag_only_for_lfs_files_and_every_size_from_head(server):
     url = f"{server.url}/owner/tiny/resolve/main"
-    assert hub.server_sha256(f"{url}/{LFS}", {}) == hashlib.sha256((FIXTURE / LFS).read_bytes()).hexdigest()
-    assert hub.server_sha256(f"{url}/config.json", {}) is None  # a git sha1 ETag is not a sha256
+    lfs = (FIXTURE / LFS).read_bytes()
+    assert hub.server_file_info(f"{url}/{LFS}", {}) == (hashlib.sha256(lfs).hexdigest(), len(lfs))
+    config = (FIXTURE / "config.json").stat().st_size  # a git sha1 ETag is not a sha256
+    assert hub.server_file_info(f"{url}/config.json", {}) == (None, config)
 
 
 def test_cut_transfer_resumes_with_range_and_is_verified(server, hub_root, tmp_path, capsys):
@@ -223,3 +230,76 @@ def test_a_mirror_without_head_still_downloads_unverified(hub_root, tmp_path):
     with FixtureServer(hub_root) as plain:  # tests/http_fixture_server.py's own handler: GET only
         folder = download_hub_model("hf:owner/tiny", tmp_path, plain.url, progress=False)
     assert (folder / LFS).read_bytes() == (FIXTURE / LFS).read_bytes()
+
+
+# ---- files cut short: small files have no sha256, and a mirror may send no length ---------------------
+
+SMALL = ("config.json", "vocab.json", "merges.txt")
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_small_file_cut_without_any_length_never_gets_its_name(hub_root, tmp_path, name):
+    """The audit's case: a mirror without HEAD (no sha256, no size) and a GET without Content-Length, cut
+    half-way. The cut config.json / vocab.json / merges.txt got its final name and was never fetched again;
+    now its parse fails before the rename, the .part stays to be resumed, and the next run finishes it."""
+    with FixtureServer(hub_root) as plain:  # tests/http_fixture_server.py's own handler: no HEAD
+        plain.faults[name] = "nolength_cut"
+        with pytest.raises(DownloadError) as e:
+            download_hub_model("hf:owner/tiny", tmp_path, plain.url, progress=False)
+        message, folder = str(e.value), tmp_path / "owner" / "tiny"
+        assert "\n" not in message and message.startswith(f"download of {plain.url}/owner/tiny/resolve/main/{name} "
+                                                           f"ended at ") and "cut short? run again to resume" in message
+        assert "delete it" not in message  # the loaders' advice for a file, not for a download to resume
+        assert not (folder / name).exists() and (folder / (name + ".part")).is_file()
+        del plain.faults[name]
+        model = gpt2np.load_model("hf:owner/tiny", tmp_path, hf_endpoint=plain.url)
+    assert all((folder / f).read_bytes() == (FIXTURE / f).read_bytes() for f in HUB_FILES)
+    assert not list(folder.glob("*.part")) and model.tokenizer.encode(" the") == [258]
+
+
+def test_small_file_cut_is_caught_by_the_size_the_head_gave(server, tmp_path):
+    server.faults["config.json"] = "nolength_cut"
+    size = (FIXTURE / "config.json").stat().st_size
+    with pytest.raises(DownloadError, match=rf"config.json stopped at {size // 2} of {size} bytes .*run again to resume"):
+        download_hub_model("hf:owner/tiny", tmp_path, server.url, progress=False)
+    assert not (tmp_path / "owner" / "tiny" / "config.json").exists()
+
+
+def test_merges_cut_at_a_line_end_is_refused_before_its_rename(tmp_path):
+    """A cut at a line's end leaves every line whole: only the tokens no merge makes any more tell."""
+    (tmp_path / "vocab.json").write_bytes((FIXTURE / "vocab.json").read_bytes())
+    text = (FIXTURE / "merges.txt").read_text(encoding="utf-8")
+    part = tmp_path / "merges.txt.part"
+    part.write_text(text[:text.index("\n", len(text) // 2) + 1], encoding="utf-8")
+    with pytest.raises(ValueError, match=r"merges.txt.part has \d merges, but no merge makes \d of the 267 tokens of "
+                                         r"vocab.json \(e.g. '\w+'\)$"):
+        hub.check_merges(part)
+    part.write_text(text, encoding="utf-8")
+    hub.check_merges(part)
+
+
+def test_a_whole_file_that_is_not_a_json_object_is_deleted(server, hub_root, tmp_path):
+    wrong = copy_fixture(FIXTURE, hub_root / "owner" / "listed" / "resolve" / "main")
+    (wrong / "config.json").write_text("[1, 2, 3]")
+    with pytest.raises(DownloadError, match=r"config.json: .*config.json.part is not a JSON object; deleted the "
+                                            r"download; check the repository name") as e:
+        download_hub_model("hf:owner/listed", tmp_path, server.url, progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "owner").exists()  # nothing kept: no folder either
+
+
+@pytest.mark.parametrize("name, says", [("config.json", "is not valid JSON"), ("vocab.json", "is not valid JSON"),
+                                        ("merges.txt", "but no merge makes")])
+def test_a_file_cut_before_this_check_says_to_delete_it_and_a_new_download_mends_it(server, tmp_path, name, says):
+    """A file an older gpt2np gave its name cut short: loading names it and says what to do, which works."""
+    folder = copy_fixture(FIXTURE, tmp_path / "owner" / "tiny", ignore=["reference.npz"])
+    text = (folder / name).read_bytes()
+    (folder / name).write_bytes(text[:text.index(b"\n", len(text) // 2) + 1] if name == "merges.txt" else
+                                text[:len(text) // 2])
+    with pytest.raises(ValueError) as e:
+        gpt2np.load_model("hf:owner/tiny", tmp_path, hf_endpoint=server.url)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(str(folder / name)) and says in message, message
+    assert message.endswith("delete it and download it again") and not server.seen  # the files were all there
+    (folder / name).unlink()
+    gpt2np.load_model("hf:owner/tiny", tmp_path, hf_endpoint=server.url)
+    assert gets(server) == [f"/owner/tiny/resolve/main/{name}"] and (folder / name).read_bytes() == text

@@ -74,17 +74,27 @@ def stop_set(model, stop_tokens):  # -> frozenset of the ids that end generation
     return frozenset(int(t) for t in [*ids, *eot])
 
 
-def check_generation_request(model, prompt_ids, n_tokens):
-    """Raise a one-line ValueError unless the prompt and n_tokens fit the model; does no work."""
+def check_generation_request(model, prompt_ids, n_tokens, whose="the"):
+    """Raise a one-line ValueError unless the prompt and n_tokens fit the model; does no work.
+
+    Returns the checked prompt as an integer array. whose: the context's owner in the message
+    ("the draft model's", for a drafter's check).
+
+    >>> check_generation_request(type("M", (), dict(n_vocab=10, n_ctx=4))(), [1, 2], 3, "the draft model's")
+    Traceback (most recent call last):
+    ValueError: prompt (2 tokens) + n_tokens (3) = 5 exceeds the draft model's context of 4 tokens; shorten the prompt or ask for fewer tokens
+    """
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
         raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    n_tokens = int(n_tokens)  # np.int8(100) + 100 would wrap around: the check below must not
     prompt_ids = check_prompt_ids(prompt_ids, model.n_vocab)
     if len(prompt_ids) == 0:
         raise ValueError("the prompt is empty: GPT-2 needs at least one token to condition on")
     if len(prompt_ids) + n_tokens > model.n_ctx:
         raise ValueError(f"prompt ({len(prompt_ids)} tokens) + n_tokens ({n_tokens}) = "
-                         f"{len(prompt_ids) + n_tokens} exceeds the context of {model.n_ctx} tokens; "
+                         f"{len(prompt_ids) + n_tokens} exceeds {whose} context of {model.n_ctx} tokens; "
                          f"shorten the prompt or ask for fewer tokens")
+    return prompt_ids
 
 
 def check_prompt_ids(prompt_ids, n_vocab):  # -> [n_prompt] integer array
@@ -149,15 +159,17 @@ def plain_rounds(model, prompt_ids, n_tokens, options, rng, stops, use_cache=Tru
 
 def open_plain(name, model, prompt_ids, n_tokens, temperature, top_k, top_p, rng, stop_tokens, use_cache):
     """The Stream behind generate, plain_stream and generate_without_cache (`name`, for the errors),
-    after every check: nothing runs until it is iterated."""
+    after every check: nothing runs until it is iterated. It decodes a copy of the checked prompt, taken
+    now (as speculative_stream's): the caller's list may change before the first step without effect.
+    The copy is Python ints: np.uint64 ids joined to the int tokens would make a float64 array."""
     check_model(model, "model", f"{name}(model, prompt_ids, n_tokens, ...)")
     temperature = default_temperature(temperature, rng)
     check_sampling_options(temperature, top_k, top_p)
-    check_generation_request(model, prompt_ids, n_tokens)
+    prompt = [int(t) for t in check_generation_request(model, prompt_ids, n_tokens)]  # why: the docstring
     check_rng(rng, temperature)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     stops = stop_set(model, stop_tokens)
-    return Stream(plain_rounds(model, prompt_ids, n_tokens, options, rng, stops, use_cache))
+    return Stream(plain_rounds(model, prompt, int(n_tokens), options, rng, stops, use_cache))
 
 
 def plain_stream(model, prompt_ids, n_tokens, *, temperature=None, top_k=None, top_p=None, rng=None,

@@ -341,7 +341,7 @@ def open_speculative(name, target, draft, prompt_ids, n_tokens, K, K_max, temper
     check_drafter_free(drafter)  # a run already going: refused now (streams opened together: at their start)
     options, stops = dict(temperature=temperature, top_k=top_k, top_p=top_p), stop_set(target, stop_tokens)
     prompt = [int(t) for t in prompt_ids]
-    return Stream(speculative_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kernels, trace,
+    return Stream(speculative_rounds(target, drafter, policy, prompt, int(n_tokens), options, rng, kernels, trace,
                                      calibrate, stops))
 
 

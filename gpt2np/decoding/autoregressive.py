@@ -21,6 +21,7 @@ K_max to speculative_stream and temperature to speculative_generate: pass both b
 >>> generate(model, [0], 5) == generate(model, [0], 5, temperature=0)  # no rng: greedy
 True
 """
+import inspect
 import time
 
 import numpy as np
@@ -114,11 +115,22 @@ def check_rng(rng, temperature):
 def check_rng_type(rng):
     """rng is None, a np.random.Generator, or a stand-in with its choice(n, p=...) (exact.ScriptedRng):
     sampling.sample is the only caller, and `rng=5` would otherwise fail deep inside the first draw.
-    Not a np.random.RandomState: it has choice, but the project draws from explicit Generators only."""
+    Not a np.random.RandomState: it has choice, but the project draws from explicit Generators only.
+    Not a random.Random either: its choice(seq) takes no p, and would fail at the first draw."""
+    if rng is None or isinstance(rng, np.random.Generator):
+        return
     legacy = isinstance(rng, np.random.RandomState)  # has choice too, but it is the legacy seeding API
-    if rng is not None and (legacy or not callable(getattr(type(rng), "choice", None))):  # the class: draws nothing
+    if legacy or not takes_p(getattr(type(rng), "choice", None)):  # the class's method: draws nothing
         raise ValueError(f"rng must be a np.random.Generator (np.random.default_rng(seed)), "
                          f"got {type(rng).__name__}")
+
+
+def takes_p(method):  # -> whether method(self, n, p=...) can be called as Generator.choice is by sample
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # None, or not a function: no choice to call
+        return False
+    return any(p.name == "p" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def request_cache(model, n_fed):

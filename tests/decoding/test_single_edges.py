@@ -8,11 +8,13 @@ models and NgramTreeDrafter widths; draft_sampler=, kernel= and tree_kernel= ign
 call them, and a ModelDrafter's c_prior dropped by tree=; K_counts counting the K asked for where the
 loop drafted fewer; docstrings naming K_max positional and a provenance comment missing "target".
 """
+import random
 
 import numpy as np
 import pytest
 
 import gpt2np
+from gpt2np.decoding import autoregressive
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,43 @@ def test_a_prompt_grown_past_the_context_after_the_checks_changes_nothing(pair):
     stream = gpt2np.plain_stream(target, buf, 10)
     buf.extend([5] * 240)  # 257 tokens: the checks ran on 17
     assert stream.run() == gpt2np.generate(target, ids, 10)
+
+
+# ---- 3. an rng is a np.random.Generator ---------------------------------------------------------------
+
+RUNS = {
+    "generate": lambda t, d, ids, rng: gpt2np.generate(t, ids, 3, rng=rng),
+    "generate_without_cache": lambda t, d, ids, rng: gpt2np.generate_without_cache(t, ids, 3, rng=rng),
+    "plain_stream": lambda t, d, ids, rng: gpt2np.plain_stream(t, ids, 3, rng=rng),
+    "speculative_generate": lambda t, d, ids, rng: gpt2np.speculative_generate(t, d, ids, 3, rng=rng),
+    "speculative_stream": lambda t, d, ids, rng: gpt2np.speculative_stream(t, d, ids, 3, rng=rng),
+    "generate_batch": lambda t, d, ids, rng: gpt2np.generate_batch(t, [ids], 3, rng=rng),
+}
+
+
+@pytest.mark.parametrize("rng", [random.Random(0), random.SystemRandom()], ids=["Random", "SystemRandom"])
+@pytest.mark.parametrize("run", RUNS)
+def test_a_python_random_generator_is_refused_before_any_forward_pass(pair, run, rng):
+    """random.Random has a choice method, which the check took for a Generator's: it failed at the first
+    draw, after the prefill, with "Random.choice() got an unexpected keyword argument 'p'"."""
+    target, draft, ids = pair
+    with pytest.raises(ValueError, match=r"rng must be a np.random.Generator .*, got (System)?Random$") as info:
+        RUNS[run](NoForward(target), NoForward(draft), ids, rng)
+    one_line(info)
+
+
+def test_a_stand_in_that_draws_as_a_generator_still_passes():
+    """exact.ScriptedRng and the tests' stand-ins take choice(n, p=...): they are still accepted."""
+    class StandIn:
+        def choice(self, a, p):
+            return int(np.argmax(p))
+
+    class Any:
+        def choice(self, *args, **kwargs):
+            return 0
+
+    for rng in (StandIn(), Any(), np.random.default_rng(0), None):
+        autoregressive.check_rng_type(rng)
 
 
 # ---- 4. a NumPy integer n_tokens is an int once checked ------------------------------------------------

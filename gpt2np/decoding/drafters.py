@@ -111,13 +111,14 @@ class ModelDrafter:
     """
 
     def __init__(self, model, sampler=sample, c_prior=None):
+        check_draft_model(model)
         self.model, self.sampler, self.c_given = model, sampler, c_prior
         self.name = getattr(model, "name", None) or repr(model)
         self.timed, self.c_prior, self.caught_up = None, c_prior, 0  # reset() gives each run a fresh cache
 
     def check(self, target, prompt_ids, n_tokens):
         check_same_vocabulary(target, self.model)
-        check_generation_request(self.model, prompt_ids, n_tokens)  # the same checks as the target's
+        check_generation_request(self.model, prompt_ids, n_tokens, "the draft model's")  # as the target's
 
     def reset(self, target):
         self.timed = TimedModel(self.model)
@@ -158,6 +159,24 @@ class ModelDrafter:
     timings = property(lambda self: self.timed.timings)
 
 
+def check_draft_model(model):
+    """A one-line ValueError unless `model` has the model interface: a name is loaded first.
+
+    >>> ModelDrafter("shakespeare-260K")
+    Traceback (most recent call last):
+    ValueError: ModelDrafter needs a loaded model (gpt2np.load_model(name)), got str 'shakespeare-260K'; gpt2np.load_drafter(name) loads one and wraps it
+    """
+    if all(hasattr(model, name) for name in MODEL_INTERFACE):
+        return
+    given = f"str {model!r}" if isinstance(model, str) and len(model) < 80 else type(model).__name__
+    raise ValueError(f"ModelDrafter needs a loaded model (gpt2np.load_model(name)), got {given}; "
+                     "gpt2np.load_drafter(name) loads one and wraps it")
+
+
+def is_integer(x):  # -> whether x is an int or a NumPy integer, not a bool
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
 class NgramDrafter:
     """Prompt lookup: propose what followed the most recent earlier occurrence of the last n tokens.
 
@@ -170,7 +189,7 @@ class NgramDrafter:
     """
 
     def __init__(self, n_max=3, n_min=1):
-        if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or not 1 <= n_min <= n_max:
+        if not (is_integer(n_min) and is_integer(n_max) and 1 <= n_min <= n_max):
             raise ValueError(f"n-gram sizes must be integers with 1 <= n_min <= n_max, got n_min={n_min!r}, "
                              f"n_max={n_max!r}")
         self.n_max, self.n_min, self.name, self.c_prior = int(n_max), int(n_min), f"ngram (n <= {n_max})", 0.0

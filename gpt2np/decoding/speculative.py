@@ -87,8 +87,8 @@ def check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature
     types (check_model, as_drafter) and K (make_policy)."""
     check_sampling_options(temperature, top_k, top_p)
     check_rng(rng, temperature)
+    check_generation_request(target, prompt_ids, n_tokens)  # first: a request too long for both is the target's
     drafter.check(target, prompt_ids, n_tokens)
-    check_generation_request(target, prompt_ids, n_tokens)
 
 
 def propose(drafter, context, k, options, rng):  # Step 1 -> drafts [k], q, tree (None for a chain)

@@ -13,7 +13,7 @@ from itertools import islice
 import numpy as np
 
 from ..model.rows import tree_depths, tree_scope_for
-from .drafters import ModelDrafter, NgramDrafter
+from .drafters import ModelDrafter, NgramDrafter, is_integer
 from .sampling import distribution, greedy_distribution, is_greedy
 from .tree_drafts import DraftTree, check_widths, draft_tree, trie_tree
 
@@ -144,7 +144,9 @@ class NgramTreeDrafter(NgramDrafter):
 
     def __init__(self, n_max=3, n_min=1, candidates=3, depth=4):
         super().__init__(n_max, n_min)
-        check_widths((candidates, depth))
+        if not (is_integer(candidates) and is_integer(depth) and candidates >= 1 and depth >= 1):
+            raise ValueError(f"NgramTreeDrafter's candidates and depth must be integers >= 1, got "
+                             f"candidates={candidates!r}, depth={depth!r}")
         self.candidates, self.depth = int(candidates), int(depth)
         self.name = f"ngram trie (n <= {n_max}, {candidates} matches, depth {depth})"
 

@@ -15,6 +15,8 @@ import pytest
 
 import gpt2np
 from gpt2np.decoding import autoregressive
+from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter
+from gpt2np.decoding.tree_drafters import ModelTreeDrafter, NgramTreeDrafter
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +144,60 @@ def test_a_small_numpy_integer_n_tokens_that_fits_decodes_as_an_int(small, run):
     result = SMALL_RUNS[run](small, [1] * 120, np.int8(8))
     tokens = getattr(result, "tokens", result)
     assert tokens == gpt2np.generate(small, [1] * 120, 8)
+
+
+# ---- 5. the draft's context is named as the draft's ---------------------------------------------------
+
+def test_a_draft_context_too_short_is_named_as_the_draft_s(pair):
+    target, _, ids = pair
+    config = gpt2np.GPT2Config(n_vocab=257, n_ctx=16, n_embd=32, n_head=2, n_layer=1)
+    short = gpt2np.random_model(config, seed=0, tokenizer=target.tokenizer)
+    with pytest.raises(ValueError, match=r"= 22 exceeds the draft model's context of 16 tokens") as info:
+        gpt2np.speculative_generate(NoForward(target), NoForward(short), ids, 5)
+    one_line(info)
+
+
+def test_a_request_too_long_for_both_models_is_named_as_the_target_s(pair):
+    target, draft, ids = pair
+    with pytest.raises(ValueError, match=r"exceeds the context of 256 tokens") as info:
+        gpt2np.speculative_generate(NoForward(target), NoForward(draft), ids, 256 - len(ids) + 1)
+    assert "draft" not in one_line(info)
+
+
+# ---- 6. NgramDrafter's sizes are integers ------------------------------------------------------------
+
+@pytest.mark.parametrize("sizes", [dict(n_min=2.7), dict(n_min=True), dict(n_min="2"), dict(n_min=None),
+                                   dict(n_min=0), dict(n_min=4), dict(n_max=2.0), dict(n_max=True)],
+                         ids=lambda sizes: repr(sizes))
+@pytest.mark.parametrize("cls", [NgramDrafter, NgramTreeDrafter])
+def test_n_gram_sizes_are_integers_with_one_at_most_n_min_at_most_n_max(cls, sizes):
+    with pytest.raises(ValueError, match=r"n-gram sizes must be integers with 1 <= n_min <= n_max, got") as info:
+        cls(**{"n_max": 3, **sizes})
+    one_line(info)
+
+
+def test_numpy_integer_n_gram_sizes_are_taken_as_ints():
+    drafter = NgramDrafter(n_max=np.int64(3), n_min=np.int8(2))
+    assert (drafter.n_min, drafter.n_max) == (2, 3) and type(drafter.n_min) is int
+
+
+# ---- 7. ModelDrafter wants a model; NgramTreeDrafter names candidates and depth --------------------------
+
+@pytest.mark.parametrize("make", [ModelDrafter, lambda model: ModelTreeDrafter(model, (2, 1))],
+                         ids=["ModelDrafter", "ModelTreeDrafter"])
+def test_a_model_drafter_given_a_name_says_to_load_the_model(make):
+    with pytest.raises(ValueError, match=r"ModelDrafter needs a loaded model \(gpt2np.load_model\(name\)\), got "
+                                         r"str 'shakespeare-260K'; gpt2np.load_drafter\(name\)") as info:
+        make("shakespeare-260K")
+    one_line(info)
+    with pytest.raises(ValueError, match="ModelDrafter needs a loaded model .*, got NgramDrafter;"):
+        make(NgramDrafter())
+
+
+@pytest.mark.parametrize("widths", [dict(candidates=0), dict(depth=0), dict(candidates=1.5), dict(depth=True),
+                                    dict(candidates="3")], ids=lambda widths: repr(widths))
+def test_ngram_tree_drafter_names_candidates_and_depth(widths):
+    with pytest.raises(ValueError, match=r"NgramTreeDrafter's candidates and depth must be integers >= 1, got "
+                                         r"candidates=.*, depth=") as info:
+        NgramTreeDrafter(**widths)
+    one_line(info)

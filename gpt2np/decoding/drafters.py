@@ -296,9 +296,14 @@ def ngram_lookup_reference(context, k, n_max, n_min=1):
 
 
 def as_drafter(draft, draft_sampler=sample, usage="speculative_generate(target, draft, prompt_ids, n_tokens)"):
-    """A Drafter as is; anything with the model interface wrapped as a ModelDrafter; anything else a
-    one-line ValueError naming what was given and the call's order (`usage`)."""
+    """A Drafter as is; anything with the model interface wrapped as a ModelDrafter (drawing its drafts
+    with draft_sampler); anything else a one-line ValueError naming what was given and the call's order
+    (`usage`). A draft_sampler with a drafter is a ValueError too: the drafter would never call it."""
     if hasattr(draft, "propose") and hasattr(draft, "reset"):
+        if draft_sampler is not sample:
+            raise ValueError(f"draft_sampler= draws a draft model's tokens, and the draft is a drafter "
+                             f"({type(draft).__name__}) that would not call it: pass the model as the draft, "
+                             f"or give a ModelDrafter its sampler=")
         return draft
     if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
         raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model) or a drafter "

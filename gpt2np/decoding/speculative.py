@@ -311,7 +311,11 @@ def drafted_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kern
 
 def drafter_and_policy(drafter, tree, K, K_max):  # -> (drafter, K policy)
     """tree= turns the drafter into a tree drafter; a tree drafter's depth is each round's K (the
-    most tokens it may emit from drafts), so K must stay at its default."""
+    most tokens it may emit from drafts), so K must stay at its default. A draft model's sampler
+    (draft_sampler=, or a ModelDrafter's sampler=) draws chains only: with tree= it is refused."""
+    if tree is not None and getattr(drafter, "sampler", sample) is not sample:
+        raise ValueError("draft_sampler= draws a chain's drafts, and tree= draws its trees without replacement "
+                         "(tree_drafts.draft_tree), never calling it: leave it out with tree=")
     if isinstance(tree, str) and tree == "auto":
         check_default_K(K, "tree='auto' picks each round's tree")
         return auto_tree(drafter, K_max)
@@ -321,6 +325,18 @@ def drafter_and_policy(drafter, tree, K, K_max):  # -> (drafter, K policy)
         return drafter, make_policy(K, K_max)
     check_default_K(K, f"a tree fixes each round's drafts ({drafter.name})")
     return drafter, make_policy(depth, K_max)
+
+
+def check_kernels(drafter, kernels):
+    """kernel= verifies chains, tree_kernel= token trees: the one this run would never call is a
+    one-line ValueError, since a broken kernel that is never called would look exact."""
+    kernel, tree_kernel = kernels
+    if getattr(drafter, "depth", None) is not None and kernel is not verify_round:
+        raise ValueError("kernel= verifies chains, and this run drafts token trees (tree=, or a tree drafter): "
+                         "pass tree_kernel= instead")
+    if getattr(drafter, "depth", None) is None and tree_kernel is not verify_tree:
+        raise ValueError("tree_kernel= verifies token trees, and this run drafts chains: pass kernel= instead, "
+                         "or a tree shape with tree=")
 
 
 def check_default_K(K, why):
@@ -336,6 +352,7 @@ def open_speculative(name, target, draft, prompt_ids, n_tokens, K, K_max, temper
     usage = f"{name}(target, draft, prompt_ids, n_tokens, ...)"
     check_model(target, "target", usage)
     drafter, policy = drafter_and_policy(as_drafter(draft, draft_sampler, usage), tree, K, K_max)
+    check_kernels(drafter, kernels)
     temperature = default_temperature(temperature, rng)
     check_speculative_request(target, drafter, prompt_ids, n_tokens, temperature, top_k, top_p, rng)
     check_drafter_free(drafter)  # a run already going: refused now (streams opened together: at their start)
@@ -363,7 +380,10 @@ def speculative_stream(target, draft, prompt_ids, n_tokens, K=DEFAULT_K, *, K_ma
     drawn without replacement) from a draft model, or from prompt lookup up to 3 * 2 * 1 earlier
     matches of up to 3 tokens as a trie (tree_drafts.py); K must then stay at its default. A
     tree drafter may also be passed as the draft. tree_kernel: verify_tree, or for teaching a broken
-    one (teach/broken_tree_kernels.py).
+    one (teach/broken_tree_kernels.py). A run calls kernel= for chains and tree_kernel= for trees, and
+    draft_sampler= only to draw a draft model's chain: any of them given where the run would never call
+    it (a tree and kernel= or draft_sampler=, a chain and tree_kernel=, a drafter and draft_sampler=) is a
+    one-line ValueError, so that a broken one cannot look exact by being ignored.
     """
     return open_speculative("speculative_stream", target, draft, prompt_ids, n_tokens, K, K_max, temperature,
                             top_k, top_p, rng, trace, (kernel, tree_kernel), draft_sampler, calibrate, stop_tokens,

@@ -192,12 +192,13 @@ class NgramTreeDrafter(NgramDrafter):
 
 def as_tree_drafter(drafter, widths):  # -> the tree drafter of speculative_generate(..., tree=widths)
     """tree=(w_1, ..., w_D) for a drafter made by drafters.as_drafter: a draft model grows that shape
-    (ModelTreeDrafter); prompt lookup proposes up to w_1 w_2 ... w_D earlier matches (the shape's
-    leaves) of up to D tokens each, as a trie (NgramTreeDrafter)."""
+    (ModelTreeDrafter, with the ModelDrafter's c_prior if it was given one); prompt lookup proposes up
+    to w_1 w_2 ... w_D earlier matches (the shape's leaves) of up to D tokens each, as a trie
+    (NgramTreeDrafter)."""
     widths = check_widths(widths)
     if type(drafter) is NgramDrafter:
         return NgramTreeDrafter(drafter.n_max, drafter.n_min, int(np.prod(widths)), len(widths))
     if type(drafter) is ModelDrafter:
-        return ModelTreeDrafter(drafter.model, widths)
+        return ModelTreeDrafter(drafter.model, widths, c_prior=drafter.c_given)  # as tree="auto" (tree_policy)
     raise ValueError(f"tree= grows a tree from a draft model or prompt lookup, not from a "
                      f"{type(drafter).__name__} (a tree drafter is passed as the draft, without tree=)")

@@ -16,7 +16,10 @@ import pytest
 import gpt2np
 from gpt2np.decoding import autoregressive
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter
-from gpt2np.decoding.tree_drafters import ModelTreeDrafter, NgramTreeDrafter
+from gpt2np.decoding.sampling import sample
+from gpt2np.decoding.speculative_kernel import verify_round
+from gpt2np.decoding.tree_drafters import ModelTreeDrafter, NgramTreeDrafter, as_tree_drafter
+from gpt2np.decoding.tree_kernel import verify_tree
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +204,80 @@ def test_ngram_tree_drafter_names_candidates_and_depth(widths):
                                          r"candidates=.*, depth=") as info:
         NgramTreeDrafter(**widths)
     one_line(info)
+
+
+# ---- 8. options a tree run (or a chain run) would never call are refused ----------------------------------
+
+def spy_sampler(q, rng):
+    raise AssertionError("the spy sampler was called: the run should have been refused")
+
+
+def spy_kernel(*args, **kwargs):
+    raise AssertionError("the spy kernel was called: the run should have been refused")
+
+
+@pytest.mark.parametrize("tree", [(1, 1), (2, 2), "auto"], ids=str)
+def test_a_draft_sampler_with_tree_is_refused(pair, tree):
+    """A tree draws its drafts without replacement (tree_drafts.draft_tree) and never called the sampler,
+    so a broken one looked exact; likewise a ModelDrafter's own sampler=."""
+    target, draft, ids = pair
+    runs = [lambda: gpt2np.speculative_generate(target, NoForward(draft), ids, 5, rng=np.random.default_rng(0),
+                                                draft_sampler=spy_sampler, tree=tree),
+            lambda: gpt2np.speculative_stream(target, ModelDrafter(NoForward(draft), sampler=spy_sampler), ids, 5,
+                                              rng=np.random.default_rng(0), tree=tree)]
+    for run in runs:
+        with pytest.raises(ValueError, match="draft_sampler= draws a chain's drafts, and tree= draws its trees") \
+                as info:
+            run()
+        one_line(info)
+
+
+def test_a_draft_sampler_with_a_drafter_is_refused(pair):
+    """as_drafter used draft_sampler only to wrap a model: with a drafter it was silently dropped."""
+    target, draft, ids = pair
+    for drafter in (NgramDrafter(), ModelDrafter(draft)):
+        with pytest.raises(ValueError, match=r"draft_sampler= draws a draft model's tokens, and the draft is a "
+                                             rf"drafter \({type(drafter).__name__}\)") as info:
+            gpt2np.speculative_generate(target, drafter, ids, 5, rng=np.random.default_rng(0),
+                                        draft_sampler=spy_sampler)
+        one_line(info)
+
+
+@pytest.mark.parametrize("draft, tree", [("model", (1, 1)), ("model", (2, 2)), ("model", "auto"),
+                                         ("ngram", (2, 2)), ("trie", None)], ids=str)
+def test_a_chain_kernel_with_a_tree_run_is_refused(pair, draft, tree):
+    target, model, ids = pair
+    drafter = {"model": model, "ngram": NgramDrafter(), "trie": NgramTreeDrafter()}[draft]
+    with pytest.raises(ValueError, match=r"kernel= verifies chains, and this run drafts token trees") as info:
+        gpt2np.speculative_generate(target, drafter, ids, 5, kernel=spy_kernel, tree=tree)
+    one_line(info)
+
+
+@pytest.mark.parametrize("draft", ["model", "ngram"])
+def test_a_tree_kernel_with_a_chain_run_is_refused(pair, draft):
+    target, model, ids = pair
+    drafter = {"model": model, "ngram": NgramDrafter()}[draft]
+    with pytest.raises(ValueError, match=r"tree_kernel= verifies token trees, and this run drafts chains") as info:
+        gpt2np.speculative_generate(target, drafter, ids, 5, tree_kernel=spy_kernel)
+    one_line(info)
+
+
+def test_the_default_kernels_and_sampler_run_chains_and_trees(pair):
+    """Passing the defaults by name is not a request for something unused."""
+    target, draft, ids = pair
+    expected = gpt2np.generate(target, ids, 6)
+    for tree in (None, (2, 1)):
+        result = gpt2np.speculative_generate(target, draft, ids, 6, kernel=verify_round, tree_kernel=verify_tree,
+                                             draft_sampler=sample, tree=tree)
+        assert result.tokens == expected
+
+
+def test_tree_keeps_a_model_drafter_s_c_prior(pair):
+    """as_tree_drafter dropped it (tree="auto" kept it: tree_policy.auto_tree)."""
+    target, draft, _ = pair
+    tree_drafter = as_tree_drafter(ModelDrafter(draft, c_prior=0.123), (2, 2))
+    tree_drafter.reset(target)
+    assert tree_drafter.c_prior == 0.123
+    default = as_tree_drafter(ModelDrafter(draft), (2, 2))
+    default.reset(target)
+    assert default.c_prior == pytest.approx(draft.config.n_params() / target.config.n_params())

@@ -56,12 +56,15 @@ class SpeculativeStats:
     one-token call. Theory's predictions are for chains: None for a run whose rounds branched.
     by_rank: per depth, per sibling rank (the 1st, 2nd, ... child tried), (tried, accepted).
 
+    A chain round's K is the K its policy asked for clamped to the tokens still wanted minus one
+    (speculative.py's k: K=50 with 7 tokens to go drafts 6), so K_counts and the predictions describe
+    the rounds that ran (a drafter may still propose fewer: prompt lookup; `drafted` counts those).
     With a K policy other than "fixed", K is the K used most often, K_counts says how often each
     was used, and the predictions average over rounds: sum of E(alpha, K_r) / sum of round costs,
     with v(K+1) from policies.v_curve's line through the measured calls for a K whose call size
     was only timed in the first round (whose call also carries the prompt).
     """
-    K: int                                   # drafts asked for per round (the most used one)
+    K: int                                   # drafts asked for per round, clamped (the most used one)
     rounds: int                              # target verification calls
     drafted: int                             # draft tokens proposed
     accepted: int                            # draft tokens accepted
@@ -82,7 +85,7 @@ class SpeculativeStats:
     predicted_speedup_refined: float | None  # the same with the measured v
     drafter: str = "model"                   # the drafter's name
     policy: str = "fixed"                    # the K policy: fixed / heuristic / auto
-    K_counts: dict = None                    # K asked for -> rounds
+    K_counts: dict = None                    # K asked for, clamped to the tokens left -> rounds
     by_position: tuple = ()                  # per draft position i = 1, 2, ...: (proposed, examined, accepted)
     by_rank: tuple = ()                      # per depth, per sibling rank j = 1, 2, ...: (tried, accepted)
     probe_seconds: float = 0.0               # reading the target's cost shape before the run (auto only;
@@ -170,7 +173,7 @@ def ratio(a, b):
 
 def summarise(records, Ks, target, drafter, policy_name, n_tokens, calibration, probe_seconds=0.0, prompt_overlaps=(),
               prompt_seconds=0.0):
-    """SpeculativeStats from the round records, the K asked for in each round and the stopwatches."""
+    """SpeculativeStats from the round records, each round's K (clamped) and the stopwatches."""
     decisions = [d for r in records for d in r.decisions]
     overlaps = [b for r in records for b in r.overlaps]
     accepted, rejections = decisions.count(True), decisions.count(False)

@@ -298,7 +298,7 @@ def drafted_rounds(target, drafter, policy, prompt, n_tokens, options, rng, kern
         provenance += event.provenance
         event = replace(event, n_emitted=len(provenance), seconds=time.perf_counter() - start)
         records.append(event)
-        Ks.append(event.K if tree else K)                             # a tree: the nodes it drafted
+        Ks.append(event.K if tree else k)      # a chain: K clamped to the tokens left; a tree: the nodes it drafted
         policy.update(event)
         observe(past, event, timed_target, first_round=len(records) == 1, caught_up=getattr(drafter, "caught_up", 1))
         yield event

@@ -9,6 +9,7 @@ call them, and a ModelDrafter's c_prior dropped by tree=; K_counts counting the 
 loop drafted fewer; docstrings naming K_max positional and a provenance comment missing "target".
 """
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from gpt2np.decoding.sampling import sample
 from gpt2np.decoding.speculative_kernel import verify_round
 from gpt2np.decoding.tree_drafters import ModelTreeDrafter, NgramTreeDrafter, as_tree_drafter
 from gpt2np.decoding.tree_kernel import verify_tree
+from gpt2np.decoding.theory import predicted_speedup_mixed
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +283,27 @@ def test_tree_keeps_a_model_drafter_s_c_prior(pair):
     default = as_tree_drafter(ModelDrafter(draft), (2, 2))
     default.reset(target)
     assert default.c_prior == pytest.approx(draft.config.n_params() / target.config.n_params())
+
+
+# ---- 9. K_counts count the K a round drafted, clamped to the tokens left ----------------------------------
+
+def test_a_clamped_K_is_counted_as_the_K_the_round_drafted(pair):
+    """K=50 with 7 tokens wanted: the first round drafts 6 (a round emits at most k + 1), and the stats
+    said K 50, K_counts {50: 2}, and predicted a speedup for 50-draft rounds that never ran."""
+    target, draft, ids = pair
+    result = gpt2np.speculative_generate(target, draft, ids, 7, K=50, trace=True)
+    stats = result.stats
+    assert stats.K_counts == dict(Counter(len(event.drafts) for event in result.trace)), stats.K_counts
+    assert max(stats.K_counts) == stats.K == 6 and sum(stats.K_counts.values()) == stats.rounds
+    if stats.predicted_speedup is not None:
+        assert stats.predicted_speedup == predicted_speedup_mixed(stats.alpha_hat, stats.K_counts, stats.c,
+                                                                  lambda k: 1.0)
+
+
+def test_prompt_lookup_counts_the_K_asked_for_after_clamping(pair):
+    """A drafter may propose fewer than k (prompt lookup finding nothing): K_counts keeps k, `drafted` the
+    drafts, so a fixed K's report still says the K it ran with."""
+    target, _, ids = pair
+    stats = gpt2np.speculative_generate(target, NgramDrafter(), ids, 12, K=4).stats
+    assert set(stats.K_counts) <= {0, 1, 2, 3, 4} and stats.K == 4, stats.K_counts
+    assert sum(stats.K_counts.values()) == stats.rounds

@@ -17,7 +17,7 @@ from gpt2np.teach.exact import exact_distribution, max_abs_difference, total_var
 from gpt2np.decoding.sampling import sample
 from gpt2np.decoding.speculative import CALIBRATION_CALLS, speculative_generate
 from gpt2np.decoding.speculative_kernel import output_distribution, residual_distribution, verify_round
-from gpt2np.decoding.theory import alpha, predicted_speedup
+from gpt2np.decoding.theory import alpha, predicted_speedup_mixed
 from gpt2np.tokenizer.bpe import vocabulary_fingerprint
 from gpt2np.teach.toy_models import ToyModel, random_toy_model
 
@@ -366,6 +366,8 @@ def test_c_and_v_are_measured_on_request_and_feed_the_predicted_speedups():
     s = speculative_generate(target, draft, [0], 30, K=3, rng=np.random.default_rng(0), calibrate=True).stats
     one_token_calls = s.target_timings.get(1, (0, 0.0))[0]
     assert s.c > 0 and s.v > 0 and (s.calibration_seconds > 0) == (one_token_calls < CALIBRATION_CALLS)
-    assert s.predicted_speedup == predicted_speedup(s.alpha_hat, 3, s.c)
-    assert s.predicted_speedup_refined == predicted_speedup(s.alpha_hat, 3, s.c, s.v)
+    assert s.K_counts == {0: 1, 3: 14}  # the last round, one token left, drafts none (K clamped: counted as 0)
+    assert s.predicted_speedup == predicted_speedup_mixed(s.alpha_hat, s.K_counts, s.c, lambda K: 1.0)
+    assert s.predicted_speedup_refined == predicted_speedup_mixed(s.alpha_hat, s.K_counts, s.c,
+                                                                  lambda K: s.v if K == 3 else 1.0)
     assert s.target_calls == sum(calls for calls, _ in s.target_timings.values())

@@ -29,8 +29,9 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
 Every generation function (generate, plain_stream, generate_without_cache, speculative_generate,
 speculative_stream) takes (model or target, [draft,] prompt_ids, n_tokens) in that order, checked
 first (another order is a one-line ValueError naming the argument); the options after them are
-keywords (speculative_stream's K and K_max, generate's and speculative_generate's K and temperature
-may still come by position), with these defaults:
+keywords (speculative_stream's K, generate's and generate_without_cache's temperature, and
+speculative_generate's K and temperature may still come by position; K_max is keyword-only
+everywhere), with these defaults:
 
     argument      default  meaning
     temperature   None     0 (greedy: the argmax, no randomness) when no rng is given; 1.0 when one is

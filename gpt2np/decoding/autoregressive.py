@@ -11,8 +11,9 @@ an rng and 1.0 with one (passing a generator is asking to sample); sampling at a
 needs your np.random.Generator, never a hidden one; stop_tokens (ids that end generation, like
 <|endoftext|>, and kept as its last token) defaults to none beyond eot_id. Past (model, prompt_ids,
 n_tokens) the options are keywords, but for the ones callers still pass by position: speculative_stream's
-K and K_max, generate's temperature, speculative_generate's K and temperature. (The sixth position is
-K_max to speculative_stream and temperature to speculative_generate: pass both by name.)
+K, generate's and generate_without_cache's temperature, speculative_generate's K and temperature. K_max
+is keyword-only everywhere. (A sixth position is temperature to speculative_generate and a TypeError to
+speculative_stream, which takes temperature by name only.)
 
 >>> from gpt2np.teach.toy_models import random_toy_model
 >>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)

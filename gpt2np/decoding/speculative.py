@@ -77,7 +77,8 @@ TREE_ROOM = 64  # target cache positions past prompt + n_tokens for a tree's row
 @dataclass(frozen=True)
 class SpeculativeResult:
     tokens: list            # new tokens: exactly n_tokens, unless eot_id or a stop token came first (it ends them)
-    provenance: list        # per token: "draft" (accepted), "resample" (after a rejection), "bonus"
+    provenance: list        # per token: "draft" (accepted), "resample" (after a rejection), "bonus", or "target"
+                            # (a round with no drafts: the clamped last round, or prompt lookup finding nothing)
     stats: SpeculativeStats
     trace: list | None      # one RoundEvent per round (with q and p) if trace=True, else None
 

@@ -8,6 +8,7 @@ models and NgramTreeDrafter widths; draft_sampler=, kernel= and tree_kernel= ign
 call them, and a ModelDrafter's c_prior dropped by tree=; K_counts counting the K asked for where the
 loop drafted fewer; docstrings naming K_max positional and a provenance comment missing "target".
 """
+import inspect
 import random
 from collections import Counter
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.decoding import autoregressive
+from gpt2np.decoding import autoregressive, speculative
 from gpt2np.decoding.drafters import ModelDrafter, NgramDrafter
 from gpt2np.decoding.sampling import sample
 from gpt2np.decoding.speculative_kernel import verify_round
@@ -307,3 +308,27 @@ def test_prompt_lookup_counts_the_K_asked_for_after_clamping(pair):
     stats = gpt2np.speculative_generate(target, NgramDrafter(), ids, 12, K=4).stats
     assert set(stats.K_counts) <= {0, 1, 2, 3, 4} and stats.K == 4, stats.K_counts
     assert sum(stats.K_counts.values()) == stats.rounds
+
+
+# ---- 10, 11. the docstrings and the provenance comment --------------------------------------------------
+
+@pytest.mark.parametrize("module", [gpt2np, autoregressive], ids=lambda m: m.__name__)
+def test_the_docstrings_say_K_max_is_keyword_only(module):
+    doc = " ".join(module.__doc__.split())
+    assert "K_max is keyword-only" in doc
+    assert "K and K_max" not in doc and "K_max to speculative_stream" not in doc
+    with pytest.raises(TypeError):
+        gpt2np.speculative_stream(None, None, [1], 5, "auto", 4)  # K_max by position: a TypeError, as it says
+
+
+def test_the_provenance_comment_lists_every_value_results_contain(pair):
+    """ "target" (a round without drafts) was missing: here prompt lookup finds nothing at first."""
+    target, draft, ids = pair
+    seen = set(gpt2np.speculative_generate(target, NgramDrafter(), ids, 12).provenance)
+    seen |= set(gpt2np.speculative_generate(target, draft, ids, 7, K=50).provenance)
+    seen |= set(gpt2np.speculative_generate(target, draft, ids, 12, K=4, temperature=1.0,
+                                            rng=np.random.default_rng(0)).provenance)
+    assert "target" in seen and len(seen) >= 3, seen
+    source = inspect.getsource(speculative.SpeculativeResult)
+    comment = source[source.index("provenance:"):source.index("stats:")]
+    assert all(f'"{value}"' in comment for value in seen), (seen, comment)

@@ -106,7 +106,13 @@ def check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_t
         options.append(o)
         stops.append(s)
     check_own_generators(rngs, options)  # after each sequence's temperature is known: only samplers draw
-    return [np.asarray(p) for p in prompts], n_tokens, options, rngs, stops
+    return [checked_copy(p) for p in prompts], [int(n) for n in n_tokens], options, rngs, stops
+
+
+def checked_copy(prompt):  # [n_prompt] ids of any integer dtype -> [n_prompt] np.intp, the batch's own
+    """A checked prompt as the batch keeps it: a copy (the caller may reuse its buffer before the
+    prompt is fed), as np.intp (np.uint64 ids packed with int64 ones would make float64)."""
+    return np.array(prompt, dtype=np.intp)
 
 
 def packed_step(model, calls):  # [(ids_i, cache_i)] -> [[1, n_vocab]]: one logits row per sequence

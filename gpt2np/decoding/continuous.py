@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .autoregressive import check_model
-from .batched import check_sequence, packed_step, request_cache
+from .batched import check_sequence, checked_copy, packed_step, request_cache
 from .sampling import is_greedy, next_token
 from .stream import RoundEvent
 
@@ -128,9 +128,9 @@ class ContinuousBatch(Handles):
         options, stops = check_sequence(self.model, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         check_rng_unshared(rng, options, self._running.values())
-        prompt = np.asarray(prompt_ids)
+        prompt, n_tokens = checked_copy(prompt_ids), int(n_tokens)  # a copy: the prompt is fed at the next step
         handle, self._next = self._next, self._next + 1
-        self._running[handle] = Sequence(prompt, int(n_tokens), options, rng, stops,
+        self._running[handle] = Sequence(prompt, n_tokens, options, rng, stops,
                                          request_cache(self.model, len(prompt) + n_tokens - 1))
         return handle
 

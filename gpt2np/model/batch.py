@@ -210,9 +210,10 @@ def packed_forward(ids, lengths, caches, params, n_head, n_outs):  # [n_rows] ->
     return matmul(x, params["wte"].T)                                # tied head: [sum n_out_i, n_vocab]
 
 
-def check_packed_call(model, calls, n_logits):  # -> ids [B] arrays, n_logits [B] ints
+def check_packed_call(model, calls, n_logits):  # -> ids [B] np.intp arrays, n_logits [B] ints
     """The sequences' ids and caches checked as GPT2.forward checks one (one-line ValueErrors naming the
-    sequence), n_logits one int for all or one per sequence, and no cache given twice."""
+    sequence), n_logits one int for all or one per sequence, and no cache given twice. Ids of any integer
+    dtype come back as np.intp, so that every sequence's ids concatenate to one integer array."""
     if not isinstance(model, GPT2):
         raise ValueError(f"forward_packed needs a GPT2 model, got {type(model).__name__}")
     if not isinstance(calls, (list, tuple)) or not calls:
@@ -231,7 +232,7 @@ def check_packed_call(model, calls, n_logits):  # -> ids [B] arrays, n_logits [B
         if id(cache) in seen:
             raise ValueError(f"sequence {i}'s cache is also another sequence's: each needs its own")
         seen.add(id(cache))
-        all_ids.append(ids)
+        all_ids.append(ids.astype(np.intp, copy=False))  # uint64 with int64 would concatenate to float64
     return all_ids, [int(n) for n in n_logits]
 
 

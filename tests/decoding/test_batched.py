@@ -137,3 +137,26 @@ def test_bad_requests_are_one_line_errors_before_any_work(kwargs, message):
 def test_the_model_must_come_first():
     with pytest.raises(ValueError, match="model must be a model"):
         generate_batch([[1, 2]], random_toy_model(np.random.default_rng(0)), 3)
+
+
+# ---- what callers pass: any integer dtype, arrays as lists, buffers they reuse, streams they loop over -------
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.uint32, np.int8])
+def test_prompts_of_any_integer_dtype_give_generate_s_tokens(dtype):
+    """A np.uint64 prompt packed with int64 ids (a list prompt, any decode step) once concatenated to
+    float64, which cannot index wte: an IndexError inside the pass."""
+    model = GPT2(SMALL, random_params(SMALL, seed=0))
+    prompts = [np.array([1, 2, 3], dtype=dtype), [4, 5]]
+    expected = [generate(model, [1, 2, 3], 4), generate(model, [4, 5], 4)]
+    assert generate_batch(model, prompts, 4) == expected
+    assert generate_batch(model, np.array([[1, 2], [4, 5]], dtype=dtype), 4) == \
+        [generate(model, [1, 2], 4), generate(model, [4, 5], 4)]
+
+
+def test_an_array_prompt_is_copied_when_the_stream_is_made():
+    model = GPT2(SMALL, random_params(SMALL, seed=0))
+    buffer = np.array([1, 2, 3])
+    stream = batch_stream(model, [buffer, [4]], 4)
+    buffer[:] = [7, 8, 9]  # the caller reuses its buffer before the first step
+    first = [t for step in stream for i, event in step if i == 0 for t in event.tokens]
+    assert first == generate(model, [1, 2, 3], 4) != generate(model, [7, 8, 9], 4)

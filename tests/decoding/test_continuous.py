@@ -203,3 +203,31 @@ def test_cancelling_an_unknown_or_finished_handle_is_false(bundled):
     assert len(batch.step()) == 1 and handle not in batch
     assert not batch.cancel(handle) and not batch.cancel(12345)
     assert batch.pop_tokens(handle) == generate(bundled, [1], 1)
+
+
+# ---- prompts of any integer dtype, buffers the caller reuses, handles that are not ints ----------------
+
+def run_to_the_end(batch, handles):
+    while batch:
+        batch.step()
+    return [batch.pop_tokens(h) for h in handles]
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.uint32, np.int8])
+def test_a_newcomer_of_any_integer_dtype_joins_a_running_batch(dtype):
+    """A np.uint64 prompt packed with the running sequence's int64 token once made the pass's ids float64:
+    an IndexError at every step from then on, the running sequence stuck until the newcomer was cancelled."""
+    model = GPT2(SMALL, random_params(SMALL, seed=0))
+    batch = ContinuousBatch(model)
+    running = batch.add([1, 2], 10)
+    batch.step()
+    newcomer = batch.add(np.array([3, 4], dtype=dtype), 5)
+    assert run_to_the_end(batch, [running, newcomer]) == [generate(model, [1, 2], 10), generate(model, [3, 4], 5)]
+
+
+def test_add_copies_an_array_prompt_the_caller_may_reuse_before_the_next_step():
+    model = GPT2(SMALL, random_params(SMALL, seed=0))
+    batch, buffer = ContinuousBatch(model), np.array([1, 2, 3])
+    handle = batch.add(buffer, 4)
+    buffer[:] = [7, 8, 9]
+    assert run_to_the_end(batch, [handle]) == [generate(model, [1, 2, 3], 4)] != [generate(model, [7, 8, 9], 4)]

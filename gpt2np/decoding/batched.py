@@ -35,11 +35,15 @@ from .stream import RoundEvent
 USAGE = "generate_batch(model, prompts, n_tokens, ...)"
 
 
-def per_sequence(value, n, name, is_one=lambda v: not isinstance(v, (list, tuple))):  # -> [n] values
+def is_list(value):  # a list, a tuple or a 1-D array: one value per sequence
+    return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1)
+
+
+def per_sequence(value, n, name, is_one=lambda v: not is_list(v)):  # -> [n] values
     """value for every one of n sequences, or its list of one value per sequence (checked later)."""
     if is_one(value):
         return [value] * n
-    if isinstance(value, (list, tuple)) and len(value) == n:
+    if is_list(value) and len(value) == n:
         return list(value)
     raise ValueError(f"{name} must be one value for every sequence or a list of one per prompt ({n}), "
                      f"got a {type(value).__name__} of {len(value)}")
@@ -53,15 +57,16 @@ def is_one_stop_list(stop_tokens):
 
 
 def check_prompts(prompts):  # -> list of prompts
-    """A list of prompts, each a list of ids; one prompt (a flat list of ints) is a one-line error."""
-    if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
-        return list(prompts)
-    if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+    """A list of prompts (or a 2-D array, a row each), each a list of ids; none at all, or one prompt
+    (a flat list of ints), is a one-line error."""
+    rows = list(prompts) if isinstance(prompts, np.ndarray) and prompts.ndim == 2 else prompts  # [B, n] -> B rows
+    if not isinstance(rows, (list, tuple)) or len(rows) == 0:
+        shape = f" of shape {prompts.shape}" if isinstance(prompts, np.ndarray) else ""
         raise ValueError(f"prompts must be a non-empty list of prompts (each a list of token ids), "
-                         f"got {type(prompts).__name__}")
-    if all(isinstance(p, (int, np.integer)) for p in prompts):
+                         f"got {type(prompts).__name__}{shape}")
+    if all(isinstance(p, (int, np.integer)) for p in rows):
         raise ValueError("prompts must be a list of prompts, got one list of ints: for one prompt pass [prompt_ids]")
-    return list(prompts)
+    return list(rows)
 
 
 def check_own_generators(rngs, options):

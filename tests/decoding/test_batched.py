@@ -117,6 +117,7 @@ def test_a_generator_shared_between_sequences_is_refused_and_would_break_exactne
 @pytest.mark.parametrize("kwargs, message", [
     (dict(prompts=[1, 2, 3]), "for one prompt pass \\[prompt_ids\\]"),
     (dict(prompts=[]), "non-empty list of prompts"),
+    (dict(prompts=np.zeros((0, 3), dtype=int)), "non-empty list of prompts .* got ndarray of shape \\(0, 3\\)"),
     (dict(n_tokens=[3, 3]), "n_tokens must be one value for every sequence or a list of one per prompt \\(3\\)"),
     (dict(temperature=[0, -1, 0]), "sequence 1: temperature must be a finite number"),
     (dict(temperature=[0, 0, 0.5]), "sequence 2: sampling \\(temperature 0.5 > 0\\) needs rng"),
@@ -151,6 +152,19 @@ def test_prompts_of_any_integer_dtype_give_generate_s_tokens(dtype):
     assert generate_batch(model, prompts, 4) == expected
     assert generate_batch(model, np.array([[1, 2], [4, 5]], dtype=dtype), 4) == \
         [generate(model, [1, 2], 4), generate(model, [4, 5], 4)]
+
+
+def test_one_dimensional_arrays_are_per_sequence_lists():
+    model = random_toy_model(np.random.default_rng(3), n_vocab=5, order=2)
+    prompts, seeds = [[0], [1, 2]], [5, 6]
+    as_lists = generate_batch(model, prompts, [3, 6], temperature=[0.5, 1.5], top_k=[2, 4],
+                              rng=[np.random.default_rng(s) for s in seeds])
+    as_arrays = generate_batch(model, prompts, np.array([3, 6]), temperature=np.array([0.5, 1.5]),
+                               top_k=np.array([2, 4]), rng=[np.random.default_rng(s) for s in seeds])
+    assert as_arrays == as_lists and [len(t) for t in as_arrays] == [3, 6]
+    with pytest.raises(ValueError, match="n_tokens must be one value for every sequence or a list of one per "
+                                         "prompt \\(2\\), got a ndarray of 3"):
+        generate_batch(model, prompts, np.array([3, 6, 1]))
 
 
 def test_an_array_prompt_is_copied_when_the_stream_is_made():

@@ -250,6 +250,7 @@ def test_stream_events_add_up_to_the_tokens_and_sequences_leave_when_done():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(prompts=[1, 2, 3]), "for one prompt pass \\[prompt_ids\\]"),
+    (dict(prompts=np.zeros((0, 2), dtype=int)), "non-empty list of prompts .* got ndarray of shape \\(0, 2\\)"),
     (dict(K=[1, 2]), "K must be one value for every sequence or a list of one per prompt \\(3\\)"),
     (dict(K=[1, -1, 2]), "sequence 1: K \\(draft tokens per round\\) must be an integer >= 0"),
     (dict(K=[1, 2, True]), "sequence 2: K .* got True"),
@@ -363,3 +364,15 @@ def test_auto_K_is_refused_per_sequence_and_K_max_is_checked():
         speculative_generate_batch(target, draft, prompts, n_tokens, K=["auto", 2])
     with pytest.raises(ValueError, match="K_max must be an integer >= 1, got 0"):
         speculative_generate_batch(target, draft, prompts, n_tokens, K="auto", K_max=0)
+
+
+# ---- what callers pass: any integer dtype, arrays as lists, a stream they loop over --------------------------
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int8])
+def test_prompts_of_any_integer_dtype_and_per_sequence_arrays(dtype):
+    target, draft = GPT2(SMALL, random_params(SMALL, seed=1)), GPT2(SMALL, random_params(SMALL, seed=2))
+    prompts = [np.array([1, 2, 3], dtype=dtype), [4, 5]]
+    out = speculative_generate_batch(target, draft, prompts, np.array([6, 4]), K=np.array([2, 0]))
+    assert out == [generate(target, [1, 2, 3], 6), generate(target, [4, 5], 4)]
+    assert speculative_generate_batch(target, draft, np.array([[1, 2], [4, 5]], dtype=dtype), 5, K=3) == \
+        [generate(target, [1, 2], 5), generate(target, [4, 5], 5)]

@@ -30,7 +30,7 @@ from ..model.forward import GPT2
 from .autoregressive import (check_generation_request, check_model, check_rng, default_temperature, request_cache,
                              stop_set)
 from .sampling import check_sampling_options, is_greedy, next_token
-from .stream import RoundEvent
+from .stream import RoundEvent, Stream
 
 USAGE = "generate_batch(model, prompts, n_tokens, ...)"
 
@@ -126,9 +126,23 @@ def packed_step(model, calls):  # [(ids_i, cache_i)] -> [[1, n_vocab]]: one logi
     return forward_separately(model, calls)  # any model of the interface: one forward call each
 
 
+class BatchStep(list):
+    """One step of a batch: [(sequence, RoundEvent)] for the sequences it served, a list as before. Its
+    tokens and provenance are theirs, sequence after sequence, so a Stream of steps keeps in .tokens
+    every token the batch emitted so far, and in .result each sequence's tokens."""
+
+    @property
+    def tokens(self):
+        return [t for _, event in self for t in event.tokens]
+
+    @property
+    def provenance(self):
+        return [p for _, event in self for p in event.provenance]
+
+
 def batch_steps(model, prompts, n_tokens, options, rngs, stops):
-    """The loop as a generator: per packed call, [(sequence, RoundEvent of its one token)] for the
-    sequences in that call; returns every sequence's tokens. Finished sequences leave the call."""
+    """The loop as a generator: per packed call, a BatchStep of (sequence, RoundEvent of its one token)
+    for the sequences in that call; returns every sequence's tokens. Finished sequences leave the call."""
     caches = [request_cache(model, len(p) + n - 1) for p, n in zip(prompts, n_tokens)]
     outputs = [[] for _ in prompts]
     feeds = dict(enumerate(prompts))  # the sequences still running -> the ids they feed next (first: the prompt)
@@ -144,29 +158,33 @@ def batch_steps(model, prompts, n_tokens, options, rngs, stops):
                 del feeds[i]  # its last token is never fed: nothing would read its logits
             else:
                 feeds[i] = np.array(outputs[i][-1:])  # [1]
-        yield step
+        yield BatchStep(step)
     return outputs
 
 
 def batch_stream(model, prompts, n_tokens, *, temperature=None, top_k=None, top_p=None, rng=None,
                  stop_tokens=None):
-    """generate_batch step by step: checks every sequence now, then yields, per packed forward pass, a
-    list of (sequence index, RoundEvent) for the sequences it served; its return value (StopIteration's
-    value) is every sequence's tokens."""
+    """generate_batch step by step: checks every sequence now, then returns a Stream (stream.py) that
+    yields, per packed forward pass, a BatchStep: a list of (sequence index, RoundEvent) for the
+    sequences it served. Once it is exhausted, .result is every sequence's tokens (kept if iterated
+    again; run() returns it); .close() stops it where it is.
+
+    >>> from gpt2np.teach.toy_models import random_toy_model
+    >>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
+    >>> stream = batch_stream(model, [[0], [1, 2]], n_tokens=[3, 1])
+    >>> [[i for i, _ in step] for step in stream], stream.result == generate_batch(model, [[0], [1, 2]], [3, 1])
+    ([[0, 1], [0], [0]], True)
+    """
     checked = check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_tokens)
-    return batch_steps(model, *checked)
+    return Stream(batch_steps(model, *checked))
 
 
 def generate_batch(model, prompts, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,
                    stop_tokens=None):
     """generate for several prompts at once: a list of each sequence's new tokens, each exactly what
     generate(model, prompts[i], n_tokens[i], ...) returns with the same options and an identically
-    seeded rng. Every argument is one value for all sequences or a list with one per prompt
-    (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...]."""
-    steps = batch_stream(model, prompts, n_tokens, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
-                         stop_tokens=stop_tokens)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
+    seeded rng. Every argument is one value for all sequences or a list with one per prompt, but
+    stop_tokens: a flat list of ids stops every sequence, [[a], [b]] is per sequence (module docstring);
+    sampling needs one generator per sequence, rng=[...]."""
+    return batch_stream(model, prompts, n_tokens, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
+                        stop_tokens=stop_tokens).run()

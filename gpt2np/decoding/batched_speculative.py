@@ -47,12 +47,12 @@ from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import FEW_ROWS, BatchAutoK
 from .policies import checked_K_max
-from .batched import check_batch, per_sequence, request_cache
+from .batched import BatchStep, check_batch, per_sequence, request_cache
 from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
-from .stream import RoundEvent
+from .stream import RoundEvent, Stream
 from .tree_kernel import chain_round_result
 
 USAGE = "speculative_generate_batch(target, draft, prompts, n_tokens, ...)"
@@ -251,12 +251,12 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
 
 
 def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_each, policy=None):
-    """The loop as a generator: per round, [(sequence, RoundEvent)] for the sequences in it; returns
-    every sequence's tokens. A sequence leaves after n_tokens or its first stop token. policy: a
-    BatchAutoK choosing each round's K for all (K="auto"), or None for each sequence's own K."""
+    """The loop as a generator: per round, a BatchStep (batched.py) of (sequence, RoundEvent) for the
+    sequences in it; returns every sequence's tokens. A sequence leaves after n_tokens or its first stop
+    token. policy: a BatchAutoK choosing each round's K for all (K="auto"), or None for each its own K."""
     running = list(range(len(seqs)))
     while running:
-        yield batch_round(target, draft, seqs, running, verify, roll_back, policy)
+        yield BatchStep(batch_round(target, draft, seqs, running, verify, roll_back, policy))
         running = [i for i in running if seqs[i].running()]
     return [s.context[len(s.prompt):] for s in seqs]
 
@@ -272,30 +272,30 @@ def batch_auto_K(target, draft, K_max):  # -> BatchAutoK for this pair
 def speculative_batch_stream(target, draft, prompts, n_tokens, *, K=DEFAULT_K, temperature=None, top_k=None,
                              top_p=None, rng=None, stop_tokens=None, K_max=8, verify=verify_each,
                              roll_back=roll_back_each):
-    """speculative_generate_batch round by round: checks every sequence now, then yields, per round (one
-    packed target call), a list of (sequence index, RoundEvent) for the sequences it served; its return
-    value (StopIteration's value) is every sequence's tokens. verify and roll_back exist for teaching:
-    pass a broken one (teach/broken_batch_kernels.py) and watch the exact tests fail."""
+    """speculative_generate_batch round by round: checks every sequence now, then returns a Stream
+    (stream.py) that yields, per round (one packed target call), a BatchStep: a list of (sequence index,
+    RoundEvent) for the sequences it served; once exhausted, .result is every sequence's tokens (as
+    batched.batch_stream's). verify and roll_back exist for teaching: pass a broken one
+    (teach/broken_batch_kernels.py) and watch the exact tests fail."""
     seqs = open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens)
     auto = isinstance(K, str) and K == "auto"
     policy = batch_auto_K(target, draft, int(K_max)) if auto else None
-    return batch_rounds(target, draft, seqs, verify, roll_back, policy)
+    return Stream(batch_rounds(target, draft, seqs, verify, roll_back, policy))
 
 
 def speculative_generate_batch(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,
-                               top_p=None, rng=None, *, stop_tokens=None, K_max=8, **teaching):
+                               top_p=None, rng=None, *, stop_tokens=None, K_max=8, verify=verify_each,
+                               roll_back=roll_back_each):
     """speculative_generate for several prompts at once: a list of each sequence's new tokens, each
     exactly what speculative_generate(target, draft, prompts[i], n_tokens[i], K[i], ...).tokens returns
     with the same options and an identically seeded rng (K[i] = 0: generate's). draft: a model (the
     draft model's calls are packed too). Every argument is one value for all sequences or a list with
-    one per prompt (stop_tokens: a list of lists); sampling needs one generator per sequence, rng=[...].
+    one per prompt, but stop_tokens: a flat list of ids stops every sequence, [[a], [b]] is per sequence
+    (batched.py's docstring); sampling needs one generator per sequence, rng=[...].
     K="auto": each round one K for every running sequence, the batch's best goodput from its measured
     costs (batch_policy.BatchAutoK, at most K_max), so that a full batch stops drafting where its
-    rows cannot pay; a sequence then gets the target's law, not its solo run's draws."""
-    steps = speculative_batch_stream(target, draft, prompts, n_tokens, K=K, temperature=temperature, top_k=top_k,
-                                     top_p=top_p, rng=rng, stop_tokens=stop_tokens, K_max=K_max, **teaching)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
+    rows cannot pay; a sequence then gets the target's law, not its solo run's draws. verify, roll_back:
+    speculative_batch_stream's (teaching)."""
+    return speculative_batch_stream(target, draft, prompts, n_tokens, K=K, temperature=temperature, top_k=top_k,
+                                    top_p=top_p, rng=rng, stop_tokens=stop_tokens, K_max=K_max, verify=verify,
+                                    roll_back=roll_back).run()

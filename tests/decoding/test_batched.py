@@ -174,3 +174,16 @@ def test_an_array_prompt_is_copied_when_the_stream_is_made():
     buffer[:] = [7, 8, 9]  # the caller reuses its buffer before the first step
     first = [t for step in stream for i, event in step if i == 0 for t in event.tokens]
     assert first == generate(model, [1, 2, 3], 4) != generate(model, [7, 8, 9], 4)
+
+
+def test_batch_stream_keeps_every_sequence_s_tokens_after_a_for_loop():
+    model = random_toy_model(np.random.default_rng(3), n_vocab=5, order=2)
+    prompts, n_tokens = [[0], [1, 2], [3]], [4, 1, 6]
+    stream = batch_stream(model, prompts, n_tokens)
+    seen = [[] for _ in prompts]
+    for step in stream:
+        for i, event in step:
+            seen[i] += event.tokens
+    assert stream.result == seen == generate_batch(model, prompts, n_tokens)
+    assert list(stream) == [] and stream.result == seen, "iterated again: nothing more, the result kept"
+    assert stream.run() == seen and sorted(stream.tokens) == sorted(t for tokens in seen for t in tokens)

@@ -274,6 +274,16 @@ def test_bad_requests_are_one_line_errors_naming_the_sequence(kwargs, message):
     assert "\n" not in str(info.value)
 
 
+def test_options_the_batch_does_not_take_are_refused_under_its_own_name():
+    """trace, tree, calibrate: speculative_generate's; the batch once passed them on to speculative_batch_stream,
+    whose name the TypeError then gave."""
+    target, draft, prompts, n_tokens, K, _ = toy_batch(**BATCHES["3 tokens, eot=2"])
+    for option in ("trace", "tree", "calibrate"):
+        with pytest.raises(TypeError, match=f"^speculative_generate_batch\\(\\) got an unexpected keyword "
+                                            f"argument '{option}'$"):
+            speculative_generate_batch(target, draft, prompts, n_tokens, K=K, **{option: True})
+
+
 def test_n_tokens_past_the_draft_is_fine_for_a_plain_sequence():
     rng = np.random.default_rng(6)
     target, draft = random_toy_model(rng, 3, n_ctx=20), random_toy_model(rng, 3, n_ctx=4)
@@ -376,3 +386,15 @@ def test_prompts_of_any_integer_dtype_and_per_sequence_arrays(dtype):
     assert out == [generate(target, [1, 2, 3], 6), generate(target, [4, 5], 4)]
     assert speculative_generate_batch(target, draft, np.array([[1, 2], [4, 5]], dtype=dtype), 5, K=3) == \
         [generate(target, [1, 2], 5), generate(target, [4, 5], 5)]
+
+
+def test_the_stream_keeps_every_sequence_s_tokens_after_a_for_loop():
+    rng = np.random.default_rng(5)
+    target, draft = random_toy_model(rng, 4, order=3), random_toy_model(rng, 4)
+    stream = speculative_batch_stream(target, draft, [[0], [1], [2]], [9, 2, 5], K=[3, 1, 2])
+    seen = [[], [], []]
+    for step in stream:
+        for i, event in step:
+            seen[i] += event.tokens
+    assert stream.result == seen == [generate(target, [p], n) for p, n in zip(range(3), [9, 2, 5])]
+    assert list(stream) == [] and stream.run() == seen, "iterated again: nothing more, the result kept"

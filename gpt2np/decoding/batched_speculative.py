@@ -118,14 +118,22 @@ def not_batched(draft):  # -> what the refusal says of the draft that was given
     return f"got {type(draft).__name__}"
 
 
+def check_draft_room(draft, prompt, n_tokens):
+    """The draft's context holds the prompt and n_tokens too; the error says it is the draft's."""
+    try:
+        check_generation_request(draft, prompt, n_tokens)
+    except ValueError as error:
+        raise ValueError(f"draft: {error}, or pass K=0 (plain decoding: the draft never sees it)") from None
+
+
 def check_draft(target, draft, prompts, n_tokens, Ks):
     """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
     check_draft_model(target, draft)
     for i in (i for i, k in enumerate(Ks) if k > 0):  # K = 0: the draft never sees that sequence
         try:
-            check_generation_request(draft, prompts[i], n_tokens[i])
+            check_draft_room(draft, prompts[i], n_tokens[i])
         except ValueError as error:
-            raise ValueError(f"sequence {i}: draft: {error}") from None
+            raise ValueError(f"sequence {i}: {error}") from None
 
 
 def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):

@@ -38,10 +38,10 @@ draws.
 """
 import numpy as np
 
-from .autoregressive import check_generation_request, check_model
+from .autoregressive import check_model
 from .batched import check_sequence, request_cache
-from .batched_speculative import (Sequence, batch_auto_K, batch_round, check_draft_model, roll_back_each,
-                                  verify_each)
+from .batched_speculative import (Sequence, batch_auto_K, batch_round, check_draft_model, check_draft_room,
+                                  roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -111,7 +111,7 @@ class ContinuousSpeculativeBatch(Handles):
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         if K:
-            check_generation_request(self.draft, prompt_ids, n_tokens)  # the draft sees it too
+            check_draft_room(self.draft, prompt_ids, n_tokens)  # the draft sees it too
         check_rng_unshared(rng, options, self._running.values())
         prompt = [int(t) for t in prompt_ids]
         handle, self._next = self._next, self._next + 1

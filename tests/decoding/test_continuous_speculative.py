@@ -205,6 +205,15 @@ def test_bad_requests_are_one_line_errors(kwargs, message):
     assert "\n" not in str(error.value) and len(batch) == 0
 
 
+def test_a_prompt_too_long_for_the_draft_alone_names_the_draft():
+    """The target's context is 64: a message about "the context of 8 tokens" read as a wrong one."""
+    rng = np.random.default_rng(0)
+    batch = ContinuousSpeculativeBatch(random_toy_model(rng, 4, n_ctx=64), random_toy_model(rng, 4, n_ctx=8))
+    with pytest.raises(ValueError, match=r"^draft: prompt \(6 tokens\) \+ n_tokens \(5\) = 11 exceeds .* of 8 "
+                                         r"tokens; .*, or pass K=0") as error:
+        batch.add([1] * 6, 5, K=2)
+    assert "\n" not in str(error.value) and len(batch) == 0
+    assert batch.add([1] * 6, 5, K=0) == 0 and len(batch) == 1  # K = 0: the draft never sees it
 def test_the_models_and_shared_generators_are_refused():
     rng = np.random.default_rng(0)
     target = random_toy_model(rng, 4)

@@ -87,6 +87,12 @@ class Handles:
     def _is_handle(self, handle):  # an int add() could have returned (a list, say, cannot be looked up)
         return isinstance(handle, (int, np.integer)) and not isinstance(handle, bool) and 0 <= handle < self._next
 
+    def _int_handle(self, handle, call):  # -> handle, or a TypeError: True would pass for handle 1
+        if isinstance(handle, bool) or not isinstance(handle, (int, np.integer)):
+            raise TypeError(f"{call.format(repr(handle))}: a handle is an int that add returned, "
+                            f"got {type(handle).__name__}")
+        return handle
+
     def _finished_handle(self, handle, method):  # -> handle, or a ValueError that says why it has no tokens
         """A handle neither running nor finished and unpopped is named with why: a long-running batch
         keeps no record of what it cancelled or popped, so those two are told apart from a handle it never gave."""
@@ -101,7 +107,7 @@ class Handles:
         return list(self._running)
 
     def __contains__(self, handle):
-        return handle in self._running
+        return self._int_handle(handle, "{} in batch") in self._running
 
     def __len__(self):
         return len(self._running)
@@ -135,8 +141,9 @@ class ContinuousBatch(Handles):
         return handle
 
     def cancel(self, handle):
-        """Take a running sequence out now (its client left); True if it was running."""
-        return self._running.pop(handle, None) is not None
+        """Take a running sequence out now (its client left); True if it was running. A handle is an
+        int add returned (anything else is a TypeError)."""
+        return self._running.pop(self._int_handle(handle, "cancel({})"), None) is not None
 
     def step(self):  # -> [(handle, RoundEvent)]
         """One packed forward pass over every running sequence; each that has fed its whole prompt

@@ -125,7 +125,9 @@ class ContinuousSpeculativeBatch(Handles):
         return handle
 
     def cancel(self, handle):
-        """Take a running sequence out now (its client left); True if it was running."""
+        """Take a running sequence out now (its client left); True if it was running. A handle is an
+        int add returned (anything else is a TypeError)."""
+        handle = self._int_handle(handle, "cancel({})")
         self._auto.pop(handle, None)
         self._newcomers.discard(handle)
         return self._running.pop(handle, None) is not None

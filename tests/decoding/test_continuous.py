@@ -3,6 +3,8 @@ cancelled at any step, and every one that runs to its end gets exactly what gene
 (greedy token for token, sampled draw for draw from its own seeded rng); each step is one packed
 forward pass in which a newcomer's prompt rows ride with the others' last tokens.
 """
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -231,3 +233,16 @@ def test_add_copies_an_array_prompt_the_caller_may_reuse_before_the_next_step():
     handle = batch.add(buffer, 4)
     buffer[:] = [7, 8, 9]
     assert run_to_the_end(batch, [handle]) == [generate(model, [1, 2, 3], 4)] != [generate(model, [7, 8, 9], 4)]
+
+
+@pytest.mark.parametrize("handle", [True, [1], 1.0, None])
+def test_a_handle_that_is_not_an_int_is_a_one_line_type_error(handle):
+    """cancel(True) once cancelled handle 1 (True == 1 to a dict), cancel([1]) said "unhashable type"."""
+    batch = ContinuousBatch(random_toy_model(np.random.default_rng(0), n_vocab=4))
+    handles = [batch.add([0], 3), batch.add([1], 3)]
+    message = f"cancel({handle!r}): a handle is an int that add returned, got {type(handle).__name__}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        batch.cancel(handle)
+    with pytest.raises(TypeError, match="in batch: a handle is an int that add returned"):
+        handle in batch
+    assert batch.running == handles and np.int64(1) in batch and batch.cancel(np.int64(1)) and 1 not in batch

@@ -214,6 +214,27 @@ def test_a_prompt_too_long_for_the_draft_alone_names_the_draft():
         batch.add([1] * 6, 5, K=2)
     assert "\n" not in str(error.value) and len(batch) == 0
     assert batch.add([1] * 6, 5, K=0) == 0 and len(batch) == 1  # K = 0: the draft never sees it
+
+
+def test_newcomers_of_any_integer_dtype_and_handles_that_are_not_ints():
+    rng = np.random.default_rng(0)
+    target, draft = GPT2(SMALL, random_params(SMALL, rng)), GPT2(SMALL, random_params(SMALL, rng))
+    batch = ContinuousSpeculativeBatch(target, draft)
+    running = batch.add([1, 2], 8, K=2)
+    batch.step()
+    newcomer = batch.add(np.array([3, 4], dtype=np.uint64), 5, K=3)
+    for handle in (True, [1], 1.0):
+        with pytest.raises(TypeError, match=r"a handle is an int that add returned"):
+            batch.cancel(handle)
+        with pytest.raises(TypeError, match=r"in batch: a handle is an int that add returned"):
+            handle in batch
+    assert batch.running == [running, newcomer], "cancel(True) must not cancel handle 1"
+    while batch:
+        batch.step()
+    assert [batch.pop_tokens(h) for h in (running, newcomer)] == [generate(target, [1, 2], 8),
+                                                                   generate(target, [3, 4], 5)]
+
+
 def test_the_models_and_shared_generators_are_refused():
     rng = np.random.default_rng(0)
     target = random_toy_model(rng, 4)

@@ -9,10 +9,15 @@ greedy, the same draws from an identically seeded rng when sampling. (Its logits
 run's only by float32 rounding, ~1e-5: an argmax or a draw could flip only at a near tie.) A model
 other than GPT2 (the toy models) runs the same loop with one forward call per sequence.
 
-Per-sequence arguments are one value for every sequence or a list with one per prompt; stop_tokens is
-per sequence only as a list of lists (or None / one id each): a flat list of ids stops every sequence,
-as in generate. Sampled sequences need one np.random.Generator each: one generator shared between
-sequences would make each one's draws depend on when the others draw.
+Per-sequence arguments are one value for every sequence or a list (or 1-D array) with one per prompt.
+stop_tokens is the exception, because one sequence's stops are already a list:
+  - a list of ids only (or None, one id, a set, a 1-D array) is ONE stop set for every sequence,
+    whatever its length, as in generate: with two prompts, [a, b] stops both at a or at b;
+  - a list in which some entry is None or a list is per sequence, one entry per prompt: [[a], [b]]
+    stops the first at a and the second at b; [a, None] stops the first at a, the second only at eot_id.
+Sampled sequences need one np.random.Generator each: one generator shared between sequences would make
+each one's draws depend on when the others draw. batch_stream is the same run step by step, as a
+Stream (stream.py) of BatchSteps.
 
 >>> from gpt2np.decoding.autoregressive import generate
 >>> from gpt2np.teach.toy_models import random_toy_model
@@ -50,7 +55,12 @@ def per_sequence(value, n, name, is_one=lambda v: not is_list(v)):  # -> [n] val
 
 
 def is_one_stop_list(stop_tokens):
-    """None, one id, a set, or a flat sequence of ids: the same stops for every sequence."""
+    """The stop rule (module docstring): a list of ids only (or None, one id, a set, a 1-D array) is one
+    stop set for every sequence, whatever its length; a list holding None or a list has one entry per sequence.
+
+    >>> is_one_stop_list([26, 1]), is_one_stop_list([[26], [1]]), is_one_stop_list([26, None])
+    (True, False, False)
+    """
     if stop_tokens is None or not isinstance(stop_tokens, (list, tuple)):
         return True
     return all(isinstance(t, (int, np.integer)) for t in stop_tokens)

@@ -167,6 +167,20 @@ def test_one_dimensional_arrays_are_per_sequence_lists():
         generate_batch(model, prompts, np.array([3, 6, 1]))
 
 
+def test_the_stop_rule_a_flat_list_stops_every_sequence_lists_are_per_sequence():
+    """The rule of the module docstring: [a, b] is one stop set for all, whatever the number of prompts."""
+    model = random_toy_model(np.random.default_rng(3), n_vocab=5, order=2)
+    prompts = [[0], [1, 2]]
+    a, b = generate(model, prompts[0], 1)[0], generate(model, prompts[1], 1)[0]
+    assert a != b, "the two prompts' first greedy tokens should differ for this test to tell the rules apart"
+    flat = generate_batch(model, prompts, 6, stop_tokens=[a, b])
+    assert flat == [generate(model, p, 6, stop_tokens=[a, b]) for p in prompts] == [[a], [b]]
+    assert generate_batch(model, prompts, 6, stop_tokens=[[b], [a]]) == \
+        [generate(model, prompts[0], 6, stop_tokens=[b]), generate(model, prompts[1], 6, stop_tokens=[a])]
+    assert generate_batch(model, prompts, 6, stop_tokens=[b, None]) == \
+        [generate(model, prompts[0], 6, stop_tokens=b), generate(model, prompts[1], 6)]
+
+
 def test_an_array_prompt_is_copied_when_the_stream_is_made():
     model = GPT2(SMALL, random_params(SMALL, seed=0))
     buffer = np.array([1, 2, 3])

@@ -11,7 +11,9 @@ import pytest
 from gpt2np.decoding import batch_policy, batched_speculative
 from gpt2np.decoding.batch_policy import BatchAutoK, goodputs
 from gpt2np.decoding.batched import generate_batch
+from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
+from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
 from gpt2np.teach import batch_simulation
@@ -279,11 +281,14 @@ def test_a_round_where_no_sequence_drafts_is_the_plain_batched_step(monkeypatch)
 
 
 def test_mixed_rounds_stay_exact_when_the_last_rounds_are_plain():
+    """Rounds where some sequences draft and others are clamped to k = 0 (their last token, or K = 0):
+    each sequence draws what speculative_generate (K = 0: generate) draws alone from the same seed."""
     rng = np.random.default_rng(7)
     target, draft = random_toy_model(rng, 5, order=3), random_toy_model(rng, 5)
-    prompts, n_tokens = [[0], [1, 2], [3]], [7, 3, 5]
-    rngs = lambda: [np.random.default_rng(10 + s) for s in range(3)]  # noqa: E731
-    got = speculative_generate_batch(target, draft, prompts, n_tokens, K=[2, 3, 0], temperature=1.0, rng=rngs())
-    solo = [speculative_generate_batch(target, draft, [p], [n], K=[k], temperature=1.0, rng=[r])[0]
-            for p, n, k, r in zip(prompts, n_tokens, [2, 3, 0], rngs())]
+    prompts, n_tokens, Ks = [[0], [1, 2], [3]], [7, 3, 5], [2, 3, 0]
+    rngs = [np.random.default_rng(10 + s) for s in range(3)]
+    got = speculative_generate_batch(target, draft, prompts, n_tokens, K=Ks, temperature=1.0, rng=rngs)
+    solo = [speculative_generate(target, draft, p, n, K=k, temperature=1.0, rng=np.random.default_rng(10 + s)).tokens
+            if k else generate(target, p, n, temperature=1.0, rng=np.random.default_rng(10 + s))
+            for s, (p, n, k) in enumerate(zip(prompts, n_tokens, Ks))]
     assert got == solo, f"batch {got} against each alone {solo}"

@@ -13,6 +13,7 @@ import gpt2np
 from conftest import random_params
 from gpt2np.decoding import batched_speculative
 from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.batch_policy import BatchAutoK
 from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.model.config import GPT2Config
@@ -309,30 +310,32 @@ def test_the_models_are_checked_first(args, message):
 
 # ---- K="auto": one K for the batch from its measured costs (batch_policy.BatchAutoK) -----------------
 
-@pytest.mark.parametrize("few_rows", [16, None], ids=["large target", "small target"])
-def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch, few_rows):
-    """few_rows None: untimed row counts priced by their line (a target of small weights, batch_auto_K)."""
-    from gpt2np.decoding.batch_policy import BatchAutoK
-    monkeypatch.setattr(batched_speculative, "batch_auto_K",
-                        lambda target, draft, K_max: BatchAutoK(K_max, 0.5, few_rows=few_rows))
+def recording_choices(monkeypatch):  # -> the list of every K BatchAutoK.choose returns from now on
+    """The policy's own choices: a round's event.K is also clamped to the tokens left, and a fixed K
+    sequence's K is its own, so the events' Ks vary even under a policy that always answers the same."""
+    chosen, choose = [], BatchAutoK.choose
+    monkeypatch.setattr(BatchAutoK, "choose", lambda self, *a, **k: chosen.append(choose(self, *a, **k)) or chosen[-1])
+    return chosen
+
+
+def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
+    monkeypatch.setattr(batched_speculative, "batch_auto_K", lambda target, draft, K_max: BatchAutoK(K_max, 0.5))
     target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
     expected = product_of_target_laws(target, prompts, n_tokens, options)
     per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]
            for key in ("temperature", "top_k", "top_p")}
-    used = set()
+    chosen = recording_choices(monkeypatch)
 
     def run(rng):
-        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())  # uneven, replayed on every path
-        rounds = speculative_batch_stream(target, draft, prompts, n_tokens, K="auto", K_max=3,
+        # a fresh clock on every path: each replays the same timings (real time would change the policy's
+        # choices between the runs that enumerate one path's prefix)
+        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())
+        stream = speculative_batch_stream(target, draft, prompts, n_tokens, K="auto", K_max=3,
                                           rng=[RngView(rng), RngView(rng)], **per)
-        while True:
-            try:
-                used.update(event.K for _, event in next(rounds))
-            except StopIteration as done:
-                return tuple(tuple(tokens) for tokens in done.value)
+        return tuple(tuple(tokens) for tokens in stream.run())
     got = exact_distribution(run)
     assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
-    assert len(used) >= 2, used  # K really varied between rounds: not the fixed case again
+    assert len(set(chosen)) >= 2, set(chosen)  # the policy's K really varied: not the fixed case again
 
 
 def test_auto_K_batch_gives_the_targets_greedy_tokens_on_the_bundled_pair(pair):
@@ -345,7 +348,6 @@ def test_auto_K_batch_gives_the_targets_greedy_tokens_on_the_bundled_pair(pair):
 def scripted_policy(rows_seconds, draft_step_seconds, alpha, B, rounds=60):
     """A BatchAutoK run for `rounds` rounds of B sequences against these costs (noise-free), each
     examined position's overlap alpha: the K it asks for after them."""
-    from gpt2np.decoding.batch_policy import BatchAutoK
     policy = BatchAutoK(K_max=8, c_prior=0.05)
     for t in range(rounds):
         k = policy.choose(B)

@@ -96,7 +96,7 @@ def test_a_chunked_prefill_gives_the_same_tokens_and_draws_nothing_early(bundled
     got, sizes = run_schedule(bundled, requests, prefill_chunk=3)
     assert_each_as_alone(bundled, requests, got, f"{bundled.name}, prefill_chunk=3")
     batch = ContinuousBatch(bundled, prefill_chunk=3)
-    handle = batch.add(list(range(7)), 2)
+    batch.add(list(range(7)), 2)
     assert [batch.step() for _ in range(2)] == [[], []] and len(batch.step()) == 1  # 3 + 3 + 1 rows, then a token
 
 

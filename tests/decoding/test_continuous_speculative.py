@@ -3,9 +3,10 @@
 (1) greedy and seeded sampling with fixed K: every sequence equals speculative_generate alone (K = 0:
 generate), whatever joins, finishes or is cancelled around it, on toy pairs, a small GPT-2 pair and
 the bundled pair; (2) the exact joint law of two sequences, the second joining a round late, with
-K="auto" for both under an uneven scripted clock, equals the product of the target's laws, and the
-broken verifiers that couple the sequences' coins (teach/broken_batch_kernels.py) fail that check; (3) one packed target call per round;
-(4) one-line errors.
+K="auto" for both (a scripted clock, fresh on every enumerated path; the policy's K varies), equals the
+product of the target's laws, and the broken verifiers that couple the sequences' coins
+(teach/broken_batch_kernels.py) fail that check; (3) one packed target call per round; (4) one-line
+errors: bad requests, a prompt too long for the draft, handles that are not ints.
 """
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from gpt2np.model.forward import GPT2
 from gpt2np.teach.broken_batch_kernels import BROKEN_BATCH_VARIANTS
 from gpt2np.teach.exact import exact_distribution, exact_target_distribution, max_abs_difference, total_variation
 from gpt2np.teach.toy_models import random_toy_model
-from test_batched_speculative import EXACT, PROMPTS, SMALL, RngView, rng_of
+from test_batched_speculative import EXACT, PROMPTS, SMALL, RngView, recording_choices, rng_of
 from test_drafters_policies import ScriptedClock
 
 
@@ -42,8 +43,9 @@ def solo(target, draft, r):  # r: dict(prompt, n, K, options, seed, stops, join[
 
 def run_schedule(target, draft, requests, K_max=8):
     """Request i joins before round r["join"] and is cancelled before round r.get("cancel"); returns
-    each request's tokens, the batch's size at each round, and every event's K."""
-    batch, handles, tokens, sizes, Ks, step = ContinuousSpeculativeBatch(target, draft, K_max), {}, {}, [], [], 0
+    each request's tokens, the batch's size at each round, and each request's RoundEvents."""
+    batch, handles, tokens, sizes, step = ContinuousSpeculativeBatch(target, draft, K_max), {}, {}, [], 0
+    events = {i: [] for i in range(len(requests))}
     while step == 0 or batch or any(r["join"] >= step for r in requests):
         for i, r in enumerate(requests):
             if r["join"] == step:
@@ -54,12 +56,13 @@ def run_schedule(target, draft, requests, K_max=8):
                 assert batch.cancel(handles[i]) and handles[i] not in batch
         sizes.append(len(batch))
         for handle, event in batch.step():
-            Ks.append(event.K)
+            i = next(i for i, h in handles.items() if h == handle)
+            events[i].append(event)
             assert event.n_emitted == len(batch.tokens_of(handle)), "n_emitted counts the sequence's tokens"
             if handle not in batch:
-                tokens[next(i for i, h in handles.items() if h == handle)] = batch.pop_tokens(handle)
+                tokens[i] = batch.pop_tokens(handle)
         step += 1
-    return [tokens[i] for i in range(len(requests))], sizes, Ks
+    return [tokens[i] for i in range(len(requests))], sizes, [events[i] for i in range(len(requests))]
 
 
 def assert_each_as_alone(target, draft, requests, got, what):
@@ -111,21 +114,25 @@ def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
     assert_each_as_alone(target, draft, requests, got, f"{'small GPT-2' if gpt else 'toy'} pair, seed {seed}")
 
 
-def test_auto_K_sequences_get_the_targets_greedy_tokens_and_fixed_ones_keep_their_K(pair):
+def test_auto_K_sequences_get_the_targets_greedy_tokens_and_fixed_ones_keep_their_K(pair, monkeypatch):
     target, draft = pair
     ids = [target.tokenizer.encode(p) for p in PROMPTS]
     requests = [dict(prompt=ids[i], n=n, K=K, options={}, seed=None, stops=None, join=j)
                 for i, (n, K, j) in enumerate([(40, "auto", 0), (30, "auto", 1), (35, 3, 2), (20, "auto", 4)])]
-    got, _, Ks = run_schedule(target, draft, requests, K_max=4)
+    chosen = recording_choices(monkeypatch)  # the K the policy gives the "auto" requests, round by round
+    got, _, events = run_schedule(target, draft, requests, K_max=4)
     for i, (r, tokens) in enumerate(zip(requests, got)):
         assert tokens == generate(target, r["prompt"], r["n"], temperature=0), f"request {i} (K={r['K']!r})"
-    assert max(Ks) <= 4 and len(set(Ks)) >= 2, f"auto's K should vary within K_max 4, got {sorted(set(Ks))}"
+    assert max(chosen) <= 4 and len(set(chosen)) >= 2, f"auto's K should vary within K_max 4, got {sorted(set(chosen))}"
+    fixed = [(e.K, min(3, requests[2]["n"] - (e.n_emitted - len(e.tokens)) - 1)) for e in events[2]]
+    assert all(K == wanted for K, wanted in fixed), f"the K=3 request's (K, min(3, tokens left - 1)): {fixed}"
 
 
 # ---- (2) the exact joint law, K="auto", the second sequence joining a round late ------------------------
 
-def joint_law(target, draft, prompts, n_tokens, **teaching):  # {(tokens_0, tokens_1): P}
+def joint_law(monkeypatch, target, draft, prompts, n_tokens, **teaching):  # {(tokens_0, tokens_1): P}
     def run(rng):
+        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())  # a fresh clock: every path the same timings
         batch_ = ContinuousSpeculativeBatch(target, draft, K_max=3, **teaching)
         first = batch_.add(prompts[0], n_tokens[0], "auto", temperature=1.0, rng=RngView(rng))
         batch_.step()
@@ -148,9 +155,10 @@ def toy_pair():
 
 def test_the_joint_law_with_auto_K_and_a_late_joiner_is_the_product_of_the_targets_laws(monkeypatch):
     target, draft, prompts, n_tokens = toy_pair()
-    monkeypatch.setattr(batched_speculative, "time", ScriptedClock())  # uneven, replayed on every path
-    got, expected = joint_law(target, draft, prompts, n_tokens), product_law(target, prompts, n_tokens)
+    chosen = recording_choices(monkeypatch)
+    got, expected = joint_law(monkeypatch, target, draft, prompts, n_tokens), product_law(target, prompts, n_tokens)
     assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+    assert len(set(chosen)) >= 2, set(chosen)  # the policy's K really varied: not one fixed K again
 
 
 @pytest.mark.parametrize("variant", ["shared_uniform", "copied_decision"])
@@ -158,8 +166,7 @@ def test_the_joint_law_check_catches_the_broken_batch_verifiers(monkeypatch, var
     """The negative control: the same check, with a verifier that couples the sequences' coins
     (teach/broken_batch_kernels.py), must fail."""
     target, draft, prompts, n_tokens = toy_pair()
-    monkeypatch.setattr(batched_speculative, "time", ScriptedClock())
-    broken = joint_law(target, draft, prompts, n_tokens, **BROKEN_BATCH_VARIANTS[variant])
+    broken = joint_law(monkeypatch, target, draft, prompts, n_tokens, **BROKEN_BATCH_VARIANTS[variant])
     tv = total_variation(broken, product_law(target, prompts, n_tokens))
     print(f"{variant}: total variation from the product of the target's laws {tv:.4f}")
     assert tv > 0.01, f"{variant} was not caught: total variation {tv:.3g}"

@@ -93,6 +93,12 @@ def test_n_logits_must_be_an_int_within_the_ids(model, n_logits):
         model.forward([1, 2], model.new_cache(), n_logits=n_logits)
 
 
+def test_empty_ids_are_named_as_empty(model):
+    with pytest.raises(ValueError, match="ids is empty") as info:  # it said: need 1 <= n_logits <= len(ids)
+        model.forward([], model.new_cache())
+    one_line(info)
+
+
 @pytest.mark.parametrize("rng", [5, "seed", 0.5, np.random.SeedSequence(0)])
 @pytest.mark.parametrize("temperature", [0, 0.8])
 def test_rng_that_is_not_a_generator_is_refused(model, rng, temperature):

@@ -323,6 +323,8 @@ class GPT2:
         and its room for len(ids) more `what` (one-line ValueErrors). Returns the ids as an array."""
         ids = token_id_array(ids, self.n_vocab)
         n_seq = len(ids)
+        if n_seq == 0:
+            raise ValueError("ids is empty: a forward call needs at least one token")
         if isinstance(n_logits, bool) or not isinstance(n_logits, (int, np.integer)) \
                 or n_seq == 0 or not 1 <= n_logits <= n_seq:
             raise ValueError(f"need 1 <= n_logits <= len(ids), got n_logits={n_logits!r}, len(ids)={n_seq}")

@@ -161,7 +161,8 @@ def read_merges(path, encoder, encoder_path="encoder.json"):
     return merges
 
 
-SPECIAL = regex.compile(r"<\|[^|]*\|>")  # "<|endoftext|>", and any "<|pad|>" a Hugging Face vocab.json adds
+SPECIAL = regex.compile(r"<\|[^|]*\|>|<[^<>\s]+>|\[[A-Z_]+\]")  # "<|endoftext|>", and the tokens a Hugging Face
+    # vocab.json may add after the merges' ("<|pad|>", "<pad>", "</s>", "[PAD]"): no merge makes them
 
 
 def check_made(merges, encoder, path, encoder_path):

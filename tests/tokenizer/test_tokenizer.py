@@ -317,13 +317,15 @@ def test_malformed_files(tmp_path, encoder, bpe, match, fast):
 MERGES = [("h", "i"), ("Ġ", "hi"), ("Ġhi", "!")]  # each merge's token is the next one's part
 
 
-@pytest.mark.parametrize("kept, pad", [(2, False), (0, False), (3, True)], ids=["last-merge-cut", "all-cut", "pad"])
+@pytest.mark.parametrize("kept, pad", [(2, False), (0, False), (3, True), (2, True)],
+                         ids=["last-merge-cut", "all-cut", "added", "added-and-cut"])
 @pytest.mark.parametrize("fast", [False, True])
 def test_merges_must_make_every_token(tmp_path, kept, pad, fast):
     """A vocab.bpe cut at a line's end parses, line by line, but its lost merges' tokens are made by none:
     refused in one line naming the file and the fix. A special-looking token no merge makes ("<|pad|>", as
-    a Hugging Face vocab.json may add) is not a lost merge."""
-    encoder = byte_encoder("hi", "Ġhi", "Ġhi!", "<|endoftext|>", *["<|pad|>"] * pad)
+    a Hugging Face vocab.json may add, or "<pad>", "</s>", "[PAD]") is not a lost merge."""
+    added = ["<|pad|>", "<pad>", "</s>", "[PAD]"] if pad else []
+    encoder = byte_encoder("hi", "Ġhi", "Ġhi!", "<|endoftext|>", *added)
     bpe = "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in MERGES[:kept])
     folder = write_vocab(tmp_path / "v", encoder, bpe)
     if kept == len(MERGES):
@@ -333,7 +335,8 @@ def test_merges_must_make_every_token(tmp_path, kept, pad, fast):
         load_tokenizer(folder, fast)
     message = str(e.value)
     assert "\n" not in message and message.startswith(f"{folder / 'vocab.bpe'} has {kept} merges, but no merge "
-                                                        f"makes {len(MERGES) - kept} of the 260 tokens of encoder.json")
+                                                        f"makes {len(MERGES) - kept} of the {260 + len(added)} tokens "
+                                                        "of encoder.json")
     assert "delete it and download it again" in message
 
 

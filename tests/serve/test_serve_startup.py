@@ -106,3 +106,35 @@ def test_port_zero_announces_the_port_it_serves_on():
         process.wait(timeout=30)
         watchdog.cancel()
         process.stderr.close()
+
+
+# what pip writes for [project.scripts]' gpt2np-serve (pyproject.toml): the installed command
+LAUNCHER = """import re, sys
+from gpt2np.serve.__main__ import run
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(run())
+"""
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["python -m gpt2np.serve", "gpt2np-serve"])
+def test_usage_and_errors_name_the_command_as_typed(tmp_path, installed):
+    """The installed gpt2np-serve printed "usage: python -m gpt2np.serve ..." and "python -m gpt2np.serve:
+    error: ..." (a name the user never typed); each spelling now names itself."""
+    import os
+    from pathlib import Path
+    command = "gpt2np-serve" if installed else "python -m gpt2np.serve"
+    if installed:
+        (tmp_path / "gpt2np-serve").write_text(LAUNCHER)
+        argv = [sys.executable, str(tmp_path / "gpt2np-serve")]
+    else:
+        argv = [sys.executable, "-m", "gpt2np.serve"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    shown = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, env=env)
+    assert shown.returncode == 0 and shown.stdout.startswith(f"usage: {command} ["), shown.stdout[:200]
+    assert f"\n{command}: the completions server" in shown.stdout, shown.stdout
+    other = "python -m gpt2np.serve" if installed else "gpt2np-serve "
+    assert other not in shown.stdout.split("\n\n")[0], shown.stdout[:300]
+    bad = subprocess.run([*argv, "--tmperature", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and bad.stderr == f"{command}: error: unrecognized arguments: --tmperature 1 (see --help)\n", \
+        bad.stderr

@@ -8,6 +8,7 @@ Every error is JSON in OpenAI's shape, {"error": {"message", "type", "param", "c
 """
 import asyncio
 import contextlib
+import json
 import logging
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import gpt2np
 from .completions import SSE_DONE, Completion, sse
 from .engine import Generation, QueueFull, RequestError, new_seed
 from .names import without_paths
-from .schemas import FIELD_HELP, CompletionRequest, PredictRequest
+from .schemas import FIELD_HELP, PREDICT_HELP, CompletionRequest, PredictRequest
 
 PAGE = Path(__file__).parent / "static" / "index.html"
 MAX_BODY_BYTES = 256 * 1024
@@ -34,9 +35,19 @@ def error(status, message, param=None, kind="invalid_request_error", code=None, 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def validation_message(errors, path="this route", content_type=None):
+def sent(value, longest=60):
+    """A value as the client sent it (JSON), shortened to one short line."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= longest else text[:longest - 3] + "..."
+
+
+def validation_message(errors, path="this route", content_type=None, body=None):
     """pydantic's errors -> (field, one line): the first field at fault, in words. content_type: the
-    request's Content-Type header (None: there was none)."""
+    request's Content-Type header (None: there was none); body: the request's parsed JSON, whose value
+    for the field the message quotes ("got ...")."""
     first = errors[0]
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     if first.get("type") == "json_invalid":
@@ -49,18 +60,22 @@ def validation_message(errors, path="this route", content_type=None):
                           f"({'got ' + repr(content_type) if content_type else 'none was sent'})")
         if first.get("type") == "missing":
             return None, "the request body is empty: send a JSON object"
-        return field, msg if field else f"the request body must be a JSON object ({msg})"
+        return field, msg if field else f"the request body must be a JSON object, got {sent(first.get('input'))}"
     field = loc[0]
     if first.get("type") == "extra_forbidden":
         return field, f"{'.'.join(loc)}: unknown field, refused rather than ignored (POST {path}'s fields: GET /docs)"
-    if field in FIELD_HELP and len(loc) > 1:  # one error per branch of a union: say what it may be
-        return field, f"{field}: {FIELD_HELP[field]}"
+    help = PREDICT_HELP if path == "/predict" else FIELD_HELP
+    if field in help and first.get("type") == "missing":
+        return field, f"{field}: required ({help[field]})"
+    if field in help:  # any type or range error, each branch of a union too: what it may be, and what came
+        got = f", got {sent(body[field])}" if isinstance(body, dict) and field in body else ""
+        return field, f"{field}: {help[field]}{got}"
     if first.get("type") == "none_required":
         return field, f"{field}: not supported by this server (leave it out or null)"
     if first.get("type") == "finite_number":
         return field, f"{'.'.join(loc)}: must be a finite number, got {first.get('input')!r}"
     where = ".".join(loc[:1] + [x for x in loc[1:] if x.isdigit()])
-    return field, f"{where}: {first.get('msg', 'invalid value')}"
+    return field, f"{where}: {first.get('msg', 'invalid value').replace('Input should be', 'must be')}"
 
 
 class BodyLimit:
@@ -103,7 +118,8 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 async def invalid(request, exc):
-    field, message = validation_message(exc.errors(), request.url.path, request.headers.get("content-type"))
+    field, message = validation_message(exc.errors(), request.url.path, request.headers.get("content-type"),
+                                        getattr(exc, "body", None))
     return error(400, message, param=field)
 
 

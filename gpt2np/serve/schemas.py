@@ -31,7 +31,9 @@ Count = Annotated[StrictInt, Field(ge=1)]
 TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=TREE_MAX_WIDTH)]], Field(min_length=1, max_length=8)] \
     | Literal["auto"]
 
-# what a field must be, for errors pydantic reports once per branch of a union
+# what a field must be: the 400 for any type or range error pydantic finds in it is "<field>: <this>, got
+# <the value sent>" (app.validation_message), never pydantic's own wording ("Input should be greater than or
+# equal to 0"); the sampling fields are worded as main.py's flags (cli/flags.py: check_sampling_flags)
 FIELD_HELP = {
     "prompt": "must be a string or a list of token ids (integers >= 0)",
     "K": "must be an integer from 1 to 32, 'heuristic' or 'auto'",
@@ -39,7 +41,26 @@ FIELD_HELP = {
     "stop": "must be a string or a list of at most 4 non-empty strings",
     "tree": "must be a list of 1 to 8 integers from 1 to 8 (children per depth, e.g. [3, 2, 1], at most 64 nodes "
             "in all) or 'auto'",
+    "temperature": "must be a finite number >= 0 (0 means greedy), at most 100",
+    "top_p": "must be a finite number in (0, 1] (1, or leaving it out, keeps every token)",
+    "top_k": "must be an integer, at least 1 (leave it out to keep every token)",
+    "seed": "must be a non-negative integer, below 2**63",
+    "K_max": "must be an integer from 1 to 32 (the bound of K 'heuristic' or 'auto' and of tree 'auto')",
+    "max_tokens": "must be a positive integer (new tokens at most)",
+    "max_new_tokens": "must be a positive integer (another name of max_tokens)",
+    "max_length": "must be a positive integer (prompt tokens + new tokens, as in Hugging Face)",
+    "speculative": "must be true or false (false: the target alone)",
+    "stream": "must be true or false",
+    "drafter": "must be a string: one of GET /v1/models' gpt2np.drafters",
+    "model": "must be a string: the served model's id (GET /v1/models)",
+    "user": "must be a string",
+    "n": "not supported by this server (leave it out, or send 1)",
+    "best_of": "not supported by this server (leave it out, or send 1)",
+    "echo": "not supported by this server (leave it out, or send false)",
+    "frequency_penalty": "not supported by this server (leave it out, or send 0)",
+    "presence_penalty": "not supported by this server (leave it out, or send 0)",
 }
+PREDICT_HELP = {**FIELD_HELP, "prompt": "must be a string (POST /v1/completions also takes token ids)"}
 # other repositories' names for our fields (Leviathan et al.'s gamma; Hugging Face's max_new_tokens);
 # max_length (prompt + new tokens, Hugging Face's meaning) needs the prompt's length: new_tokens()
 ALIASES = {"gamma": "K", "max_new_tokens": "max_tokens"}

@@ -101,6 +101,7 @@ def test_bad_request_is_a_4xx_json_error_naming_the_field(server, case, path, bo
     assert "Traceback" not in answer.text and 'File "' not in answer.text
     if field is not None:
         assert error["param"] == field and field in error["message"], f"{case}: {error}"
+    assert "Input should" not in error["message"], f"{case}: pydantic's wording, not the project's: {error}"
 
 
 # (case, body, Content-Type, what the message must say, the field it names)
@@ -116,6 +117,43 @@ SAID = [
     ("JSON without a Content-Type", GOOD_TEXT, None, "Content-Type: application/json (none was sent)", None),
     ("invalid UTF-8", b'{"prompt": "\xff\xfe", "max_tokens": 8}', "application/json", "must be UTF-8 JSON", None),
 ]
+
+
+# (path, fields, the whole message): the sampling fields' ranges in main.py's words (cli/flags.py,
+# "--temperature must be a finite number >= 0 (0 means greedy), got -1.0"), with the value as sent; they
+# were pydantic's ("temperature: Input should be greater than or equal to 0")
+WORDED = [
+    ("/v1/completions", {"temperature": -1},
+     "temperature: must be a finite number >= 0 (0 means greedy), at most 100, got -1"),
+    ("/predict", {"temperature": -0.5},
+     "temperature: must be a finite number >= 0 (0 means greedy), at most 100, got -0.5"),
+    ("/v1/completions", {"temperature": 101},
+     "temperature: must be a finite number >= 0 (0 means greedy), at most 100, got 101"),
+    ("/v1/completions", {"temperature": "hot"},
+     'temperature: must be a finite number >= 0 (0 means greedy), at most 100, got "hot"'),
+    ("/v1/completions", {"top_p": 0},
+     "top_p: must be a finite number in (0, 1] (1, or leaving it out, keeps every token), got 0"),
+    ("/predict", {"top_p": 2}, "top_p: must be a finite number in (0, 1] (1, or leaving it out, keeps every token), got 2"),
+    ("/v1/completions", {"top_k": 0}, "top_k: must be an integer, at least 1 (leave it out to keep every token), got 0"),
+    ("/v1/completions", {"top_k": 2.5}, "top_k: must be an integer, at least 1 (leave it out to keep every token), got 2.5"),
+    ("/v1/completions", {"seed": -1}, "seed: must be a non-negative integer, below 2**63, got -1"),
+    ("/v1/completions", {"K": 0}, "K: must be an integer from 1 to 32, 'heuristic' or 'auto', got 0"),
+    ("/v1/completions", {"K_max": 0}, "K_max: must be an integer from 1 to 32 (the bound of K 'heuristic' or 'auto' "
+                                      "and of tree 'auto'), got 0"),
+    ("/v1/completions", {"max_tokens": 0}, "max_tokens: must be a positive integer (new tokens at most), got 0"),
+    ("/predict", {"prompt": ["a"]}, 'prompt: must be a string (POST /v1/completions also takes token ids), got ["a"]'),
+    ("/predict", {"prompt": None}, "prompt: required (must be a string (POST /v1/completions also takes token ids))"),
+]
+
+
+@pytest.mark.parametrize("path, fields, says", WORDED, ids=[f"{p} {f}" for p, f, _ in WORDED])
+def test_sampling_fields_are_refused_in_the_project_s_words(server, path, fields, says):
+    url, _ = server
+    body = {k: v for k, v in {**({"prompt": "A"} if path == "/predict" else GOOD), **fields}.items() if v is not None}
+    answer = requests.post(url + path, json=body, timeout=30)
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["message"] == says, error
+    assert error["param"] == next(iter(fields)) and error["type"] == "invalid_request_error", error
 
 
 @pytest.mark.parametrize("case, body, content_type, says, field", SAID, ids=[c[0] for c in SAID])

@@ -43,17 +43,22 @@ def batched_stats(generation, live, why="batched"):
     rounds measured. A batched job's target passes and draft calls were shared with the other jobs; a
     stopped job's decoder never returned, and the full statistics (SpeculativeStats: calls, seconds,
     c, v) exist only at its end. So the per-job costs and the predictions built on them are null, and
-    `why` ("batched" or "stopped") says why."""
+    `why` ("batched" or "stopped") says why.
+
+    K_counts and K mean what SpeculativeStats' do: rounds by the K asked for, clamped to the tokens
+    still wanted minus one (K 8 with 7 tokens to go counts as 6; a tree round: the nodes it drafted),
+    and the K used most (ties: the larger). Both are null where the engine cannot know that K: prompt
+    lookup with a K policy, which may propose fewer drafts than the policy asked for (jobs.counted_K);
+    each round's drafts proposed are in `rounds`, and `drafted` sums them."""
     if generation.drafter is None or live is None:
         return None
     own = {name: live[name] for name in STATS_FIELDS if name in live}
-    if generation.K == "auto":  # rounds by the K the batch's policy gave (a last round may draft fewer)
-        K_counts = live["K_counts"]
-    else:                       # a fixed K asked for every round, as SpeculativeStats counts it
-        K_counts = {generation.K: live["rounds"]}
-    K = max(K_counts, key=K_counts.get, default=None)  # the K used most, as SpeculativeStats.K
+    K_counts = live["K_counts"]  # in SpeculativeStats' meaning (jobs.counted_K), or None: not known
+    K = max(K_counts, key=lambda k: (K_counts[k], k)) if K_counts else None  # as run_stats.summarise picks it
+    policy = ("auto tree" if generation.tree == "auto" else "fixed" if generation.tree is not None  # as the
+              else generation.K if isinstance(generation.K, str) else "fixed")                   # policies' names
     return finite({**dict.fromkeys(STATS_FIELDS), **own, "drafter": generation.drafter, "K": K, "K_counts": K_counts,
-                   "policy": "auto" if generation.K == "auto" else "fixed", why: True})
+                   "policy": policy, why: True})
 
 
 class StopText:

@@ -40,7 +40,7 @@ import gpt2np
 from gpt2np import check_generation_request
 from gpt2np.report import TokenTexts
 
-from .jobs import Active, Generation, Job, QueueFull, RequestError, new_seed  # noqa: F401  (the app's names)
+from .jobs import Active, Generation, Job, LiveStats, QueueFull, RequestError, counted_K, new_seed  # noqa: F401
 from .names import hide_path, served_name
 
 log = logging.getLogger("gpt2np.serve")
@@ -258,7 +258,9 @@ class Engine:
 
     def _open(self, job):
         """Start a job: it joins its packed batch (batch_for), or gets its own stream."""
-        g, active = job.generation, Active(TokenTexts(self.tokenizer), time.perf_counter())
+        g = job.generation
+        lookup = g.drafter is not None and not isinstance(self.drafters.get(g.drafter), gpt2np.ModelDrafter)
+        active = Active(TokenTexts(self.tokenizer), time.perf_counter(), live=LiveStats(counted_K(g, lookup)))
         try:
             active.batch = self.batch_for(g)
             if active.batch is not None:

@@ -79,16 +79,39 @@ class Job:
         self.cancelled.set()
 
 
-class LiveStats:
-    """Statistics that exist after every round (the full SpeculativeStats only exist at the end)."""
+def counted_K(generation, lookup):  # -> event -> the round's K as SpeculativeStats counts it; None: not known
+    """How a job's rounds are counted in K_counts, in SpeculativeStats' meaning (run_stats.py): a chain
+    round's K is the K asked for clamped to the tokens still wanted minus one (K=8 with 7 tokens to go
+    counts as 6, and a last round with one token to go as 0), a tree round's K the nodes it drafted.
 
-    def __init__(self):
+    A fixed K: that clamp, from the tokens the job emitted before the round (every drafter). A draft
+    model with a K policy: the drafts it proposed (event.K), which is the clamped K, since a draft model
+    drafts all it is asked for; a tree: event.K as well. Prompt lookup (`lookup`) with a K policy
+    ("heuristic", "auto"): it may propose fewer drafts than the policy asked for, and the K asked for
+    is not in the round: None, not known (the rounds' own K, drafts proposed, stays in `rounds`)."""
+    g = generation
+    if g.tree is None and isinstance(g.K, int):
+        return lambda event: min(g.K, g.max_tokens - (event.n_emitted - len(event.tokens)) - 1)
+    if g.tree is not None or g.drafter is None or not lookup:
+        return lambda event: event.K
+    return None
+
+
+class LiveStats:
+    """Statistics that exist after every round (the full SpeculativeStats only exist at the end).
+    K_counts: rounds by K in SpeculativeStats' meaning (counted_K; every round K 0 for target-only), or
+    None where that K is not known; `drafted` counts the drafts proposed."""
+
+    def __init__(self, count_K=lambda event: event.K):
         self.rounds = self.tokens = self.drafted = self.accepted = self.rejections = 0
-        self.overlaps, self.seconds, self.K_counts = [], 0.0, {}
+        self.overlaps, self.seconds, self.count_K = [], 0.0, count_K
+        self.K_counts = None if count_K is None else {}
 
     def add(self, event):
         self.rounds += 1
-        self.K_counts[event.K] = self.K_counts.get(event.K, 0) + 1
+        if self.K_counts is not None:
+            K = self.count_K(event)
+            self.K_counts[K] = self.K_counts.get(K, 0) + 1
         self.tokens += len(event.tokens)
         self.drafted += len(event.drafts)
         self.accepted += event.decisions.count(True)
@@ -100,7 +123,8 @@ class LiveStats:
         examined = self.accepted + self.rejections
         return {
             "rounds": self.rounds, "tokens": self.tokens, "drafted": self.drafted, "accepted": self.accepted,
-            "rejections": self.rejections, "K_counts": dict(sorted(self.K_counts.items())),
+            "rejections": self.rejections,
+            "K_counts": None if self.K_counts is None else dict(sorted(self.K_counts.items())),
             "alpha_hat": float(np.mean(self.overlaps)) if self.overlaps else None,
             "alpha_empirical": self.accepted / examined if examined else None,
             "tokens_per_target_call": self.tokens / self.rounds if self.rounds else None,

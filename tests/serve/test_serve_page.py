@@ -87,6 +87,9 @@ def test_the_form_takes_common_values_and_a_comparison_repeats_the_run_s_setting
             why = [browser.evaluate(f"predicted({stats})") for stats in (
                 '{predicted_speedup_refined: null, batched: true}', '{predicted_speedup_refined: null, stopped: true}',
                 '{predicted_speedup_refined: 1.234}')]
+            policy_row = browser.evaluate('JSON.stringify(liveRows({tokens: 9, rounds: 3, tokens_per_second: 1, '
+                                          'accepted: 2, drafted: 5}, {K_counts: null, policy: "heuristic", '
+                                          'predicted_speedup_refined: null, stopped: true}, true).at(-1))')
         finally:
             browser.close()
     assert form["valid"] and form["K"] and not form["K_max"], form
@@ -95,3 +98,5 @@ def test_the_form_takes_common_values_and_a_comparison_repeats_the_run_s_setting
     seeds = page["stats"]["spec.seed"], page["stats"]["plain.seed"]
     assert seeds[0] == seeds[1] and seeds[0].isdigit(), seeds  # drawn by the server once, then reused
     assert why[0].startswith("n/a (packed") and why[1].startswith("n/a (a stop string") and why[2] == "1.23×", why
+    # a stopped prompt-lookup run with a K policy has K_counts null (the K asked for is not known): said, no error
+    assert json.loads(policy_row)[1] == "heuristic, rounds per K: not known (prompt lookup may draft fewer than asked)"

@@ -34,6 +34,7 @@
 # `gpt2np/decoding/speculative_kernel.py` (steps 3–4); formulas: `gpt2np/decoding/theory.py`.
 
 # %%
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -59,6 +60,9 @@ from gpt2np.report import colour_by_provenance
 from gpt2np.decoding.speculative_kernel import residual_distribution
 from gpt2np.decoding.theory import expected_tokens_per_round, predicted_speedup
 
+# colour in Jupyter and on a terminal; plain text into a pipe or a file, or under NO_COLOR
+colour = "NO_COLOR" not in os.environ and ("ipykernel" in sys.modules or sys.stdout.isatty())
+
 target, draft = explain.load_bundled_pair()
 tokenizer = target.tokenizer
 print(f"target: {target.name}, {target.config.n_params():,} parameters, {target.config.n_layer} blocks")
@@ -78,7 +82,7 @@ prompt_ids = tokenizer.encode(prompt)
 rng = np.random.default_rng(0)
 result = gpt2np.speculative_generate(target, draft, prompt_ids, n_tokens=80, K=4, temperature=1.0,
                                      rng=rng, trace=True)
-print(prompt + colour_by_provenance(tokenizer, result.tokens, result.provenance))
+print(prompt + colour_by_provenance(tokenizer, result.tokens, result.provenance, colour))
 s = result.stats
 print(f"\n{len(result.tokens)} tokens in {s.rounds} target calls: {s.tokens_per_target_call:.2f} tokens per call; "
       f"{s.accepted} of {s.drafted} drafts accepted")

@@ -30,6 +30,7 @@
 #    prediction (1 − α^{K+1}) / ((1 − α)(Kc + v(K+1))) from what the run has measured so far.
 
 # %%
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,8 @@ from gpt2np.decoding.drafters import NgramDrafter
 from gpt2np.decoding.policies import prior_v_curve
 from gpt2np.decoding.theory import predicted_speedups
 from gpt2np.report import colour_by_provenance
+# colour in Jupyter and on a terminal; plain text into a pipe or a file, or under NO_COLOR
+colour = "NO_COLOR" not in os.environ and ("ipykernel" in sys.modules or sys.stdout.isatty())
 
 target, draft = explain.load_bundled_pair()
 tokenizer = target.tokenizer
@@ -90,7 +93,7 @@ for name, drafter in [("prompt lookup", NgramDrafter(n_max=3)), ("draft model", 
     s = result.stats
     print(f"--- {name}: alpha_hat {s.alpha_hat:.2f}, {s.tokens_per_target_call:.2f} tokens per target "
           f"call, c = {s.c:.3f}, identical to plain decoding: {result.tokens == plain}")
-    print(colour_by_provenance(tokenizer, result.tokens, result.provenance))
+    print(colour_by_provenance(tokenizer, result.tokens, result.provenance, colour))
 
 # %% [markdown]
 # ### A smoothed q, for comparison

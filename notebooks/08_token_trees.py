@@ -39,6 +39,7 @@
 # `tree_policy.py` (which tree).
 
 # %%
+import os
 import sys
 from functools import partial
 from operator import itemgetter
@@ -71,6 +72,9 @@ from gpt2np.teach.broken_tree_kernels import BROKEN_TREE_KERNELS
 from gpt2np.teach.exact import max_abs_difference, total_variation
 from gpt2np.teach.toy_models import random_toy_model
 
+# colour in Jupyter and on a terminal; plain text into a pipe or a file, or under NO_COLOR
+colour = "NO_COLOR" not in os.environ and ("ipykernel" in sys.modules or sys.stdout.isatty())
+
 target, draft = explain.load_bundled_pair()
 tokenizer = target.tokenizer
 print(f"target: {target.name}, {target.config.n_params():,} parameters; draft: {draft.name}, "
@@ -90,7 +94,7 @@ prompt_ids = tokenizer.encode(prompt)
 # %%
 result = gpt2np.speculative_generate(target, draft, prompt_ids, 120, tree=(3, 2, 1), temperature=0.8,
                                      rng=np.random.default_rng(1), trace=True)
-print(prompt + colour_by_provenance(tokenizer, result.tokens, result.provenance))
+print(prompt + colour_by_provenance(tokenizer, result.tokens, result.provenance, colour))
 print(f"\n{result.stats.tokens_per_target_call:.2f} tokens per target call; acceptance by depth and sibling "
       f"rank, (tried, accepted): {result.stats.by_rank}")
 # A round whose accepted path went through a second or third child: what a chain could not have kept.
@@ -519,7 +523,8 @@ for name, rate in [("bundled draft's rates (T = 0.8)", bundled), ("first choice 
 # bundled rates rather than guessed.) On this target's own curve, and on the 355M curve, the bundled
 # draft's best shape is a chain, or a tree within a few per cent of it: even with *o* = 0 no tree
 # gains much here (`python -m bench.trees` prices shapes up to 40 nodes against this target's curve
-# and finds at most 1.06 × the best chain, where issue 28 asked 1.10 × for the bundled pair). With a
+# and finds at most 1.06 × the best chain, short of the 1.10 × once hoped for on the bundled pair:
+# PERFORMANCE.md, "Token trees on the bundled pair"). With a
 # flat curve even this draft's siblings pay a little ((2, 2, 1, 1), about 1.14 × the best chain), and
 # the unsure draft prefers a tree on every curve, this target's own included (there about 1.2–1.3 ×;
 # (2, 2), about 1.19 × on the 355M curve; (2, 2, 2), about 1.5 × on the flat one): on the bundled pair it is the draft's rates, more than

@@ -16,6 +16,8 @@ A model can be named these ways, wherever gpt2np asks for one (main.py, console,
     hf_layout.py), including a snapshot in the Hub's cache (models--owner--name/snapshots/<rev>/),
     or the models--owner--name folder itself (its refs/main snapshot).
 """
+import difflib
+import os
 import re
 from pathlib import Path
 
@@ -71,16 +73,54 @@ def random_config(name):
     return config
 
 
-def unknown_model(name):
-    """The one-line error for a name that is no model gpt2np knows: what it does know."""
+class UnknownModelError(ValueError):
+    """A name that is no model gpt2np knows (unknown_model words it): .name is the name as given."""
+
+    def __init__(self, message, name):
+        super().__init__(message)
+        self.name = name
+
+
+def known_names(drafter=False):
+    """The names gpt2np resolves without a folder: the release's (both spellings), distilgpt2, the bundled
+    models; for a drafter also "ngram" (prompt lookup) and "none" (no drafter), where a command takes them."""
+    return [*(name for name in HUB_SPELLINGS if "/" not in name), *RELEASE_SIZES, *bundled_models(),
+            *(("ngram", "none") if drafter else ())]
+
+
+def did_you_mean(name, names):  # -> " (did you mean X?)", or ""
+    """The known name closest to a mistyped one (difflib), letter case ignored: shakespeare-2.6m -> shakespeare-2.6M.
+
+    >>> did_you_mean("shakespeare-2.6m", ["shakespeare-2.6M", "shakespeare-260K"])
+    ' (did you mean shakespeare-2.6M?)'
+    """
+    lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.75)
+    return f" (did you mean {lower[close[0]]}?)" if close else ""
+
+
+def looks_like_path(name):
+    """./x, ../x, /x, ~/x, or a/b/c: a folder meant, not a name (owner/name is the Hub's spelling)."""
+    return name.startswith((".", "/", "~")) or (os.sep in name and not HUB_LIKE.fullmatch(name))
+
+
+def unknown_model(name, drafter=False):
+    """The one-line error for a name that is no model gpt2np knows: what it does know, and the closest
+    known name. A name that looks like a path is a folder that is not there. drafter: the name was given
+    as a drafter, where "ngram" and "none" are choices too."""
+    if looks_like_path(name):
+        return UnknownModelError(f"no such folder: {name}", name)
     names = ", ".join(("gpt2, gpt2-medium, gpt2-large, gpt2-xl (= " + ", ".join(RELEASE_SIZES) + ")",
                        "distilgpt2", *bundled_models()))
-    hint = ""
     if HUB_LIKE.fullmatch(name):  # someone's Hub repository: GPT-2s load as hf:owner/name
         hint = (f" (a GPT-2 on the Hub is named hf:{name})" if "gpt2" in name.lower()
                 else " (gpt2np runs the GPT-2 family only; bloom, llama, opt... are other architectures)")
-    return ValueError(f"unknown model {name!r}{hint}: use one of {names}, hf:owner/name (a GPT-2 on the "
-                      f"Hub), {RANDOM_PREFIX}<size> (random weights), or a model folder")
+    else:
+        hint = did_you_mean(name, known_names(drafter))
+    rest = ("a model folder, ngram (prompt lookup, no model), or none (no drafter: the target alone)" if drafter
+            else "or a model folder")
+    return UnknownModelError(f"unknown model {name!r}{hint}: use one of {names}, hf:owner/name (a GPT-2 on the "
+                             f"Hub), {RANDOM_PREFIX}<size> (random weights), {rest}", name)
 
 
 def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None, hf_endpoint=None):

@@ -115,3 +115,34 @@ def test_random_names_need_a_shape_and_have_no_folder(tmp_path):
     assert len(str(info.value).splitlines()) == 1
     with pytest.raises(ValueError, match="no folder"):
         resolve_model_dir("random:tiny", tmp_path)
+
+
+@pytest.mark.parametrize("name", ["./nosuchdir", "../nosuch", "/x/y", "~/models/x", "models/gpt2/x"])
+def test_a_path_that_is_not_there_is_no_such_folder_not_another_family(tmp_path, no_network, monkeypatch, name):
+    """'./nosuchdir' used to get 'gpt2np runs the GPT-2 family only; bloom, llama...': it is a folder typed wrong."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        gpt2np.load_model(name, tmp_path)
+    assert str(info.value) == f"no such folder: {name}" and no_network == []
+
+
+@pytest.mark.parametrize("name, meant", [
+    ("shakespeare-2.6m", "shakespeare-2.6M"), ("Shakespeare-260k", "shakespeare-260K"), ("gpt2-meduim", "gpt2-medium"),
+    ("gpt-2", "gpt2"), ("distilgpt-2", "distilgpt2"), ("1558m", "1558M"),
+])
+def test_a_near_miss_gets_did_you_mean(tmp_path, no_network, monkeypatch, name, meant):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        gpt2np.load_model(name, tmp_path)
+    assert str(info.value).startswith(f"unknown model {name!r} (did you mean {meant}?): use one of "), info.value
+
+
+def test_a_far_miss_gets_no_guess_and_drafter_names_only_as_a_drafter(tmp_path, no_network, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("llama-7b", "ngarm", "none"):  # as a target, ngram and none are no models
+        with pytest.raises(ValueError) as info:
+            gpt2np.load_model(name, tmp_path)
+        assert "did you mean" not in str(info.value) and "ngram" not in str(info.value), info.value
+    drafter = str(loading.unknown_model("ngarm", drafter=True))
+    assert "(did you mean ngram?)" in drafter and drafter.endswith(
+        "a model folder, ngram (prompt lookup, no model), or none (no drafter: the target alone)")

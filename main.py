@@ -8,7 +8,12 @@
 The command lives in gpt2np/cli/ (installed as `gpt2np` by `pip install -e .`); it only calls
 the package's public API. To read how it works, start at README's reading order.
 """
-import gpt2np.cli  # before NumPy: gpt2np sets OpenBLAS's thread timeout (gpt2np/model/fast)
+import sys
+
+try:  # Ctrl-C while NumPy and the package load: exit 130 (as during a run), no traceback
+    import gpt2np.cli  # before NumPy: gpt2np sets OpenBLAS's thread timeout (gpt2np/model/fast)
+except KeyboardInterrupt:
+    sys.exit(130)
 
 if __name__ == "__main__":
     gpt2np.cli.run()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoints import download, hub
+from .checkpoints import download, hub, loading
 from .decoding.policies import POLICIES
 from .decoding.tree_drafts import check_widths
 from .decoding.tree_shape import tree_size
@@ -46,10 +46,32 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse, but a usage error is ONE line on stderr (and exit status 2, as argparse's)."""
+    """argparse, but a usage error is ONE line on stderr (and exit status 2, as argparse's), and the
+    usage names the command as it was run: an installed command (gpt2np, gpt2np-console, ...) by its
+    own name, `python main.py` / `python -m ...` (prog) otherwise."""
+
+    def __init__(self, prog=None, **kwargs):
+        super().__init__(prog=command_name(prog), **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def command_name(prog, argv0=None):
+    """The name a command's usage and errors give it: an installed command's own name (pip's console
+    scripts: gpt2np, gpt2np-serve, ...), else prog (how it runs from the repository).
+
+    >>> command_name("python main.py", "/venv/bin/gpt2np"), command_name("python main.py", "main.py")
+    ('gpt2np', 'python main.py')
+    """
+    invoked = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return invoked if invoked.startswith("gpt2np") and not invoked.endswith(".py") else prog
+
+
+def colour_allowed(stream):
+    """ANSI colours on this stream: a terminal that shows them, unless NO_COLOR is set (no-color.org)
+    or TERM=dumb (a terminal that has no colours: Emacs' shell, some CI logs)."""
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def K_from_text(text):  # -> a K policy's name, or an int
@@ -137,7 +159,10 @@ def run_command(main, *args):
     naming the command's flags (status 2), Ctrl-C is status 130, a closed pipe (`| head`) is 0."""
     try:
         return main(*args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the text stopped mid-line: end the line, so the shell's prompt starts its own
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.write("\n")
+            sys.stdout.flush()
         sys.exit(130)
     except BrokenPipeError:  # the reader left: nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -233,7 +258,8 @@ def provenance_legend(provenance, colour=True, markers=False, n_rejected=None, t
         swatch = f"[{PROVENANCE_MARKERS[kind]}: ...]" if markers and kind in PROVENANCE_MARKERS else swatch
         count = n_rejected if kind == "rejected" else provenance.count(kind)
         legend.append(f"  {swatch}: {label} ({count} tokens)")
-    off = " (plain text: not a terminal, or NO_COLOR set)" if markers else " (colour off: not a terminal, or NO_COLOR set)"
+    why = "not a terminal, NO_COLOR set, or TERM=dumb"
+    off = f" (plain text: {why})" if markers else f" (colour off: {why})"
     return "legend" + ("" if colour else off) + ":\n" + "\n".join(legend)
 
 
@@ -294,6 +320,14 @@ def by_position(counts):
     return "  ".join(f"{i}: {_fmt(a / n if n else None, '.2f')} ({a}/{n})" for i, (n, _, a) in enumerate(counts, 1))
 
 
+def examined(stats):
+    """alpha_empirical's fraction as counts, "136 / 181 examined, 45 rejected: ": a draft after a rejection is
+    never examined, so the denominator is accepted + rejected, not the drafts proposed."""
+    if stats.alpha_empirical is None:
+        return ""
+    return f"{stats.accepted} / {stats.accepted + stats.rejections} examined, {stats.rejections} rejected: "
+
+
 def format_stats(stats, measured_speedup=None):
     """The acceptance statistics of a speculative run, one labelled line each."""
     s = stats
@@ -304,7 +338,8 @@ def format_stats(stats, measured_speedup=None):
         f"  draft tokens proposed / accepted         {s.drafted} / {s.accepted}",
         f"  alpha_hat = mean sum_x min(p, q)         {_fmt(s.alpha_hat, '.3f')}   (Leviathan Thm 3.5; "
         "expected acceptance per draft token)",
-        f"  alpha_empirical = accepted / verified    {_fmt(s.alpha_empirical, '.3f')}   (what this run saw)",
+        f"  alpha_empirical = accepted / examined    {_fmt(s.alpha_empirical, '.3f')}   "
+        f"({examined(s)}what this run saw)",
         f"  accepted by draft position (i: rate)     {by_position(s.by_position) or 'no drafts'}",
         f"  tokens per target call                   {_fmt(s.tokens_per_target_call, '.2f')}",
         f"  draft calls, time                        {s.draft_calls}, {s.draft_seconds:.3f} s",
@@ -370,6 +405,14 @@ def write_atomically(path, text):
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def drafter_error(error):
+    """An error from loading a drafter: an unknown name is said again with the drafter's own choices
+    (ngram, none) among the known names, and its did-you-mean among them too; any other error as it is."""
+    if isinstance(error, loading.UnknownModelError):
+        return loading.unknown_model(error.name, drafter=True)
+    return error
 
 
 def check_model_names(args, named=lambda dest: f"--{dest}"):

@@ -120,7 +120,7 @@ def test_prompt_too_long_for_the_context_is_refused(release_dirs):
 def test_empty_prompt_samples_unconditionally_from_end_of_text():
     out = run_main("--prompt", "", "--n_tokens_to_generate", "20")
     assert out.returncode == 0, out.stderr
-    assert "prompt: 1 tokens" in out.stdout
+    assert "prompt: empty, conditioned on <|endoftext|>," in out.stdout  # not "1 tokens" of a prompt never typed
 
 
 def test_unreachable_mirror_is_a_one_line_error(tmp_path):

@@ -136,10 +136,10 @@ def test_verbose_into_a_pipe_keeps_the_provenance_as_text():
     assert int(legend["rejected"]) == int(legend["resampled"])  # each rejection, then the target's token
 
 
-def test_verbose_on_a_terminal_strikes_rejected_drafts_through():
+def on_a_terminal(*args, **env):  # -> what main.py wrote to a pseudo-terminal, with env over a colour terminal's
     leader, follower = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen([sys.executable, "main.py", "--n_tokens_to_generate", "80", "-v"], cwd=REPO,
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": "xterm"} | env
+    proc = subprocess.Popen([sys.executable, "main.py", *args], cwd=REPO,
                             stdout=follower, stderr=subprocess.PIPE, env=env)
     os.close(follower)
     chunks = []
@@ -152,8 +152,18 @@ def test_verbose_on_a_terminal_strikes_rejected_drafts_through():
             break
         chunks.append(chunk)
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    out = b"".join(chunks).decode("utf-8", errors="replace")
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def test_verbose_on_a_terminal_strikes_rejected_drafts_through():
+    out = on_a_terminal("--n_tokens_to_generate", "80", "-v")
     assert "\033[9;2m" in out and "\033[32m" in out and "[accepted: " not in out  # struck through, then coloured
+
+
+def test_a_dumb_terminal_gets_the_plain_text_provenance_as_no_color_does():
+    """TERM=dumb (Emacs' shell, some CI logs) shows escapes as garbage: -v writes labelled spans there."""
+    out = on_a_terminal("--n_tokens_to_generate", "40", "-v", TERM="dumb")
+    assert "\033[" not in out and "[accepted: " in out and "TERM=dumb" in out  # the legend says why
 
 
 def test_rejected_draft_is_recovered_from_each_round():
@@ -243,5 +253,5 @@ def test_random_weights_profile(vocab_dir):
 def test_benchmark_with_gpt2nps_own_flags_keeps_its_defaults():
     """-b is a mode, not a style: greedy stays greedy, and --num_runs sets the runs."""
     out = main_py("-b", "--num_runs", "2", "--n_tokens_to_generate", "10", seam=False)
-    assert "temperature 0.0, top_k None, top_p None" in out
+    assert "temperature 0.0, top_k off, top_p off" in out
     assert out.count("(mean of 2 runs)") == 2 and "generates 10 tokens" in out

@@ -28,7 +28,7 @@ from gpt2np import POLICIES
 from gpt2np.report import format_stats, mean_std, run_command
 
 from .compat import benchmark_lines, rejection_lines, table, write_json
-from .flags import LLMSS, LLMSS_DEFAULTS, check_args, parse_args
+from .flags import LLMSS, NO_DRAFTER, check_args, parse_args
 from .profile import format_profile, plain_profile, speculative_profile
 from .runs import drafts_label, load, run_plain, run_speculative, sampling, speculative_streams
 
@@ -44,14 +44,14 @@ def main(argv=None):
     drafts = dict(K=args.K) if args.tree is None else dict(tree=list(args.tree) if args.tree != "auto" else "auto")
     if args.K in POLICIES[1:] or args.tree == "auto":
         drafts["K_max"] = args.K_max  # what bounds them
+    blas = gpt2np.blas_kernel()
     header = dict(target=target.name, drafter=drafter.name if drafter else None, prompt_tokens=len(prompt_ids),
-                  n_tokens=args.n_tokens_to_generate, **drafts, seed=args.seed, **sampling(args))
-    print(f"target: {target.name}, drafter: {drafter.name if drafter else 'none'}, prompt: {len(prompt_ids)} "
-          f"tokens, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, seed {args.seed}")
-    if LLMSS in args.styles:
+                  n_tokens=args.n_tokens_to_generate, **drafts, seed=args.seed, **sampling(args), blas=blas)
+    print(header_line(args, target, drafter, prompt_ids))
+    if args.style_defaults:  # only those it applied: a default the user overrode is not in force
         print(f"({LLMSS}'s spellings: its defaults apply where not given: "
-              + ", ".join(f"{k} {v}" for k, v in LLMSS_DEFAULTS.items()) + ")")
-    print(f"BLAS: {gpt2np.blas_kernel()}")
+              + ", ".join(f"{k} {v}" for k, v in args.style_defaults.items()) + ")")
+    print(f"BLAS: {blas}")
     plain = run_plain(args, target, prompt_ids)
     spec = run_speculative(args, target, drafter, prompt_ids) if drafter is not None else None
     print()
@@ -65,6 +65,19 @@ def main(argv=None):
         print_profiles(args, target, drafter, prompt_ids)
     if args.json:
         write_json(args.json, header, plain, spec)
+
+
+def header_line(args, target, drafter, prompt_ids):
+    """What runs, on what: the models, the prompt (an empty one is GPT-2's <|endoftext|>) and the sampling."""
+    if drafter is not None:
+        drafting = drafter.name
+    else:
+        drafting = "none (target-only decoding; no speculative run)" if args.draft_model_size == NO_DRAFTER else "none"
+    prompt = ("empty, conditioned on <|endoftext|>" if not args.prompt else
+              f"{len(prompt_ids)} token{'s' * (len(prompt_ids) != 1)}")
+    off = lambda value: "off" if value is None else value  # noqa: E731  (None: every token kept)
+    return (f"target: {target.name}, drafter: {drafting}, prompt: {prompt}, temperature {args.temperature}, "
+            f"top_k {off(args.top_k)}, top_p {off(args.top_p)}, seed {args.seed}")
 
 
 def print_profiles(args, target, drafter, prompt_ids):

@@ -8,7 +8,9 @@ spellings as aliases of its own (`--help` lists them under "compatible spellings
     -p/--profiling work with any flags;
   * speculative-sampling (GPT-2): --target-model, --draft-model, --input-str, --num-runs, --N,
     --top-k, --top-p. With its spellings main.py prints that repository's table (compat.py).
-An error names the flag as the user spelled it (args.spelled).
+An error names the flag as the user spelled it (args.spelled). One option given two values under two
+of its names (--gamma 3 --K 4, --input hi --prompt ho) is refused, not settled by the last one
+(args.given), as the server refuses gamma and K that disagree.
 """
 import argparse
 import math
@@ -25,13 +27,24 @@ DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
 WARMUP_TOKENS = 16  # a short untimed run first: the first calls of each size pay one-time costs
                     # (helper threads, BLAS buffers, cold pages) that are not decoding
 LLMSS, SS = "LLMSpeculativeSampling", "speculative-sampling"
+NO_DRAFTER = "none"  # --draft_model_size none: the target alone, as the server takes it
 LLMSS_DEFAULTS = dict(n_tokens_to_generate=20, temperature=1.0, top_k=20, top_p=0.9)  # its generate()
 METAVARS = dict(prompt="TEXT", target_model_size="NAME", draft_model_size="NAME", n_tokens_to_generate="N",
                 K="K", seed="N", num_runs="N", top_k="K", top_p="P")
 BENCHMARK_RUNS = 10  # -b without --num_runs: LLMSpeculativeSampling's benchmark runs each decoder 10 times
 
 
-class Spelling(argparse.Action):
+class Given(argparse.Action):
+    """A flag that has other names too (compatible_spellings): stores its value, and notes under which
+    name it came (args.given: dest -> {flag: (as typed, value)}), so that two names of one option are
+    caught when they disagree (check_one_name_each). One name typed twice is argparse's usual: the last counts."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given.setdefault(self.dest, {})[self.option_strings[0]] = (option_string, values)
+
+
+class Spelling(Given):
     """Another repository's spelling of one of main.py's flags: stores into that flag's dest and
     notes its style (args.styles) and spelling (args.spelled, for error messages)."""
 
@@ -40,7 +53,7 @@ class Spelling(argparse.Action):
         self.style = style
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        super().__call__(parser, namespace, True if self.nargs == 0 else values, option_string)
         if self.style:
             namespace.styles.setdefault(self.style, []).append(option_string)
         namespace.spelled[self.dest] = option_string
@@ -53,26 +66,26 @@ def parse_args(argv):
     output_flags(p)
     compatible_spellings(p.add_argument_group(
         "compatible spellings", f"the flags of {LLMSS} and of {SS} (GPT-2), as aliases of the flags above"))
-    return p.parse_args(argv, argparse.Namespace(styles={}, spelled={}))  # styles: style -> its flags used
+    return p.parse_args(argv, argparse.Namespace(styles={}, spelled={}, given={}))  # styles: style -> its flags used
 
 
 def model_flags(p):
     """What to generate from, and with which models."""
     bundled = ", ".join(gpt2np.bundled_models()) or "none"
-    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to continue")
-    p.add_argument("--n_tokens_to_generate", type=int, default=None,
+    p.add_argument("--prompt", action=Given, default=DEFAULT_PROMPT, help="text to continue")
+    p.add_argument("--n_tokens_to_generate", type=int, action=Given, default=None,
                    help="new tokens, exactly this many unless <|endoftext|> comes first "
-                        "(default: 200 when no target is named, i.e. the bundled pair; 40 when one is, the "
-                        f"bundled pair included; 20 with {LLMSS}'s spellings)")
-    p.add_argument("--target_model_size", default=None,
+                        f"(default: 200 when the target is a bundled model ({bundled}), named or not; 40 for "
+                        f"any other target; 20 with {LLMSS}'s spellings)")
+    p.add_argument("--target_model_size", action=Given, default=None,
                    help=f"target model: 124M, 355M, 774M, 1558M (or the Hub's names gpt2, gpt2-medium, gpt2-large, "
                         f"gpt2-xl), distilgpt2, a bundled name ({bundled}), a Hub name hf:owner/name[@revision], "
                         f"random:<size> (random weights, e.g. random:1558M), or a folder in the release or Hugging "
                         f"Face layout (default: {DEFAULT_TARGET})")
-    p.add_argument("--draft_model_size", default=None,
+    p.add_argument("--draft_model_size", action=Given, default=None,
                    help="drafter: a draft model named like the target, or 'ngram' (prompt lookup: propose "
-                        "what followed the last n tokens' latest earlier occurrence, no model); omit for "
-                        f"target-only generation (default with the default target: {DEFAULT_DRAFT})")
+                        "what followed the last n tokens' latest earlier occurrence, no model), or 'none' for "
+                        f"target-only generation (default: {DEFAULT_DRAFT} with the default target, else none)")
     p.add_argument("--ngram_max", type=int, default=None,
                    help="with --draft_model_size ngram: the longest n-gram looked up, then shorter ones down to 1 "
                         "(default: 3)")
@@ -81,7 +94,7 @@ def model_flags(p):
 
 def decoding_flags(p):
     """Speculative decoding and sampling."""
-    p.add_argument("--K", type=K_value, default=None,
+    p.add_argument("--K", type=K_value, action=Given, default=None,
                    help="draft tokens per speculative round (Leviathan et al.'s gamma), or a K policy: 'heuristic' "
                         "(Hugging Face's: +2 after a fully accepted round, -1 otherwise) or 'auto' (each round, the K "
                         "with the best predicted speedup from this run's measured alpha, c and v; 0 = plain step) "
@@ -98,13 +111,14 @@ def decoding_flags(p):
                         "may grow (default: 8)")
     p.add_argument("--temperature", type=float, default=None,
                    help=f"sampling temperature; 0 means greedy (argmax) (default: 0; 1 with {LLMSS}'s spellings)")
-    p.add_argument("--top_k", type=int, default=None,
+    p.add_argument("--top_k", type=int, action=Given, default=None,
                    help=f"keep only the k most likely tokens (Hugging Face meaning; default: all; 20 with {LLMSS}'s "
                         "spellings)")
-    p.add_argument("--top_p", type=float, default=None,
+    p.add_argument("--top_p", type=float, action=Given, default=None,
                    help="nucleus sampling: keep the smallest set of most likely tokens with probability >= top_p "
                         f"(default: all; 0.9 with {LLMSS}'s spellings)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator used for sampling")
+    p.add_argument("--seed", type=int, action=Given, default=0,
+                   help="seed of the np.random.Generator used for sampling")
 
 
 def output_flags(p):
@@ -112,7 +126,7 @@ def output_flags(p):
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS threads (default: 1 for models narrower than n_embd 512, where waking threads "
                         "costs more than it saves, as measured on the bundled pair; else the BLAS default)")
-    p.add_argument("--num_runs", type=int, default=None,
+    p.add_argument("--num_runs", type=int, action=Given, default=None,
                    help=f"timed runs of each decoder, after an untimed warm-up ({WARMUP_TOKENS} tokens; with N > 1 a "
                         f"whole run); with N > 1 reported as mean ± std (default: 1; {BENCHMARK_RUNS} with -b)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -172,18 +186,45 @@ def flag(args, dest):
     return args.spelled.get(dest, f"--{dest}")
 
 
+def check_one_name_each(args):
+    """An option given two values under two of its names (--gamma 3 --K 4) is refused: the last one would
+    win unseen. The same value under both (--max_tokens 20 --n_tokens_to_generate 20) is no conflict."""
+    for names in args.given.values():
+        (first, a), *others = names.values()
+        for second, b in others:
+            if b != a:
+                raise ValueError(f"{first} ({a!r}) and {second} ({b!r}) are two names of one option and disagree: "
+                                 f"give one of them")
+
+
+def drafter_name(args):
+    """The drafter main.py runs: --draft_model_size as given, the bundled draft with the default target,
+    None for none (as the server takes it: no draft model, the target alone) or with another target."""
+    name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
+    return None if name == NO_DRAFTER else name
+
+
+def bundled_target(args):
+    """The target is one of the bundled models (named, or the default)."""
+    return args.target_model_size is None or args.target_model_size in gpt2np.bundled_models()
+
+
 def apply_style_defaults(args):
-    """Defaults: gpt2np's, or LLMSpeculativeSampling's where its spellings were used; one style only."""
+    """Defaults: gpt2np's, or LLMSpeculativeSampling's where its spellings were used; one style only.
+    args.style_defaults: the other repository's defaults that were applied (not given)."""
     if len(args.styles) > 1:
         mixed = " and ".join(f"{style}'s ({' '.join(flags)})" for style, flags in args.styles.items())
         raise ValueError(f"the flags mix the spellings of {mixed}: use one style (or main.py's own flags)")
+    check_one_name_each(args)
+    args.style_defaults = {}
     for dest, value in (LLMSS_DEFAULTS.items() if LLMSS in args.styles else ()):
         if getattr(args, dest) is None:
             setattr(args, dest, value)
+            args.style_defaults[dest] = value
     args.benchmark, args.profiling = getattr(args, "benchmark", False), getattr(args, "profiling", False)
     args.table = SS in args.styles
     if args.n_tokens_to_generate is None:
-        args.n_tokens_to_generate = 200 if args.target_model_size is None else 40
+        args.n_tokens_to_generate = 200 if bundled_target(args) else 40
     if args.temperature is None:
         args.temperature = 0.0
     if args.num_runs is None:
@@ -192,7 +233,7 @@ def apply_style_defaults(args):
 
 def check_drafting_args(args):
     """--K, --K_max, --ngram_max: their ranges, and only where they mean something; then defaults."""
-    drafting = args.draft_model_size is not None or args.target_model_size is None  # default: the bundled pair
+    drafting = drafter_name(args) is not None
     K = flag(args, "K")
     check_drafts_given(args.K is not None, args.tree, drafting, flag(args, "draft_model_size"),
                        lambda dest: K if dest == "K" else f"--{dest}")

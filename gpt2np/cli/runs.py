@@ -1,5 +1,4 @@
 """main.py's runs: load the models, time each decoder over its runs, print the text as it comes."""
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -8,9 +7,9 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 
 from gpt2np import check_generation_request
-from gpt2np.report import TokenTexts, marked, mean_std, provenance_legend, rejected_draft
+from gpt2np.report import TokenTexts, colour_allowed, drafter_error, marked, mean_std, provenance_legend, rejected_draft
 
-from .flags import DEFAULT_DRAFT, DEFAULT_TARGET, WARMUP_TOKENS, flag
+from .flags import DEFAULT_TARGET, WARMUP_TOKENS, drafter_name, flag
 
 
 @dataclass
@@ -63,21 +62,25 @@ def load_drafter(args, target, sources):
     """The drafter named by --draft_model_size (None: target-only), checked against the target.
 
     The target's own name drafts with the target itself (the sanity check: every draft accepted),
-    loaded once: random:1558M twice would be 12 GB."""
+    loaded once: random:1558M twice would be 12 GB. An unknown name's error lists ngram and none too."""
     target_name = args.target_model_size or DEFAULT_TARGET
-    draft_name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
+    draft_name = drafter_name(args)
     if draft_name is None:
         return None
     if draft_name == target_name:
         return gpt2np.ModelDrafter(target)
-    return gpt2np.load_drafter(draft_name, args.models_dir, n_max=args.ngram_max, **sources)
+    try:
+        return gpt2np.load_drafter(draft_name, args.models_dir, n_max=args.ngram_max, **sources)
+    except ValueError as e:
+        raise drafter_error(e) from None
 
 
 def display_style(args):
-    """How -v shows provenance: colours on a terminal, labelled spans in a pipe, file or under NO_COLOR."""
+    """How -v shows provenance: colours on a terminal, labelled spans in a pipe, a file, under NO_COLOR or
+    TERM=dumb (report.colour_allowed)."""
     if not args.verbose:
         return "plain"
-    return "colour" if sys.stdout.isatty() and "NO_COLOR" not in os.environ else "markers"
+    return "colour" if colour_allowed(sys.stdout) else "markers"
 
 
 def timed_runs(make_stream, n_tokens, num_runs, show, untimed=lambda result: 0.0):

@@ -2,7 +2,11 @@
 import os
 import sys
 
-from .repl import main
+try:  # Ctrl-C while NumPy and the package load: exit 130, as at the prompt, no traceback
+    from .repl import main
+except KeyboardInterrupt:
+    sys.exit(130)
+
 
 def run():
     """main() as a command: Ctrl-C at the prompt and a closed pipe end it quietly."""

@@ -295,7 +295,7 @@ def parse_command(line, settings):
     if name not in COMMANDS:
         raise CommandError(f"unknown command :{words[0]}: type :help for the list")
     new = checked(COMMANDS[name][2](settings, args))
-    return Outcome(new, message=describe_change(settings, new) + compare_note(new, name))
+    return Outcome(new, message=describe_change(settings, new, name) + compare_note(new, name))
 
 
 def compare_note(s, name):
@@ -343,10 +343,12 @@ def setting_values(s):
             "cache": on(s.cache), "drafter": s.drafter or "none"}
 
 
-def describe_change(old, new):
-    """'temperature: 0.8, sampling: plain, T=0.8' for what a command changed ('unchanged' if nothing)."""
+def describe_change(old, new, command=None):
+    """'temperature: 0.8, sampling: plain, T=0.8' for what a command changed; if nothing, what the command's
+    setting already is ('temperature: already 0'), or 'unchanged'."""
     before, after = setting_values(old), setting_values(new)
-    return ", ".join(f"{name}: {value}" for name, value in after.items() if value != before[name]) or "unchanged"
+    changed = ", ".join(f"{name}: {value}" for name, value in after.items() if value != before[name])
+    return changed or (f"{command}: already {after[command]}" if command in after else "unchanged")
 
 
 def help_text(s):

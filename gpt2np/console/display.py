@@ -21,14 +21,15 @@ def token_label(tokenizer, token):
     return repr(tokenizer.decode_bytes([token]).decode("utf-8", errors="replace"))
 
 
-def trace_lines(event, n_round, tokenizer, greedy=False):
+def trace_lines(event, n_round, tokenizer, greedy=False, no_drafts="K=0"):
     """One speculative round for the debug trace: the drafts, each accept / reject, the last token.
-    greedy (temperature 0): a tree's later siblings face the argmax too, not a residual."""
+    greedy (temperature 0): a tree's later siblings face the argmax too, not a residual. no_drafts: why
+    a round may draft nothing ("K=0", or "prompt lookup found no match": the stream says K 0 for both)."""
     label = lambda t: token_label(tokenizer, t)  # noqa: E731
     first = event.n_emitted - len(event.tokens) + 1
     head = f"  round {n_round} (tokens {first}-{event.n_emitted}): "
     if not event.drafts:  # a plain step: K = 0 chosen, or prompt lookup found nothing to propose
-        return [head + f"no drafts (K=0), target token {label(event.tokens[-1])}"]
+        return [head + f"no drafts ({no_drafts}), target token {label(event.tokens[-1])}"]
     if not is_chain(event.parents):
         return [head + f"tree of {len(event.drafts)} nodes, drafted "
                 + " ".join(f"{i}:{label(x)}" for i, x in enumerate(event.drafts, 1)),

@@ -6,6 +6,7 @@ from gpt2np import bundled_models
 from ..report import DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
+NO_DRAFTER = "none"  # --draft_model_size none: no drafter, target-only runs (as main.py and the server take it)
 
 
 def parse_args(argv):
@@ -17,8 +18,9 @@ def parse_args(argv):
                    help=f"target: 124M, 355M, 774M, 1558M, a bundled name ({bundled}), a Hub name "
                         f"hf:owner/name[@revision], or a folder (default: {DEFAULT_TARGET})")
     p.add_argument("--draft_model_size", default=None,
-                   help=f"drafter: a model named like the target, or 'ngram' (prompt lookup) (default with the "
-                        f"default target: {DEFAULT_DRAFT}; with another target: none until :drafter)")
+                   help=f"drafter: a model named like the target, 'ngram' (prompt lookup), or 'none' (start with "
+                        f"target-only runs until :drafter) (default: {DEFAULT_DRAFT} with the default target, "
+                        f"else none)")
     p.add_argument("--ngram_max", type=int, default=3, help="prompt lookup's longest n-gram")
     add_loading_flags(p)
     p.add_argument("--K", default=None, help="draft tokens per round, or 'heuristic' / 'auto' (default: 4)")
@@ -32,8 +34,8 @@ def parse_args(argv):
     p.add_argument("--top_p", type=float, default=None, help="nucleus sampling threshold in (0, 1] (default: off)")
     p.add_argument("--seed", type=int, default=0, help="seed of each run's np.random.Generator")
     p.add_argument("--n_tokens_to_generate", type=int, default=None,
-                   help="new tokens per run (default: 200 when --target_model_size is omitted, i.e. the bundled pair; "
-                        "40 when it is given, the bundled pair included)")
+                   help=f"new tokens per run; at most the target's context less one (default: 200 when the target "
+                        f"is a bundled model ({bundled}), named or not; 40 for any other target)")
     p.add_argument("--threads", type=int, default=None,
                    help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
     return p.parse_args(argv)
@@ -53,10 +55,11 @@ def initial_settings(args):
     if args.seed < 0:  # np.random.default_rng refuses it too, but only at the first prompt, in NumPy's words
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
     drafter = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
+    drafter = None if drafter == NO_DRAFTER else drafter
     check_drafting_flags(args, drafter)
     n_tokens = args.n_tokens_to_generate
     if n_tokens is None:
-        n_tokens = 200 if args.target_model_size is None else 40
+        n_tokens = 200 if args.target_model_size in (None, *bundled_models()) else 40
     if n_tokens < 1:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {n_tokens}")
     K = K_value(args.K, "--K") if args.K is not None else Settings.K

@@ -5,7 +5,7 @@
     printf ':temperature 0\\nROMEO:\\n:quit\\n' | python -m gpt2np.console   # a script on stdin
 
 Tokens stream as each round produces them, coloured by where they came from (green accepted
-draft, red target resample, blue bonus; only on a terminal without NO_COLOR), then one line of
+draft, red target resample, blue bonus; only on a terminal, without NO_COLOR or TERM=dumb), then one line of
 statistics per generator and, when several ran, a table of their throughput side by side.
 Lines starting with ':' or '/' are commands (:help lists them with every setting's value;
 commands.py parses them, slash.py maps the '/' names); flags.py holds the command line;
@@ -14,19 +14,19 @@ The console this replaces (the seed's infer.py) counted characters as tokens, re
 generators and timed its draft-only run with the target's clock; here throughput is tokens per
 second from the decoders' own timings, and every run has its own np.random.default_rng(seed).
 """
-import os
 import sys
+from dataclasses import replace
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 from threadpoolctl import threadpool_limits
 
 from .commands import GENERATOR_LABELS, CommandError, K_words, help_text, parse_command, with_drafter
 from .display import speedup_table, trace_lines
-from .flags import DEFAULT_TARGET, initial_settings, parse_args
+from .flags import DEFAULT_TARGET, NO_DRAFTER, initial_settings, parse_args
 from .runs import Run, consume, open_stream
 from .slash import colon_line
 from gpt2np import DownloadError, check_same_vocabulary, is_greedy
-from ..report import TokenTexts, coloured, provenance_legend, stats_summary
+from ..report import TokenTexts, colour_allowed, coloured, drafter_error, provenance_legend, stats_summary
 from ..report import command_error_line as one_line  # errors name the console's flags
 
 CLEAR_SCREEN = "\033[H\033[2J"
@@ -41,7 +41,7 @@ class Console:
         self.target, self.settings, self.load_drafter = target, settings, load_drafter
         self.drafters = {}  # name -> drafter: switching back to one loaded before costs nothing
         self.out, self.err = out, err
-        self.colour = out.isatty() and "NO_COLOR" not in os.environ
+        self.colour = colour_allowed(out)
 
     def write(self, text=""):
         self.out.write(text + "\n")
@@ -90,12 +90,31 @@ class Console:
         elif outcome.action == "drafter":
             self.switch_drafter(outcome.argument)
         else:
+            try:
+                if outcome.settings.n_tokens != self.settings.n_tokens:
+                    self.check_tokens(outcome.settings.n_tokens, ":tokens")
+            except CommandError as e:
+                self.warn(str(e))
+                return True
             self.settings = outcome.settings
             self.write(outcome.message)
         return True
 
+    def check_tokens(self, n_tokens, named):
+        """n_tokens new tokens fit the target's context after a prompt of one token, or a CommandError
+        naming the limit (when set, not at every prompt); named: :tokens or --n_tokens_to_generate."""
+        room = self.target.n_ctx - 1
+        if n_tokens > room:
+            raise CommandError(f"{named} {n_tokens}: at most {room} new tokens fit the target's context of "
+                               f"{self.target.n_ctx} tokens (a prompt takes at least one)")
+
     def switch_drafter(self, name):
-        """Load (or reuse) the named drafter; on any error keep the current one."""
+        """Load (or reuse) the named drafter; on any error keep the current one. none: no drafter, target-only."""
+        if name == NO_DRAFTER:
+            self.settings = replace(self.settings, drafter=None, speculative=False, compare=False, draft=False,
+                                    target=True)
+            self.write("drafter: none (target-only on; speculative, compare and draft-only off)")
+            return
         try:
             self.drafter_named(name)
         except LOAD_ERRORS as e:
@@ -114,8 +133,8 @@ class Console:
         plan = [(g, use_cache) for g in s.enabled() for use_cache in ((True,) if s.cache else (True, False))]
         try:  # every check (context length, sampling options, K) before any forward pass
             streams = {(g, c): open_stream(g, self.target, self.drafter, prompt_ids, s, c) for g, c in plan}
-        except ValueError as e:
-            self.warn(one_line(e))
+        except ValueError as e:  # the library says n_tokens: the console's setting is :tokens
+            self.warn(one_line(e).replace("+ n_tokens (", "+ :tokens ("))
             return
         runs = []
         try:
@@ -146,7 +165,8 @@ class Console:
             self.out.write(coloured(texts.pieces(event.tokens), event.provenance, self.colour))
             self.out.flush()
             if s.trace and generator == "speculative" and use_cache:  # the no-cache run repeats it
-                traces.append(trace_lines(event, len(traces) + 1, self.target.tokenizer, is_greedy(s.temperature)))
+                traces.append(trace_lines(event, len(traces) + 1, self.target.tokenizer, is_greedy(s.temperature),
+                                          no_drafts_why(s)))
         seconds = consume(stream, show)
         self.write(texts.flush())
         if traces:
@@ -155,6 +175,16 @@ class Console:
         run = Run(label, name, stream.tokens, seconds, stream.result.stats if generator == "speculative" else None)
         self.write(summary_line(run, runs, stream.provenance, self.colour, use_cache))
         return run
+
+
+def no_drafts_why(s):
+    """Why a speculative round drafted nothing, for the trace: a K policy's choice of 0, or prompt lookup
+    finding no earlier match (a fixed K, or a tree, asks for drafts every round)."""
+    if s.drafter != "ngram":
+        return "K=0"
+    if s.tree is None and not isinstance(s.K, int):
+        return "K=0, or prompt lookup found no match"
+    return "prompt lookup found no match"
 
 
 def summary_line(run, runs, provenance, colour, use_cache):
@@ -167,6 +197,7 @@ def summary_line(run, runs, provenance, colour, use_cache):
         speedup = base and run.tokens_per_second / base.tokens_per_second
         line = (provenance_legend(provenance, colour) + "\n" if colour else "") + line
         line += " | " + stats_summary(run.stats, measured_speedup=speedup)
+        line += "" if speedup or run.stats.predicted_speedup_refined is None else " (:compare on measures it)"
     cached = by_label.get(run.label.removesuffix(NO_CACHE))
     if not use_cache and cached is not None:
         line += f"; the KV cache is {cached.tokens_per_second / run.tokens_per_second:.2f}x faster"
@@ -197,9 +228,14 @@ def load(args, settings):
     if threads:
         threadpool_limits(limits=threads, user_api="blas")
 
-    def load_drafter(name):
-        return gpt2np.load_drafter(name, args.models_dir, n_max=args.ngram_max, **sources)
+    def load_drafter(name):  # an unknown name's error lists ngram and none too
+        try:
+            return gpt2np.load_drafter(name, args.models_dir, n_max=args.ngram_max, **sources)
+        except ValueError as e:
+            raise drafter_error(e) from None
     console = Console(target, settings, load_drafter)
+    if args.n_tokens_to_generate is not None:  # refused now, not at every prompt
+        console.check_tokens(settings.n_tokens, "--n_tokens_to_generate")
     if settings.drafter is not None:
         console.drafter_named(settings.drafter)
     return console

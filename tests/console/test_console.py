@@ -113,7 +113,7 @@ def test_every_setting_command_answers_with_what_changed_and_help_shows_it():
                 (":seed 3", "seed: 3"), (":tokens 17", "tokens: 17"), (":target on", "target: on"),
                 (":draft", "draft: on"), (":speculative off", "speculative: off"),
                 (":compare on", "compare: on"), (":compare off", "compare: off"),
-                (":trace on", "trace: on"), (":cache off", "cache: off"), (":seed 3", "unchanged")]
+                (":trace on", "trace: on"), (":cache off", "cache: off"), (":seed 3", "seed: already 3")]
     script = "\n".join(c for c, _ in commands) + "\n:drafter ngram\n:help\n:clear\n:quit\nnever run\n"
     out = run_console(script)
     assert out.returncode == 0 and out.stderr == "", out.stderr
@@ -140,7 +140,8 @@ BAD = [(":bogus", "unknown command :bogus"), (":", "empty command"), (":K 0", ":
        (":tokens", "usage: :tokens"), (":trace maybe", ":trace takes on or off"), (":help me", "usage: :help"),
        (":drafter", "usage: :drafter"), (":drafter nonsense", "drafter 'nonsense' not loaded: unknown model"),
        (":drafter ngram", None), (":draft on", "draft-only is not available with the ngram drafter"),
-       (":tokens 300", None), (PROMPT, "exceeds the context of 256 tokens"),
+       (":tokens 300", ":tokens 300: at most 255 new tokens fit the target's context of 256 tokens"),
+       (":tokens 255", None), (PROMPT, "prompt (6 tokens) + :tokens (255) = 261 exceeds the context of 256 tokens"),
        (":target off\n:speculative off", None), (PROMPT, "every generator is off")]
 
 
@@ -217,11 +218,12 @@ def read_until(fd, marker, timeout=120):
     return buffer
 
 
-@pytest.mark.parametrize("no_color", [False, True])
+@pytest.mark.parametrize("no_color", [{}, {"NO_COLOR": "1"}, {"TERM": "dumb"}], ids=["colour", "NO_COLOR", "TERM=dumb"])
 def test_on_a_terminal_prompt_colours_clear_and_ctrl_d(no_color):
-    """A pseudo-terminal: the prompt, provenance colours unless NO_COLOR, :clear's escape, Ctrl-D quits."""
+    """A pseudo-terminal: the prompt, provenance colours unless NO_COLOR or TERM=dumb, :clear's escape, Ctrl-D quits."""
     import pty
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | ({"NO_COLOR": "1"} if no_color else {})
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"TERM": "xterm"} | no_color
+    no_color = bool(no_color)
     pid, fd = pty.fork()
     if pid == 0:  # the child: the console on the terminal
         os.chdir(REPO)

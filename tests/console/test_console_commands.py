@@ -138,11 +138,11 @@ def test_target_on_does_not_turn_compare_on_and_compare_runs_both_whatever_the_s
     after_help = lines[lines.index(next(l for l in lines if l.startswith("  :quit"))) + 1:]
     assert after_help[:4] == ["target: off", "compare: on",
                               "speculative: off (speculative still runs: compare is on; :compare off to stop it)",
-                              "unchanged (target-only still runs: compare is on; :compare off to stop it)"]
+                              "target: already off (target-only still runs: compare is on; :compare off to stop it)"]
     assert set(sections(out.stdout)) == {"target-only", "speculative"}
 
 
-def test_trace_reports_K_0_for_rounds_where_prompt_lookup_drafted_nothing(pair):
+def test_trace_says_prompt_lookup_found_no_match_for_rounds_where_it_drafted_nothing(pair):
     target, _ = pair
     prompt = "ROMEO: ROMEO"
     out = run_console(f":drafter ngram\n:trace on\n:tokens 40\n{prompt}\n")
@@ -155,8 +155,8 @@ def test_trace_reports_K_0_for_rounds_where_prompt_lookup_drafted_nothing(pair):
     assert any(not r.drafts for r in records)  # rounds that asked for drafts and got none (a fixed K of 4)
     assert all(r.K == len(r.drafts) for r in records), [(r.K, len(r.drafts)) for r in records]  # the stream says K 0
     for head, record in zip(heads, records):
-        if not record.drafts:
-            assert head.startswith("no drafts (K=0"), head
+        if not record.drafts:  # a fixed K=4 asked for drafts: not "K=0", which reads as a policy's choice
+            assert head.startswith("no drafts (prompt lookup found no match)"), head
         else:
             assert head.startswith(f"K={len(record.drafts)}"), (head, record.drafts)
 

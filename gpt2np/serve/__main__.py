@@ -11,6 +11,9 @@ path. When the drafter is a model, the prompt-lookup drafter "ngram" is served b
 nothing), and a request picks one with the field "drafter". Bad flags or models, a port in use or a
 host that does not resolve: one line naming this command's flags, exit status 2, before the startup line
 "serving ... on http://HOST:PORT/" (the socket is bound first: with --port 0 it names the port picked).
+Then each request, once answered, is one line on stderr (time, client, method, path, status, seconds, a
+completion's tokens or an error's message: requestlog.py; --quiet leaves them out), and the last line,
+when it is stopped (Ctrl-C), says how many it served.
 
 Up to --max_batch generations run at once (continuous batching, engine.py): plain requests share one
 forward pass per token, speculative ones are packed with each other (a round each, one more pass per
@@ -69,6 +72,10 @@ def parse_args(argv):
     p.add_argument("--max_body_bytes", type=int, default=256 * 1024,
                    help="larger request bodies get 413 (default: %(default)s, 256 KiB)")
     p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: as main.py)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no line per request on stderr (by default each request, once answered, gets one: time, "
+                        "client, method, path, status, seconds, and a completion's tokens, how it ended and its "
+                        "drafter, or an error's message, busy 429s included); the startup and shutdown lines stay")
     return p.parse_args(argv)
 
 
@@ -177,10 +184,28 @@ def main(argv=None):
         print(f"serving {engine.model_id} with drafters {list(engine.drafters)} on {url(sock, args.host)} "
               f"(up to {engine.max_batch} at once, {engine.max_queue} waiting; weights "
               f"{gpt2np.weights_order(engine.target)}; {gpt2np.blas_kernel()})", file=sys.stderr)
-        server = uvicorn.Server(uvicorn.Config(create_app(engine, args.max_body_bytes), log_level="warning"))
+        if not args.quiet:
+            log_requests_to_stderr()
+        app = create_app(engine, args.max_body_bytes, log_requests=not args.quiet, on_stop=lambda: print(
+            f"stopped serving: {engine.served} served, {engine.cancelled} cancelled (client left), "
+            f"{engine.failed} failed", file=sys.stderr, flush=True))
+        # uvicorn at "warning": its startup lines would repeat the one above, and its access log knows
+        # neither a completion's tokens nor how long its stream ran (requestlog.py's line does)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
         server.run(sockets=[sock])  # the socket bound above: the address announced is the one served
     if not server.started:  # as uvicorn.run: the app failed to start (uvicorn logged why)
         sys.exit(3)
+
+
+def log_requests_to_stderr():
+    """requestlog.py's lines on stderr, each after the time of day."""
+    import logging
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    requests_log = logging.getLogger("gpt2np.serve.requests")
+    requests_log.addHandler(handler)
+    requests_log.setLevel(logging.INFO)
+    requests_log.propagate = False  # once, here: not again through a handler the root logger may have
 
 
 def run(argv=None):

@@ -22,6 +22,7 @@ import gpt2np
 from .completions import SSE_DONE, Completion, sse
 from .engine import Generation, QueueFull, RequestError, new_seed
 from .names import without_paths
+from .requestlog import RequestLog, note
 from .schemas import FIELD_HELP, PREDICT_HELP, CompletionRequest, PredictRequest
 
 PAGE = Path(__file__).parent / "static" / "index.html"
@@ -139,14 +140,20 @@ async def lifespan(app):  # the worker lives as long as the application
     app.state.engine.start()
     yield
     app.state.engine.stop()
+    if app.state.on_stop is not None:
+        app.state.on_stop()
 
 
-def create_app(engine, max_body_bytes=MAX_BODY_BYTES):
-    """The application serving `engine` (engine.Engine; started and stopped with the app)."""
+def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_stop=None):
+    """The application serving `engine` (engine.Engine; started and stopped with the app); log_requests:
+    one line per request to the logger "gpt2np.serve.requests" (requestlog.py); on_stop: called once the
+    worker has stopped, at shutdown (before uvicorn passes a Ctrl-C or SIGTERM on to the process)."""
     app = FastAPI(lifespan=lifespan, title="gpt2np", description="GPT-2 in NumPy with speculative decoding: OpenAI-compatible "
                   "completions with per-token provenance (draft / resample / bonus).", version="1.0")
-    app.state.engine = engine
+    app.state.engine, app.state.on_stop = engine, on_stop
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if log_requests:  # added last, so outermost: it sees the 413s too
+        app.add_middleware(RequestLog)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, crashed)
@@ -255,6 +262,7 @@ async def completions(body: CompletionRequest, request: Request):
         ids = engine.encode(body.prompt)
         g = generation(engine, body, ids)
         completion = Completion(engine.model_id, g, len(ids), body.stops())
+        note(request, completion, body.stream)
         if body.stream:
             job = engine.submit(g, asyncio.get_running_loop())
             return ClosingStreamingResponse(events(engine, job, completion), media_type="text/event-stream",
@@ -272,6 +280,7 @@ async def predict(body: PredictRequest, request: Request):
         ids = engine.encode(body.prompt)
         g = generation(engine, body, ids)
         completion = Completion(engine.model_id, g, len(ids))
+        note(request, completion)
         failed = await run(engine, g, completion, request)
     except (RequestError, QueueFull) as e:
         return refused(e)

@@ -61,6 +61,8 @@ FIELD_HELP = {
     "presence_penalty": "not supported by this server (leave it out, or send 0)",
 }
 PREDICT_HELP = {**FIELD_HELP, "prompt": "must be a string (POST /v1/completions also takes token ids)"}
+EMPTY_PROMPT = ('"" starts from <|endoftext|>, unconditionally, as GPT-2 samples without a prompt: '
+                'usage counts it as 1 prompt token')
 # other repositories' names for our fields (Leviathan et al.'s gamma; Hugging Face's max_new_tokens);
 # max_length (prompt + new tokens, Hugging Face's meaning) needs the prompt's length: new_tokens()
 ALIASES = {"gamma": "K", "max_new_tokens": "max_tokens"}
@@ -148,7 +150,7 @@ class SamplingFields(Strict):
 
 class PredictRequest(SamplingFields):
     """POST /predict: {"prompt": "..."} and optionally the generation fields."""
-    prompt: StrictStr
+    prompt: StrictStr = Field(description=f"the text to continue ({EMPTY_PROMPT})")
     max_tokens: Count = Field(100, description="new tokens at most")
     temperature: Annotated[Float, Field(ge=0, le=100)] = 0.0
 
@@ -160,7 +162,8 @@ class StreamOptions(Strict):
 class CompletionRequest(SamplingFields):
     """POST /v1/completions, OpenAI's legacy completions API (one prompt, one choice)."""
     model: StrictStr | None = Field(None, description="must be the served model's id (GET /v1/models)")
-    prompt: StrictStr | Annotated[TokenIds, Field(min_length=1)]
+    prompt: StrictStr | Annotated[TokenIds, Field(min_length=1)] = Field(
+        description=f"the text to continue, or its token ids ({EMPTY_PROMPT})")
     max_tokens: Count | None = Field(None, description="required (or max_new_tokens, or max_length): new "
                                      "tokens at most (fewer if <|endoftext|> or a stop string comes first)")
     stop: StrictStr | Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=4)] | None = None

@@ -179,3 +179,14 @@ def test_tree_field_drafts_trees_and_reports_each_round_s_tree(client, local):
 def test_bad_tree_fields_are_a_400_naming_tree(server, fields, message):
     status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=5, **fields)
     assert status == 400 and body["error"]["param"] == "tree" and message in body["error"]["message"], body
+
+
+def test_an_empty_prompt_is_documented_as_starting_from_endoftext(server):
+    """{"prompt": ""} answers from <|endoftext|> with prompt_tokens 1, which only a code comment said; the
+    prompt fields' descriptions in /docs (OpenAPI) now say so."""
+    schemas = requests.get(server + "/openapi.json", timeout=30).json()["components"]["schemas"]
+    for name in ("CompletionRequest", "PredictRequest"):
+        said = schemas[name]["properties"]["prompt"].get("description", "")
+        assert '"" starts from <|endoftext|>' in said and "1 prompt token" in said, (name, said)
+    status, body = post(server, "/v1/completions", prompt="", max_tokens=3, temperature=0)
+    assert status == 200 and body["usage"]["prompt_tokens"] == 1, body

@@ -64,7 +64,8 @@ def command_name(prog, argv0=None):
     >>> command_name("python main.py", "/venv/bin/gpt2np"), command_name("python main.py", "main.py")
     ('gpt2np', 'python main.py')
     """
-    invoked = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    invoked = os.path.basename(sys.argv[0] if argv0 is None and sys.argv else argv0 or "")
+    invoked = invoked.removesuffix(".exe").removesuffix("-script.py")  # Windows' launchers of an installed script
     return invoked if invoked.startswith("gpt2np") and not invoked.endswith(".py") else prog
 
 

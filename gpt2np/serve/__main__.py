@@ -25,27 +25,19 @@ NumPy's BLAS kernel (row-major under the Haswell kernels, panels under SkylakeX:
 gpt2np/model/fast/layout.py); the startup line names it.
 """
 import errno
-import os
 import socket
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.report import OneLineErrorParser, add_loading_flags, check_model_names, command_error_line, run_command
+from gpt2np.report import (OneLineErrorParser, add_loading_flags, check_model_names, command_error_line, command_name,
+                           run_command)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 MAX_BATCH = 256  # generations running at once: far past where packing more rows gains anything; a typo is refused
 
 
-def program_name(argv0=None):
-    """The command as the user typed it, for usage and errors: the installed script's name (gpt2np-serve,
-    from pyproject.toml's [project.scripts]), else python -m gpt2np.serve (argv[0] is then this file)."""
-    name = os.path.basename(sys.argv[0] if argv0 is None and sys.argv else argv0 or "")
-    name = name.removesuffix(".exe").removesuffix("-script.py")  # Windows' launchers of an installed script
-    return name if name.startswith("gpt2np") and not name.endswith(".py") else "python -m gpt2np.serve"
-
-
 def parse_args(argv):
-    prog = program_name()
+    prog = command_name("python -m gpt2np.serve")  # gpt2np-serve when installed
     p = OneLineErrorParser(prog=prog, description=prog + __doc__.split("\n")[0].removeprefix("python -m gpt2np.serve"))
     p.add_argument("--target_model_size", default=DEFAULT_TARGET,
                    help=f"target: {', '.join(gpt2np.RELEASE_SIZES)} (OpenAI's release), a bundled name "

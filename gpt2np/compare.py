@@ -28,7 +28,8 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import (K_from_text, OneLineErrorParser, add_loading_flags, check_json_path, run_command, TokenTexts,
+from gpt2np.report import (K_from_text, OneLineErrorParser, add_loading_flags, check_json_path, colour_allowed,
+                           run_command, TokenTexts,
                            by_position, coloured, provenance_legend, stats_summary, write_atomically)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
@@ -224,7 +225,7 @@ def main(argv=None):
     lanes = open_lanes(args, target, drafter, prompt_ids, args.n_tokens)  # every check; no work yet
     for lane in open_lanes(args, target, drafter, prompt_ids, min(args.n_tokens, WARMUP_TOKENS)):
         lane.stream.run()  # the warm-up, untimed
-    terminal = sys.stdout.isatty()
+    terminal = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"  # a dumb terminal moves no cursor
     print(f"target {target.name}, drafter {drafter.name}, prompt {len(prompt_ids)} tokens, {args.n_tokens} new, "
           f"temperature {args.temperature:g}, seed {args.seed}; BLAS: {gpt2np.blas_kernel()}")
     live = LiveBlock(sys.stdout) if terminal else None
@@ -232,7 +233,7 @@ def main(argv=None):
     if live:
         live.draw(lanes, force=True)
         live.erase()
-    print(final_report(args, target, drafter, lanes, terminal and "NO_COLOR" not in os.environ))
+    print(final_report(args, target, drafter, lanes, colour_allowed(sys.stdout)))
     if args.json:
         write_json(args.json, args, target, drafter, lanes)
 

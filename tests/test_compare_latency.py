@@ -92,12 +92,13 @@ def read_all(fd, timeout=120):
     return buffer
 
 
-def test_compare_on_a_terminal_draws_two_live_columns_then_the_report():
+def on_a_terminal(term):  # -> what python -m gpt2np.compare wrote to a pseudo-terminal with TERM=term
     import pty
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(REPO)
-        env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"COLUMNS": "90", "LINES": "30"}
+        env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"COLUMNS": "90", "LINES": "30",
+                                                                          "TERM": term}
         os.execve(sys.executable, [sys.executable, "-m", "gpt2np.compare", TARGET, DRAFT, "--n_tokens", "60"], env)
     try:
         shown = read_all(fd).decode("utf-8", errors="replace")
@@ -105,6 +106,17 @@ def test_compare_on_a_terminal_draws_two_live_columns_then_the_report():
     finally:
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0, shown[-2000:]
+    return shown
+
+
+def test_compare_on_a_dumb_terminal_writes_no_escape_codes():
+    """TERM=dumb (Emacs' shell, some CI logs) shows neither colours nor cursor moves: the plain report."""
+    shown = on_a_terminal("dumb")
+    assert "\033" not in shown and "=== speculative (" in shown, shown[:2000]
+
+
+def test_compare_on_a_terminal_draws_two_live_columns_then_the_report():
+    shown = on_a_terminal("xterm")  # whatever TERM the tests run under
     heads = re.findall(r"target-only: (\d+) tokens, \d+ tokens/s +\| speculative: (\d+) tokens", shown)
     assert len(heads) >= 2, shown[:2000]  # redrawn as the runs go
     counts = [(int(a), int(b)) for a, b in heads]

@@ -30,7 +30,7 @@ import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 from gpt2np.report import (OneLineErrorParser, add_loading_flags, check_model_names, command_error_line, command_name,
-                           run_command)
+                           drafter_error, run_command)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 MAX_BATCH = 256  # generations running at once: far past where packing more rows gains anything; a typo is refused
@@ -96,6 +96,13 @@ def naming_flag(flag, name, load, *args, **kwargs):
         raise ValueError(f"{flag} {name}: {command_error_line(e)}") from e
 
 
+def load_drafter(*args, **kwargs):  # gpt2np.load_drafter, an unknown name said with ngram and none among the choices
+    try:
+        return gpt2np.load_drafter(*args, **kwargs)
+    except ValueError as e:
+        raise drafter_error(e) from None
+
+
 def bind_socket(host, port):
     """A socket bound to host:port (port 0: a free one), not yet listening, so a client is refused, not
     kept waiting, while the models load; a ValueError names --host or --port."""
@@ -142,7 +149,7 @@ def load_engine(args):
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
     drafters = {}
     if draft != "none":
-        drafter = naming_flag("--draft_model_size", draft, gpt2np.load_drafter, draft, args.models_dir,
+        drafter = naming_flag("--draft_model_size", draft, load_drafter, draft, args.models_dir,
                               n_max=args.ngram_max, **sources)
         naming_flag("--draft_model_size", draft, drafter.check, target, [0], 1)  # same vocabulary, refused now
         name = "ngram" if draft == "ngram" else served_name(drafter.name)

@@ -68,6 +68,7 @@ BAD_FLAGS = [
     (["--host", "999.1.1.1"], "--host 999.1.1.1: name or service not known"),
     (["--target_model_size", "nosuch"], "--target_model_size nosuch: unknown model 'nosuch'"),
     (["--draft_model_size", "nosuch"], "--draft_model_size nosuch: unknown model 'nosuch'"),
+    (["--draft_model_size", "ngarm"], "--draft_model_size ngarm: unknown model 'ngarm' (did you mean ngram?)"),
 ]
 
 

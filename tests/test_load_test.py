@@ -308,9 +308,10 @@ def test_ctrl_c_stops_the_started_server():
     tool = subprocess.Popen([sys.executable, str(TOOL), "--concurrency", "2", "--requests_per_client", "100000"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        started = tool.stderr.readline()  # "started: python -m gpt2np.serve ... --port N (pid P)"
-        found = re.search(r"--port (\d+) \(pid (\d+)\)", started)
+        started = tool.stderr.readline()  # "started: python -m gpt2np.serve ... --port N --quiet (pid P)"
+        found = re.search(r"--port (\d+) .*\(pid (\d+)\)", started)
         assert found, f"expected the started server's port and pid, got {started!r}"
+        assert "--quiet" in started, started  # no request lines: the tail printed on errors keeps the error
         port, pid = found.groups()
         deadline = time.monotonic() + 60
         while not serving(port):

@@ -204,10 +204,12 @@ def server_has_flag(flag):
 @contextlib.contextmanager
 def started_server(server_args, start_timeout):
     """python -m gpt2np.serve ARGS on 127.0.0.1 and a free port until the block ends, stopped however it
-    ends; yields (its URL, a function returning the last lines of its stderr)."""
+    ends; yields (its URL, a function returning the last lines of its stderr, its BLAS kernel). --quiet: a
+    line per request would push an error's lines out of the tail this tool prints when requests fail."""
     port = free_port()
     log = tempfile.TemporaryFile(mode="w+")
-    command = [sys.executable, "-m", "gpt2np.serve", *server_args, "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "gpt2np.serve", *server_args, "--host", "127.0.0.1", "--port", str(port),
+               "--quiet"]  # no line per request: the log's last lines are kept for what went wrong
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     print(f"started: python {shlex.join(command[1:])} (pid {process.pid})", file=sys.stderr, flush=True)
     try:

@@ -41,5 +41,8 @@ def test_bench_times_hf_folders_as_sizes_and_as_the_speculative_pair(tmp_path):
 
 
 def test_bench_refuses_a_name_that_is_no_model_in_one_line(tmp_path):
-    out = bench("--sizes", str(tmp_path / "absent"), "--sections", "prefill")
+    out = bench("--sizes", str(tmp_path / "absent"), "--sections", "prefill")  # a path that is not there
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"no such folder: {tmp_path / 'absent'}" in out.stderr, out.stderr
+    out = bench("--sizes", "no-such-model", "--sections", "prefill")                 # a name no model has
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unknown model" in out.stderr, out.stderr

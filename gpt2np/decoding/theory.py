@@ -6,13 +6,47 @@ v = cost of one target call over K+1 tokens / cost of one target call over 1 tok
 assumes v = 1 (on a GPU, verifying K+1 tokens costs about as much as decoding one); on a CPU in
 plain NumPy it is 3-4 at GPT-2's sizes, and 1.4-1.9 with gpt2np's few-row products, depending on
 the BLAS kernel (PERFORMANCE.md, notebook 07). Every speedup formula of the package is here;
-policies.py and run_stats.py call these.
+policies.py and run_stats.py call these. The scalar formulas check their inputs (alpha in [0, 1],
+K an integer >= 0, c >= 0, v > 0, all finite): a one-line ValueError, not a speedup of 9.4.
 
 >>> a = alpha(np.array([0.7, 0.3]), np.array([0.5, 0.5]))
 >>> round(a, 3), round(expected_tokens_per_round(a, K=4), 3)
 (0.8, 3.362)
 """
+import math
+import numbers
+
 import numpy as np
+
+ROUNDING = 1e-9  # sum(min(p, q)) can exceed 1 by an ulp or two when p == q: clipped, not refused
+
+
+def checked_alpha(alpha):
+    """alpha as a float in [0, 1], or a one-line ValueError (nan and inf fail too).
+
+    >>> checked_alpha(1.5)
+    Traceback (most recent call last):
+    ValueError: alpha must be a number in [0, 1] (an acceptance probability), got 1.5
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not -ROUNDING <= alpha <= 1 + ROUNDING:
+        raise ValueError(f"alpha must be a number in [0, 1] (an acceptance probability), got {alpha!r}")
+    return min(max(float(alpha), 0.0), 1.0)
+
+
+def checked_K(K):
+    """K as an int >= 0 (draft tokens per round), or a one-line ValueError."""
+    if isinstance(K, bool) or not isinstance(K, numbers.Integral) or K < 0:
+        raise ValueError(f"K must be an integer >= 0 (draft tokens per round), got {K!r}")
+    return int(K)
+
+
+def checked_cost(name, value, zero_allowed):
+    """A cost ratio (c >= 0, v > 0) as a finite float, or a one-line ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not zero_allowed):
+        raise ValueError(f"{name} must be a finite number {'>=' if zero_allowed else '>'} 0 (a cost ratio), "
+                         f"got {value!r}")
+    return float(value)
 
 
 def alpha(p, q):  # [..., n_vocab], [..., n_vocab] -> [...]
@@ -38,6 +72,7 @@ def expected_tokens_per_round(alpha, K):
     >>> expected_tokens_per_round(1.0, K=4), expected_tokens_per_round(0.0, K=4)
     (5.0, 1.0)
     """
+    alpha, K = checked_alpha(alpha), checked_K(K)
     return float(sum(alpha**i for i in range(K + 1)))
 
 
@@ -51,19 +86,24 @@ def predicted_speedup(alpha, K, c, v=1.0):
     >>> round(predicted_speedup(0.8, K=4, c=0.05), 2), round(predicted_speedup(0.8, K=4, c=0.05, v=3.5), 2)
     (2.8, 0.91)
     """
+    c, v = checked_cost("c", c, zero_allowed=True), checked_cost("v", v, zero_allowed=False)
     return expected_tokens_per_round(alpha, K) / (K * c + v)
 
 
 def best_K(alpha, c, v=1.0, K_max=32):
-    """The K in 1..K_max with the largest predicted speedup (the smallest such K on ties).
+    """The K in 1..K_max with the largest predicted speedup (the smallest such K on ties), or 0 when
+    none beats plain decoding: 0 means "do not speculate", whose speedup is 1 by definition.
 
     A costlier verification (larger v) makes each round dearer, so longer rounds pay off. With
     alpha = 1 and v > c the speedup (K + 1) / (K c + v) grows with K forever: the answer is K_max.
+    With v = 1 no K pays once alpha <= c (Leviathan et al., Cor. 3.9: K = 1 gives (1 + alpha) / (1 + c)).
 
-    >>> best_K(0.8, c=0.05), best_K(0.8, c=0.05, v=3.5)
-    (8, 12)
+    >>> best_K(0.8, c=0.05), best_K(0.8, c=0.05, v=3.5), best_K(0.3, c=0.5)
+    (8, 12, 0)
     """
-    speedups = [predicted_speedup(alpha, K, c, v) for K in range(1, K_max + 1)]
+    speedups = [predicted_speedup(alpha, K, c, v) for K in range(1, checked_K(K_max) + 1)]
+    if not speedups or max(speedups) <= 1.0:
+        return 0  # plain decoding wins, or ties (then the smallest K, as above)
     return 1 + int(np.argmax(speedups))  # np.argmax returns the first maximum
 
 

@@ -161,25 +161,59 @@ def test_predicted_speedup_matches_a_simulated_cost_model(a, K, c, v):
 
 
 @hypothesis.given(a=st.floats(0, 1), c=st.floats(0.001, 2), v=st.floats(1, 6))
-def test_best_K_maximises_the_predicted_speedup(a, c, v):
+def test_best_K_maximises_the_predicted_speedup_or_is_0_when_no_K_beats_plain_decoding(a, c, v):
     K = best_K(a, c, v, K_max=20)
     speedups = [predicted_speedup(a, k, c, v) for k in range(1, 21)]
-    assert speedups[K - 1] == max(speedups) and 1 <= K <= 20
+    if K == 0:
+        assert max(speedups) <= 1.0  # plain decoding's speedup is 1
+    else:
+        assert speedups[K - 1] == max(speedups) > 1.0 and 1 <= K <= 20
 
 
 @hypothesis.settings(deadline=None, max_examples=300)
 @hypothesis.given(st.floats(0, 0.999), st.floats(1e-3, 1), st.floats(1, 8), st.integers(1, 40))
 def test_best_K_matches_brute_force_search_over_the_closed_form(a, c, v, K_max):
-    speedups = [closed_form_speedup(a, K, c, v) for K in range(1, K_max + 1)]
+    speedups = [1.0] + [closed_form_speedup(a, K, c, v) for K in range(1, K_max + 1)]  # K = 0: plain, 1
     best = best_K(a, c, v, K_max)
-    assert 1 <= best <= K_max
-    assert closed_form_speedup(a, best, c, v) == pytest.approx(max(speedups), rel=1e-12)
+    assert 0 <= best <= K_max
+    assert max(1.0, closed_form_speedup(a, best, c, v) if best else 1.0) == pytest.approx(max(speedups), rel=1e-12)
 
 
 def test_best_K_runs_to_K_max_when_every_draft_is_accepted_and_cheaper_than_verification():
     assert best_K(1.0, c=0.1, v=1.0, K_max=16) == 16
 
 
-def test_best_K_takes_the_smallest_K_on_ties_and_1_when_nothing_is_accepted():
-    assert best_K(1.0, c=1.0, v=1.0) == 1  # (K + 1) / (K + 1) = 1 for every K: an exact tie
-    assert best_K(0.0, c=0.1) == 1         # every draft rejected: drafting is pure waste
+def test_best_K_is_0_when_no_K_beats_plain_decoding():
+    """It returned 1 here, whose speedup is below 1: a student reading best_K alone missed that
+    speculation loses. With v = 1 some K pays exactly when alpha > c (Leviathan et al., Cor. 3.9)."""
+    assert best_K(0.0, c=0.5) == 0         # every draft rejected: drafting is pure waste (K = 1: 0.67)
+    assert best_K(0.0, c=0.1) == 0
+    assert best_K(0.3, c=0.3) == 0 and best_K(0.31, c=0.3) >= 1
+    assert best_K(1.0, c=1.0, v=1.0) == 0  # (K + 1) / (K + 1) = 1 for every K: a tie, plain decoding wins
+    assert best_K(0.9, c=0.05, v=9.0) == 0 and best_K(0.9, c=0.05, v=4.0) > 0  # a costly verification
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: predicted_speedup(1.5, 4, 0.1), "alpha must be a number in [0, 1]"),       # was 9.42
+    (lambda: expected_tokens_per_round(-0.2, 4), "alpha must be a number in [0, 1]"),   # was 0.834
+    (lambda: best_K(float("nan"), 0.1), "alpha must be a number in [0, 1]"),            # was 1
+    (lambda: expected_tokens_per_round(0.5, -1), "K must be an integer >= 0"),          # was 0.0
+    (lambda: expected_tokens_per_round(0.5, 2.5), "K must be an integer >= 0"),
+    (lambda: expected_tokens_per_round(0.5, True), "K must be an integer >= 0"),
+    (lambda: predicted_speedup(0.5, 2, -0.1), "c must be a finite number >= 0"),
+    (lambda: predicted_speedup(0.5, 2, float("inf")), "c must be a finite number >= 0"),
+    (lambda: predicted_speedup(0.5, 2, 0.1, v=0.0), "v must be a finite number > 0"),
+    (lambda: predicted_speedup(0.5, 2, 0.1, v=float("nan")), "v must be a finite number > 0"),
+    (lambda: best_K(0.5, 0.1, K_max=-1), "K must be an integer >= 0"),
+])
+def test_bad_inputs_are_one_line_value_errors(call, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def test_inputs_from_measurement_and_numpy_are_accepted():
+    """alpha = sum min(p, q) can exceed 1 by an ulp when p == q (clipped to 1); numpy numbers are numbers."""
+    assert expected_tokens_per_round(1.0 + 2e-16, 3) == 4.0
+    assert predicted_speedup(np.float64(0.8), np.int64(4), np.float32(0.05)) == pytest.approx(predicted_speedup(0.8, 4, 0.05))
+    assert predicted_speedup(0.5, 0, 0.0) == 1.0  # K = 0 and c = 0 are allowed

@@ -12,7 +12,9 @@ What it does, in four steps:
      by enumerating every random choice of the real `generate` (exact.py): no sampling involved;
   3. runs the real `speculative_generate` n_samples times (seeded), counts each N-token outcome,
      and compares the counts with n times the exact probabilities by Pearson's chi-square test
-     (chi_square.py): a p-value below --alpha means "REJECTED: not the target's distribution";
+     (chi_square.py): a p-value below --alpha means "REJECTED: not the target's distribution".
+     Outcomes expected fewer than 20 times are pooled; settings that pool everything into one
+     bin leave nothing to test, and are refused before any sampling;
   4. does the same with a broken sampler (broken_kernels.py, plus one defined here), and ends
      with a one-line verdict for every broken variant.
 
@@ -38,7 +40,7 @@ from .exact import exact_target_distribution
 from ..decoding.policies import POLICIES, make_policy
 from ..decoding.sampling import check_sampling_options, is_greedy
 from ..decoding.speculative import speculative_generate
-from .chi_square import ChiSquareResult, chi_square_test
+from .chi_square import MIN_EXPECTED, ChiSquareResult, chi_square_test, pool_small_bins
 from .toy_models import random_toy_model
 from ..report import OneLineErrorParser
 
@@ -104,18 +106,24 @@ def outcome_name(outcome):
 
 
 def format_p_value(p):
-    """"= 0.759", "= 3.1e-12", or "< 1e-300" when the tail probability underflows to 0."""
-    return "< 1e-300" if p == 0 else f"= {p:.3g}" if p >= 1e-4 else f"= {p:.1e}"
+    """"= 0.759", "= 3.1e-12", or "< 1e-300" when the tail probability is that small (or underflows to 0)."""
+    return "< 1e-300" if p < 1e-300 else f"= {p:.3g}" if p >= 1e-4 else f"= {p:.1e}"
 
 
 def rejected(result, alpha):
-    return result.impossible > 0 or result.p_value < alpha
+    return result.impossible > 0 or (result.tested and result.p_value < alpha)
+
+
+NO_TEST = ("no test possible: every outcome pooled into one bin "
+           f"(expected counts below {MIN_EXPECTED:g}; use more samples or fewer tokens)")
 
 
 def verdict(result, alpha):
     """One line: the test's decision at significance level alpha, and why."""
     if result.impossible:
         return f"REJECTED: {result.impossible} samples are outcomes the target can never produce"
+    if not result.tested:
+        return NO_TEST
     if rejected(result, alpha):
         return f"REJECTED: p < {alpha:g}, these samples do not follow the target distribution"
     return f"consistent with the target distribution (p >= {alpha:g})"
@@ -142,24 +150,32 @@ def format_table(experiment, max_rows):
     return "\n".join(lines)
 
 
+def format_test(result):
+    if not result.tested:
+        return "  chi-square: none, one bin and 0 degrees of freedom"
+    bins = f"{len(result.bins)} bin{'s' if len(result.bins) > 1 else ''}"
+    return (f"  chi-square = {result.statistic:.2f} with {result.df} degree{'s' if result.df != 1 else ''} of "
+            f"freedom ({bins}; expected counts below {MIN_EXPECTED:g} pooled), "
+            f"p-value {format_p_value(result.p_value)}")
+
+
 def format_experiment(title, experiment, alpha, max_rows):
     r = experiment.result
     acceptance = f"{experiment.accepted / experiment.drafted:.1%}" if experiment.drafted else "n/a: no drafts"
     return "\n".join([
         title, format_table(experiment, max_rows),
         f"  drafts accepted: {experiment.accepted} of {experiment.drafted} ({acceptance})",
-        f"  chi-square = {r.statistic:.2f} with {r.df} degrees of freedom "
-        f"({len(r.bins)} bins; expected counts below 5 pooled), p-value {format_p_value(r.p_value)}",
-        f"  verdict: {verdict(r, alpha)}", ""])
+        format_test(r), f"  verdict: {verdict(r, alpha)}", ""])
 
 
 def format_summary(controls, alpha):
     lines = ["3. Every broken variant, same test:"]
     for name, experiment in controls.items():
         r = experiment.result
-        decision = "REJECTED" if rejected(r, alpha) else "not detected"
-        lines.append(f"  {name:<22} chi-square {r.statistic:>9.1f}, df {r.df:>2}, "
-                     f"p {format_p_value(r.p_value):<11} {decision}")
+        decision = ("no test possible (one bin)" if not r.tested else "REJECTED" if rejected(r, alpha)
+                    else "not detected")
+        p = format_p_value(r.p_value) if r.tested else "n/a"
+        lines.append(f"  {name:<22} chi-square {r.statistic:>9.1f}, df {r.df:>2}, p {p:<11} {decision}")
     return "\n".join(lines)
 
 
@@ -223,7 +239,8 @@ def build_parser():
     add("--top_p", type=float, default=None, help="nucleus sampling threshold, in (0, 1]")
     # the test
     add("--alpha", type=float, default=1e-3,
-        help="significance level: the chance that a correct sampler is REJECTED by bad luck")
+        help="significance level: about the chance that a correct sampler is REJECTED by bad luck "
+             "(chi_square.py measures it: 1.0-1.15 per 1000 at 0.001)")
     add("--broken", default=None, choices=sorted(NEGATIVE_CONTROLS),
         help="the broken variant shown in full (all of them get a one-line verdict at the end; "
              "default: greedy_draft, or softmax_residual with --drafter ngram)")
@@ -251,6 +268,26 @@ def check_args(parser, args):
                      f"{', '.join(control_names(args))}")
 
 
+def check_testable(parser, args, exact):
+    """Pooling depends only on the exact law and n, so an untestable run is refused before sampling."""
+    probs = [p for p in exact.values() if p > 0]
+    if len(probs) == 1:
+        parser.error(f"the target has one possible outcome here ({outcome_name(next(iter(exact)))}): nothing "
+                     "random to test; raise --top_k, --top_p or --temperature")
+    if len(pool_small_bins([args.n_samples * p for p in probs])) < 2:
+        parser.error(f"no test possible: with --n_samples {args.n_samples} every outcome pools into one bin "
+                     f"(expected counts below {MIN_EXPECTED:g}); use --n_samples {samples_for_a_test(probs)} "
+                     "or more, or fewer --n_tokens")
+
+
+def samples_for_a_test(probs):
+    """The smallest n giving two bins: the likeliest outcome and the rest each expected MIN_EXPECTED times."""
+    n = math.ceil(MIN_EXPECTED / min(max(probs), 1 - max(probs)))
+    while len(pool_small_bins([n * p for p in probs])) < 2:  # float rounding at the boundary
+        n += 1
+    return n
+
+
 def control_names(args):  # the broken variants this drafter can run
     # the greedy-draft bug is in a draft model's sampler: prompt lookup has none to break
     return [n for n in sorted(NEGATIVE_CONTROLS) if not (args.drafter == "ngram" and n == "greedy_draft")]
@@ -265,6 +302,7 @@ def main(argv=None):
     K, prompt = (make_policy(args.K, 4) and args.K), prompt_of(args)
     draft = NgramDrafter(n_max=2) if args.drafter == "ngram" else draft
     exact = exact_target_distribution(target, prompt, args.n_tokens, **options)
+    check_testable(parser, args, exact)
     print(format_header(args, len(exact)))
 
     def run(variant):

@@ -4,6 +4,7 @@ ones, and answers bad flags with one line on stderr and exit status 2.
 Most tests call main(argv) in-process with a small --n_samples (fast); one runs the real
 `python -m` entry point. The classroom's defaults use model seed 16, where every bug has a large
 effect (see test_distribution_statistical.py), so even 300 samples reject every broken variant.
+Where no test is possible (everything pooled into one bin) the run is refused before any sampling.
 """
 import re
 import subprocess
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 
 from gpt2np.teach.broken_kernels import unnormalised_residual_kernel
-from gpt2np.teach.classroom import NEGATIVE_CONTROLS, main
+from gpt2np.teach.classroom import (NEGATIVE_CONTROLS, format_experiment, format_summary, main, recovery_experiment,
+                                    toy_pair, verdict)
 from gpt2np.teach.exact import exact_distribution
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,6 +77,19 @@ def test_prompt_lookup_drafter_with_auto_K_passes_and_its_negative_controls_fail
     assert all(line.rstrip().endswith("REJECTED") for line in summary), summary
 
 
+def test_no_test_possible_is_said_not_consistent():
+    """One pooled bin: there is nothing to test. The verdicts said "consistent with the target
+    distribution (p >= 0.001)" and the summary "not detected", from a p-value of 1."""
+    target, draft = toy_pair(model_seed=16)
+    real = recovery_experiment(target, draft, 3, 2, {}, n_samples=10, seed=0)
+    broken = recovery_experiment(target, draft, 3, 2, {}, n_samples=10, seed=0, variant="greedy_draft")
+    assert not real.result.tested and real.result.p_value is None
+    assert verdict(real.result, 1e-3).startswith("no test possible: every outcome pooled into one bin")
+    assert "verdict: no test possible" in format_experiment("1.", real, 1e-3, max_rows=5)
+    assert "consistent" not in format_experiment("1.", real, 1e-3, max_rows=5)
+    assert format_summary({"greedy_draft": broken}, 1e-3).rstrip().endswith("no test possible (one bin)")
+
+
 def test_same_seed_same_output(capsys):
     assert run_main(capsys, *FAST) == run_main(capsys, *FAST)
 
@@ -100,6 +115,13 @@ def test_long_tables_are_cut_at_max_rows(capsys):
     (["--model_seed", "-3"], "--model_seed: must be an integer >= 0, got -3"),
     (["--drafter", "ngram", "--broken", "greedy_draft"], "--broken greedy_draft needs the draft model"),  # before
     # any work: it used to come after the real sampler's experiment had run and printed
+    # every outcome pooled into one bin: this ran and printed "consistent with the target distribution"
+    (["--n_vocab", "8", "--n_tokens", "4", "--n_samples", "100"],
+     "no test possible: with --n_samples 100 every outcome pools into one bin (expected counts below 20); "
+     "use --n_samples 1184 or more"),
+    (["--n_samples", "1"], "no test possible: with --n_samples 1 every outcome pools into one bin"),
+    (["--top_k", "1"], "the target has one possible outcome here (B B B): nothing random to test"),
+    (["--top_p", "0.5"], "the target has one possible outcome here"),
 ])
 def test_bad_input_is_one_line_on_stderr_and_exit_status_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:

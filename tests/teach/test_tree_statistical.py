@@ -2,9 +2,10 @@
 chi-square test against the target's exact distribution, and the same test rejects a broken tree
 kernel (issue 28). Method, bins and false-alarm rate are test_distribution_statistical.py's:
 the first N tokens' sequences binned by the target's own exact prefix probabilities (each bin
-expected >= 5 times), Pearson's chi-square; a correct sampler passes when p >= ALPHA = 1e-3 (it
-would fail one run in 1000 were the seed random; fixed here, so the suite is deterministic), a
-broken one must reach p < REJECT_BELOW = 1e-6.
+expected >= GPT2_MIN_EXPECTED = 5 times, the textbook's pooling), Pearson's chi-square; a correct
+sampler passes when p >= ALPHA = 1e-3 (it would fail about one run in 1000 were the seed random, at
+most 1.7 with bins this small (chi_square.py); fixed here, so the suite is deterministic), a broken
+one must reach p < REJECT_BELOW = 1e-6.
 
 The negative control: any_child_passes (teach/broken_tree_kernels.py) with four children at the
 root, N = 2, at the prompt "HAMLET:\\nWhat a piece of work is a man", where draft and target agree
@@ -23,7 +24,8 @@ from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.decoding.tree_kernel import verify_tree
 from gpt2np.teach.broken_tree_kernels import BROKEN_TREE_KERNELS
 from gpt2np.teach.chi_square import chi_square_test
-from test_distribution_statistical import ALPHA, REJECT_BELOW, exact_prefix_bins, label_of, one_blas_thread
+from test_distribution_statistical import (ALPHA, GPT2_MIN_EXPECTED, REJECT_BELOW, exact_prefix_bins, label_of,
+                                           one_blas_thread)
 
 TEMPERATURE = 0.8
 PROMPT = "HAMLET:\nWhat a piece of work is a man"
@@ -39,12 +41,12 @@ def tree_chi_square(target, draft, n_tokens, tree, n_samples, tree_kernel=verify
     """n_samples seeded speculative runs with tree=`tree`, binned by the target's exact prefix
     probabilities, against those probabilities: a ChiSquareResult."""
     prompt, options = target.tokenizer.encode(PROMPT), dict(temperature=TEMPERATURE)
-    bins = exact_prefix_bins(target, prompt, n_tokens, options, min_prob=5 / n_samples)
+    bins = exact_prefix_bins(target, prompt, n_tokens, options, min_prob=GPT2_MIN_EXPECTED / n_samples)
     rng = np.random.default_rng(seed)
     counts = Counter(label_of(speculative_generate(target, draft, prompt, n_tokens, rng=rng, tree=tree,
                                                    tree_kernel=tree_kernel, **options).tokens, bins)
                      for _ in range(n_samples))
-    return chi_square_test(counts, bins)
+    return chi_square_test(counts, bins, min_expected=GPT2_MIN_EXPECTED)
 
 
 def test_tree_samples_pass_chi_square_against_the_exact_target_on_the_bundled_pair(bundled_pair):

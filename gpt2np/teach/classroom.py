@@ -16,7 +16,10 @@ What it does, in four steps:
      Outcomes expected fewer than 20 times are pooled; settings that pool everything into one
      bin leave nothing to test, and are refused before any sampling;
   4. does the same with a broken sampler (broken_kernels.py, plus one defined here), and ends
-     with a one-line verdict for every broken variant.
+     with a one-line verdict for every broken variant, beside its EXACT distance from the target
+     (total variation, TV, by enumerating the broken sampler too): a bug that cannot act in these
+     settings (K = 1, no drafts) reads "identical to the target here", one too small for n
+     samples says so and how many would show it; neither is a miss of the test.
 
 Speculative decoding's promise (Leviathan et al. 2023, Appendix A.1; Chen et al. 2023, Theorem 1)
 is that its output has EXACTLY the target's distribution; step 3 lets you watch it hold. The broken
@@ -36,16 +39,19 @@ import numpy as np
 
 from .broken_kernels import BROKEN_VARIANTS, unnormalised_residual_kernel
 from ..decoding.drafters import NgramDrafter
-from .exact import exact_target_distribution
+from .exact import TooManyPaths, exact_distribution, exact_target_distribution, total_variation
 from ..decoding.policies import POLICIES, make_policy
 from ..decoding.sampling import check_sampling_options, is_greedy
 from ..decoding.speculative import speculative_generate
-from .chi_square import MIN_EXPECTED, ChiSquareResult, chi_square_test, pool_small_bins
+from .chi_square import (MIN_EXPECTED, ChiSquareResult, chi_square_test, critical_value, expected_statistic,
+                         pool_small_bins)
 from .toy_models import random_toy_model
 from ..report import OneLineErrorParser
 
 PROMPT = [0]  # token "A": every sample continues the same one-token prompt
 NGRAM_PROMPT = [0, 1, 0]  # "A B A": with prompt lookup, something to look up from the first round
+MAX_PATHS = 3000  # enumeration budget for a broken sampler's exact law (~0.7 ms a path on toy models)
+SAME = 1e-12      # a TV this small is float rounding: the laws are the same
 
 
 # name -> keyword arguments for speculative_generate: the broken variants, and the hand-written-sampler bug
@@ -71,6 +77,26 @@ class Experiment:
     result: ChiSquareResult  # the chi-square test of counts against exact
     drafted: int             # draft tokens proposed over all runs
     accepted: int            # of which accepted
+    law: dict | None = None  # a broken sampler's own exact distribution; None: real sampler, or not enumerable
+
+    @property
+    def tv(self):  # total variation distance of the sampler's exact law from the target's (None: unknown)
+        return None if self.law is None else total_variation(self.law, self.exact)
+
+
+def sampler_distribution(target, draft, n_tokens, K, options, variant, exact, prompt=PROMPT):
+    """{outcome: exact probability} of speculative_generate with a broken variant, by enumerating
+    its random paths as for the target (exact.py). None where that cannot be done here: K "auto"
+    follows the clock, and big settings have more than MAX_PATHS paths (about 10 per outcome)."""
+    if K == "auto" or 10 * len(exact) > MAX_PATHS:
+        return None
+    def run(rng):
+        return tuple(speculative_generate(target, draft, prompt, n_tokens, K, rng=rng, K_max=4, **options,
+                                          **NEGATIVE_CONTROLS[variant]).tokens)
+    try:
+        return exact_distribution(run, max_paths=MAX_PATHS)
+    except TooManyPaths:
+        return None
 
 
 def speculative_counts(target, draft, n_tokens, K, options, n_samples, seed, variant=None, prompt=PROMPT):
@@ -90,11 +116,13 @@ def speculative_counts(target, draft, n_tokens, K, options, n_samples, seed, var
 
 def recovery_experiment(target, draft, n_tokens, K, options, n_samples, seed, variant=None, exact=None,
                         prompt=PROMPT):
-    """Steps 2-3 of the module docstring for one sampler: exact distribution, counts, chi-square."""
+    """Steps 2-3 of the module docstring for one sampler: exact distribution, counts, chi-square
+    (and, for a broken variant, its own exact law where it can be enumerated)."""
     exact = exact if exact is not None else exact_target_distribution(target, prompt, n_tokens, **options)
     counts, drafted, accepted = speculative_counts(target, draft, n_tokens, K, options, n_samples, seed,
                                                    variant, prompt)
-    return Experiment(exact, counts, chi_square_test(counts, exact), drafted, accepted)
+    law = sampler_distribution(target, draft, n_tokens, K, options, variant, exact, prompt) if variant else None
+    return Experiment(exact, counts, chi_square_test(counts, exact), drafted, accepted, law)
 
 
 def token_name(token):
@@ -129,6 +157,61 @@ def verdict(result, alpha):
     return f"consistent with the target distribution (p >= {alpha:g})"
 
 
+def shows_in(exact, law, n, alpha):
+    """Whether n samples from `law` are rejected about 9 times in 10: an impossible outcome turns up
+    with probability 0.9, or X^2's mean minus 1.28 standard deviations reaches the critical value
+    (X^2 as a normal with the noncentral chi-square's mean df + L and variance 2 (df + 2 L),
+    L = chi_square.expected_statistic - df)."""
+    impossible = sum(p for x, p in law.items() if exact.get(x, 0.0) == 0)
+    df = len(pool_small_bins([n * p for p in exact.values() if p > 0])) - 1
+    if 1 - (1 - impossible) ** n >= 0.9:
+        return True
+    if df < 1:
+        return False
+    mean = expected_statistic(exact, {x: p for x, p in law.items() if exact.get(x, 0.0) > 0}, n)
+    return mean - 1.28 * math.sqrt(2 * (2 * mean - df)) >= critical_value(alpha, df)
+
+
+def samples_to_show(exact, law, alpha, limit=10**9):
+    """About how many samples the test needs to reject `law` 9 times in 10 (2 digits)."""
+    n = 1
+    while not shows_in(exact, law, n, alpha) and n < limit:
+        n *= 2
+    low = n // 2
+    while n - low > max(1, n // 100):  # bisect (pooling changes with n, so "about")
+        middle = (low + n) // 2
+        low, n = (low, middle) if shows_in(exact, law, middle, alpha) else (middle, n)
+    return int(float(f"{n:.2g}"))
+
+
+def why_not_detected(experiment, alpha):
+    """Why a broken sampler passed, when the reason is known: the bug cannot act here, no drafts were
+    made, or the difference is too small for n samples; a plain miss otherwise. None: not known."""
+    n = experiment.result.n_samples
+    if experiment.tv is not None and experiment.tv < SAME:
+        return "identical to the target here: nothing to detect"
+    if experiment.drafted == 0:
+        return "no drafts made: plain decoding, the bug never acted"
+    if experiment.law is None:
+        return None
+    needed = samples_to_show(experiment.exact, experiment.law, alpha)
+    if needed > n:
+        return f"too small for {n} samples (about {needed} would show it)"
+    return f"missed by bad luck ({n} samples show it 9 times in 10)"
+
+
+def decision(experiment, alpha):
+    """The summary's last column for a broken sampler."""
+    r = experiment.result
+    if not r.tested:
+        return "no test possible (one bin)"
+    if rejected(r, alpha):
+        same = experiment.tv is not None and experiment.tv < SAME
+        return "REJECTED, a false alarm: its law is the target's here" if same else "REJECTED"
+    why = why_not_detected(experiment, alpha)
+    return "not detected" + (f": {why}" if why else "")
+
+
 def format_row(outcome, p, observed, n):
     z = (observed - n * p) / math.sqrt(n * p) if p > 0 else math.inf
     flag = "  <- impossible" if p == 0 else "  <-" if abs(z) > 4 else ""
@@ -150,6 +233,13 @@ def format_table(experiment, max_rows):
     return "\n".join(lines)
 
 
+def format_drafts(experiment):
+    if not experiment.drafted:
+        return "  drafts: none were made, every round was a plain target step: nothing speculative ran"
+    return (f"  drafts accepted: {experiment.accepted} of {experiment.drafted} "
+            f"({experiment.accepted / experiment.drafted:.1%})")
+
+
 def format_test(result):
     if not result.tested:
         return "  chi-square: none, one bin and 0 degrees of freedom"
@@ -159,23 +249,34 @@ def format_test(result):
             f"p-value {format_p_value(result.p_value)}")
 
 
+def format_distance(experiment, alpha):
+    """A broken sampler's exact distance from the target, and why it passed if it did."""
+    if experiment.law is None:
+        return []
+    why = None if rejected(experiment.result, alpha) else why_not_detected(experiment, alpha)
+    return [f"  its exact law: TV {format_tv(experiment.tv)} from the target" + (f"; {why}" if why else "")]
+
+
 def format_experiment(title, experiment, alpha, max_rows):
     r = experiment.result
-    acceptance = f"{experiment.accepted / experiment.drafted:.1%}" if experiment.drafted else "n/a: no drafts"
-    return "\n".join([
-        title, format_table(experiment, max_rows),
-        f"  drafts accepted: {experiment.accepted} of {experiment.drafted} ({acceptance})",
-        format_test(r), f"  verdict: {verdict(r, alpha)}", ""])
+    return "\n".join([title, format_table(experiment, max_rows), format_drafts(experiment), format_test(r),
+                      f"  verdict: {verdict(r, alpha)}", *format_distance(experiment, alpha), ""])
 
 
-def format_summary(controls, alpha):
-    lines = ["3. Every broken variant, same test:"]
+def format_tv(tv):
+    return "n/a" if tv is None else "0" if tv < SAME else f"{tv:.3f}"
+
+
+def format_summary(controls, alpha, K):
+    lines = ["3. Every broken variant, same test (TV: its exact total-variation distance from the target):"]
     for name, experiment in controls.items():
         r = experiment.result
-        decision = ("no test possible (one bin)" if not r.tested else "REJECTED" if rejected(r, alpha)
-                    else "not detected")
         p = format_p_value(r.p_value) if r.tested else "n/a"
-        lines.append(f"  {name:<22} chi-square {r.statistic:>9.1f}, df {r.df:>2}, p {p:<11} {decision}")
+        lines.append(f"  {name:<22} TV {format_tv(experiment.tv):<5}  chi-square {r.statistic:>8.1f}, "
+                     f"df {r.df:>2}, p {p:<10} {decision(experiment, alpha)}")
+    if any(experiment.law is None for experiment in controls.values()):
+        lines.append("  TV n/a: " + ("with K auto each round's K follows the clock: these laws cannot be enumerated"
+                                     if K == "auto" else f"more than {MAX_PATHS} random paths to enumerate"))
     return "\n".join(lines)
 
 
@@ -224,7 +325,8 @@ def build_parser():
     add("--seed", type=non_negative_int, default=0, help="seed of the sampling rng (same seed, same output)")
     add("--n_tokens", type=positive_int, default=3, help="tokens per sample: an outcome is this sequence")
     add("--K", type=K_or_policy, default=2,
-        help="draft tokens per verification round, or a K policy: heuristic / auto (at most 4 here)")
+        help="draft tokens per verification round, or a K policy: heuristic / auto (at most 4 here; auto "
+             "with the draft model may draft nothing on runs this short: use it with --drafter ngram)")
     add("--drafter", default="model", choices=("model", "ngram"),
         help="model: the toy draft model; ngram: prompt lookup (no draft model; prompt A B A)")
     # the toy models
@@ -314,6 +416,6 @@ def main(argv=None):
     controls = {name: run(name) for name in names}
     print(format_experiment(f"2. A broken sampler, {args.broken}: {DESCRIPTIONS[args.broken]}",
                             controls[args.broken], args.alpha, args.max_rows))
-    print(format_summary(controls, args.alpha))
+    print(format_summary(controls, args.alpha, K))
     return 0
 

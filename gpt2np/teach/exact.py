@@ -33,6 +33,10 @@ TOTAL_TOLERANCE = 1e-9    # |sum of the enumerated law - 1|: rounding gives ~1e-
 REPLAY_TOLERANCE = 1e-12  # largest change in a replayed draw's probabilities (float64: exact replays agree)
 
 
+class TooManyPaths(RuntimeError):
+    """exact_distribution gave up: the function has more random paths than max_paths."""
+
+
 def sum_tolerance(p):
     """How far from 1 numpy's Generator.choice lets p's sum be: sqrt(eps) of float64, or of p's dtype."""
     dtype = p.dtype if isinstance(p, np.ndarray) and np.issubdtype(p.dtype, np.floating) else np.float64
@@ -120,7 +124,7 @@ def exact_distribution(fn, max_paths=200_000):
 
     fn must draw randomness only through rng.choice(n, p=...) (i.e. through sampling.sample) and
     return something hashable, e.g. tuple(tokens). A ValueError names the first check that fails
-    (module docstring); more than max_paths paths is a RuntimeError.
+    (module docstring); more than max_paths paths is TooManyPaths, a RuntimeError.
     """
     distribution, scripts, n_paths = {}, [([], [])], 0
     while scripts:
@@ -130,7 +134,7 @@ def exact_distribution(fn, max_paths=200_000):
         scripts.extend(unexplored_branches(rng))
         n_paths += 1
         if n_paths > max_paths:
-            raise RuntimeError(f"more than {max_paths} random paths: use a smaller vocabulary or N")
+            raise TooManyPaths(f"more than {max_paths} random paths: use a smaller vocabulary or N")
     return checked_total(dict(sorted(distribution.items())))
 
 

@@ -4,7 +4,9 @@ ones, and answers bad flags with one line on stderr and exit status 2.
 Most tests call main(argv) in-process with a small --n_samples (fast); one runs the real
 `python -m` entry point. The classroom's defaults use model seed 16, where every bug has a large
 effect (see test_distribution_statistical.py), so even 300 samples reject every broken variant.
-Where no test is possible (everything pooled into one bin) the run is refused before any sampling.
+Where a bug cannot act (K = 1, one token, no drafts) or is too small for n samples, the summary
+must say so beside the exact distance from the target, not read as a miss of the test; where no
+test is possible (everything pooled into one bin) the run is refused before any sampling.
 """
 import re
 import subprocess
@@ -15,8 +17,8 @@ import numpy as np
 import pytest
 
 from gpt2np.teach.broken_kernels import unnormalised_residual_kernel
-from gpt2np.teach.classroom import (NEGATIVE_CONTROLS, format_experiment, format_summary, main, recovery_experiment,
-                                    toy_pair, verdict)
+from gpt2np.teach.classroom import (NEGATIVE_CONTROLS, decision, format_experiment, format_summary, main,
+                                    recovery_experiment, toy_pair, verdict)
 from gpt2np.teach.exact import exact_distribution
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +34,12 @@ def run_main(capsys, *argv):
 def section(out, number):
     """The text of section `number` ("1.", "2.", "3.") of the classroom output."""
     return re.split(r"^\d\. ", out, flags=re.M)[number]
+
+
+def summary_rows(out):
+    """{variant: its line} of section 3 (without the header and the "TV n/a" note)."""
+    rows = [line for line in section(out, 3).splitlines()[1:] if not line.startswith("  TV n/a")]
+    return {line.split()[0]: line for line in rows}
 
 
 def test_prints_the_table_and_passes_the_real_sampler(capsys):
@@ -50,9 +58,10 @@ def test_rejects_the_broken_sampler_shown_and_every_variant_in_the_summary(capsy
     status, out = run_main(capsys, *FAST, "--broken", "softmax_residual")
     assert status == 0
     assert "softmax_residual" in section(out, 2) and "verdict: REJECTED" in section(out, 2)
-    summary = section(out, 3).splitlines()[1:]
-    assert len(summary) == len(NEGATIVE_CONTROLS)
-    assert all(line.rstrip().endswith("REJECTED") for line in summary), summary
+    summary = summary_rows(out)
+    assert len(summary) == len(NEGATIVE_CONTROLS) == len(section(out, 3).splitlines()[1:])
+    assert all(line.rstrip().endswith("REJECTED") for line in summary.values()), summary
+    assert all(re.search(r" TV 0\.\d{3} ", line) for line in summary.values()), summary  # exact distances
 
 
 def test_options_reach_the_samplers(capsys):
@@ -62,19 +71,38 @@ def test_options_reach_the_samplers(capsys):
     assert status == 0
     assert "vocabulary A B C D" in out and "K = 3" in out and "top_k 3" in out and "rng seed 5" in out
     assert "verdict: consistent with the target distribution" in section(out, 1)
+    # N = 2: one round drafts, so first_position_only IS the real kernel (it read "not detected"); the
+    # greedy draft and the unnormalised residual are real bugs, but too small for 200 samples
+    summary = summary_rows(out)
+    first = summary["first_position_only"]
+    assert " TV 0 " in first and "identical to the target here" in first
+    assert re.search(r"TV 0\.021 .* too small for 200 samples \(about \d+ would show it\)", summary["greedy_draft"])
+    assert re.search(r"TV 0\.039 .* too small for 200 samples \(about \d+ would show it\)",
+                     summary["unnormalised_residual"])
+    assert summary["softmax_residual"].rstrip().endswith("REJECTED")
 
 
-def test_prompt_lookup_drafter_with_auto_K_passes_and_its_negative_controls_fail(capsys):
-    """The classroom command the README gives for prompt lookup: the real sampler passes, the broken
-    one shown and every variant that applies to a drafter without a model are rejected."""
-    status, out = run_main(capsys, *FAST, "--drafter", "ngram", "--K", "auto")
-    assert status == 0
-    assert "drafter: prompt lookup (ngram)" in out
-    assert "verdict: consistent with the target distribution" in section(out, 1)
-    assert "softmax_residual" in section(out, 2) and "verdict: REJECTED" in section(out, 2)
-    summary = section(out, 3).splitlines()[1:]
-    assert len(summary) == len(NEGATIVE_CONTROLS) - 1 and not any("greedy_draft" in line for line in summary), summary
-    assert all(line.rstrip().endswith("REJECTED") for line in summary), summary
+def test_a_bug_that_cannot_act_reads_identical_not_undetected(capsys):
+    """K = 1: first_position_only has no second draft to wave through; one token: no round drafts at all."""
+    _, out = run_main(capsys, *FAST, "--K", "1")
+    summary = summary_rows(out)
+    first = summary["first_position_only"]
+    assert " TV 0 " in first and "identical to the target here" in first
+    assert all(summary[name].rstrip().endswith("REJECTED") for name in summary if name != "first_position_only")
+    _, out = run_main(capsys, *FAST, "--n_tokens", "1")
+    assert "drafts: none were made" in section(out, 1)
+    assert all(" TV 0 " in line and "identical to the target here" in line for line in summary_rows(out).values())
+
+
+def test_auto_K_with_the_draft_model_says_that_it_drafted_nothing(capsys):
+    """--K auto with the toy draft model never drafts on 3-token runs: every sampler is plain
+    decoding. The summary read "not detected" for all four bugs, as if the test had missed them."""
+    _, out = run_main(capsys, *FAST, "--K", "auto")
+    assert "drafts: none were made" in section(out, 1)
+    summary = summary_rows(out)
+    assert len(summary) == len(NEGATIVE_CONTROLS)
+    assert all("TV n/a" in line and "no drafts made: plain decoding, the bug never acted" in line
+               for line in summary.values()), summary
 
 
 def test_no_test_possible_is_said_not_consistent():
@@ -87,7 +115,22 @@ def test_no_test_possible_is_said_not_consistent():
     assert verdict(real.result, 1e-3).startswith("no test possible: every outcome pooled into one bin")
     assert "verdict: no test possible" in format_experiment("1.", real, 1e-3, max_rows=5)
     assert "consistent" not in format_experiment("1.", real, 1e-3, max_rows=5)
-    assert format_summary({"greedy_draft": broken}, 1e-3).rstrip().endswith("no test possible (one bin)")
+    assert decision(broken, 1e-3) == "no test possible (one bin)"
+    assert "no test possible (one bin)" in format_summary({"greedy_draft": broken}, 1e-3, K=2)
+
+
+def test_prompt_lookup_drafter_with_auto_K_passes_and_its_negative_controls_fail(capsys):
+    """The classroom command the README gives for prompt lookup: the real sampler passes, the broken
+    one shown and every variant that applies to a drafter without a model are rejected."""
+    status, out = run_main(capsys, *FAST, "--drafter", "ngram", "--K", "auto")
+    assert status == 0
+    assert "drafter: prompt lookup (ngram)" in out
+    assert "verdict: consistent with the target distribution" in section(out, 1)
+    assert "softmax_residual" in section(out, 2) and "verdict: REJECTED" in section(out, 2)
+    summary = summary_rows(out)
+    assert len(summary) == len(NEGATIVE_CONTROLS) - 1 and "greedy_draft" not in summary, summary
+    assert all(line.rstrip().endswith("REJECTED") for line in summary.values()), summary
+    assert "TV n/a: with K auto each round's K follows the clock" in section(out, 3)  # not enumerable
 
 
 def test_same_seed_same_output(capsys):

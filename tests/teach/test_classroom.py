@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from gpt2np.teach.broken_kernels import unnormalised_residual_kernel
-from gpt2np.teach.classroom import (NEGATIVE_CONTROLS, decision, format_experiment, format_summary, main,
-                                    recovery_experiment, toy_pair, verdict)
+from gpt2np.teach.classroom import (NEGATIVE_CONTROLS, __doc__ as CLASSROOM_DOC, decision, format_experiment,
+                                    format_row, format_summary, main, recovery_experiment, toy_pair, verdict)
 from gpt2np.teach.exact import exact_distribution
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,6 +105,16 @@ def test_auto_K_with_the_draft_model_says_that_it_drafted_nothing(capsys):
                for line in summary.values()), summary
 
 
+def test_the_z_column_is_described_as_it_is(capsys):
+    """z = (O - E) / sqrt(E) has spread sqrt(1 - P), not 1, and is far from normal where E < 1
+    (it said "roughly N(0, 1)"); a row expected 0.04 times and seen once is not flagged."""
+    _, out = run_main(capsys, *FAST)
+    assert "N(0, 1)" not in out
+    assert "mean 0 and spread sqrt(1 - P)" in section(out, 1) and "far from normal below ~1" in section(out, 1)
+    assert not format_row((0, 1, 2), 0.0001, 1, 400).endswith("<-")  # z = 4.8 from one draw of a 4% event
+    assert format_row((0, 1, 2), 0.1, 80, 400).endswith("<-")        # z = 6.3 on 40 expected: suspicious
+
+
 def test_no_test_possible_is_said_not_consistent():
     """One pooled bin: there is nothing to test. The verdicts said "consistent with the target
     distribution (p >= 0.001)" and the summary "not detected", from a p-value of 1."""
@@ -131,6 +141,14 @@ def test_prompt_lookup_drafter_with_auto_K_passes_and_its_negative_controls_fail
     assert len(summary) == len(NEGATIVE_CONTROLS) - 1 and "greedy_draft" not in summary, summary
     assert all(line.rstrip().endswith("REJECTED") for line in summary.values()), summary
     assert "TV n/a: with K auto each round's K follows the clock" in section(out, 3)  # not enumerable
+
+
+def test_every_example_in_the_docstring_says_how_long_it_takes():
+    """The second example took 78 s (5 samplers x 20,000 runs) with nothing to say so."""
+    examples = [line for line in CLASSROOM_DOC.splitlines() if "python -m gpt2np.classroom" in line]
+    assert len(examples) == 3
+    assert all(re.search(r"#.*\b(\d+(-\d+)? s|seconds)\b", line) for line in examples), examples
+    assert all(int(n) <= 5000 for line in examples for n in re.findall(r"--n_samples (\d+)", line))
 
 
 def test_same_seed_same_output(capsys):

@@ -215,5 +215,6 @@ def test_bad_inputs_are_one_line_value_errors(call, message):
 def test_inputs_from_measurement_and_numpy_are_accepted():
     """alpha = sum min(p, q) can exceed 1 by an ulp when p == q (clipped to 1); numpy numbers are numbers."""
     assert expected_tokens_per_round(1.0 + 2e-16, 3) == 4.0
-    assert predicted_speedup(np.float64(0.8), np.int64(4), np.float32(0.05)) == pytest.approx(predicted_speedup(0.8, 4, 0.05))
+    numpy_numbers = predicted_speedup(np.float64(0.8), np.int64(4), np.float32(0.05))
+    assert numpy_numbers == pytest.approx(predicted_speedup(0.8, 4, 0.05))
     assert predicted_speedup(0.5, 0, 0.0) == 1.0  # K = 0 and c = 0 are allowed

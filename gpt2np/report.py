@@ -2,6 +2,7 @@
 import argparse
 import codecs
 import contextlib
+import difflib
 import os
 import sys
 import tempfile
@@ -54,7 +55,20 @@ class OneLineErrorParser(argparse.ArgumentParser):
         super().__init__(prog=command_name(prog), **kwargs)
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self.did_you_mean(message)} (see --help)\n")
+
+    def did_you_mean(self, message):  # -> " (did you mean --flag?)" for argparse's unrecognized arguments, or ""
+        """The known flag closest to each unrecognized one (`--traget_model_size` -> --target_model_size),
+        as Python 3.12's argparse suggests choices; nothing where no flag is close."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+        typed = [word.split("=")[0] for word in message.split(": ", 1)[1].split() if word.startswith("--")]
+        close = [difflib.get_close_matches(word, known, n=1, cutoff=0.75) for word in typed]
+        hints = [(word, match[0]) for word, match in zip(typed, close) if match]
+        if len(hints) == 1:
+            return f" (did you mean {hints[0][1]}?)"
+        return f" (did you mean {', '.join(f'{m} for {w}' for w, m in hints)}?)" if hints else ""
 
 
 def command_name(prog, argv0=None):

@@ -174,3 +174,18 @@ def test_the_gpt2np_command_s_usage_and_errors_say_gpt2np(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--tmperature", "1"])
     assert capsys.readouterr().err.startswith("python main.py: error:")
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--traget_model_size", "x"], "(did you mean --target_model_size?)"),
+    (["--traget_model_size", "x", "--promt", "y"],
+     "(did you mean --target_model_size for --traget_model_size, --prompt for --promt?)"),
+    (["--zzz"], None),  # nothing close: no hint
+])
+def test_a_mistyped_flag_gets_the_closest_known_one(monkeypatch, capsys, argv, hint):
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments" in err, err
+    assert (hint in err) if hint else ("did you mean" not in err), err

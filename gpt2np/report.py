@@ -430,6 +430,23 @@ def drafter_error(error):
     return error
 
 
+NO_DRAFTER = "none"  # --draft_model_size none: no drafter, the target alone (main.py, the console, the server)
+BUNDLED_TOKENS, OTHER_TOKENS = 200, 40  # new tokens when none are asked for: the bundled pair's demo, a larger target's
+
+
+def chosen_drafter(args, default_draft):  # -> the drafter's name, or None for target-only runs
+    """--draft_model_size as given, default_draft (the bundled draft) with the default target, None for
+    'none' or for another target left without one (main.py's and the console's rule)."""
+    name = args.draft_model_size or (default_draft if args.target_model_size is None else None)
+    return None if name == NO_DRAFTER else name
+
+
+def default_n_tokens(args):
+    """BUNDLED_TOKENS where the target is a bundled model, named or the default; else OTHER_TOKENS."""
+    bundled = args.target_model_size is None or args.target_model_size in loading.bundled_models()
+    return BUNDLED_TOKENS if bundled else OTHER_TOKENS
+
+
 def check_model_names(args, named=lambda dest: f"--{dest}"):
     """--target_model_size / --draft_model_size given as "" (or blanks): a one-line ValueError, since an empty
     name would fall back to a default or read the current folder. named: how the command spells each flag."""

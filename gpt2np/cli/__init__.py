@@ -25,10 +25,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from gpt2np import POLICIES
-from gpt2np.report import format_stats, mean_std, run_command
+from gpt2np.report import NO_DRAFTER, format_stats, mean_std, run_command
 
 from .compat import benchmark_lines, rejection_lines, table, write_json
-from .flags import LLMSS, NO_DRAFTER, check_args, parse_args
+from .flags import LLMSS, check_args, parse_args
 from .profile import format_profile, plain_profile, speculative_profile
 from .runs import drafts_label, load, run_plain, run_speculative, sampling, speculative_streams
 

@@ -18,8 +18,9 @@ import math
 import gpt2np
 from gpt2np import POLICIES
 from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, DefaultsHelpFormatter, K_from_text, OneLineErrorParser,
-                           add_loading_flags, check_drafts_given, check_json_path, check_model_names,
-                           check_tree_drafter, check_typed_tree, tree_from_text)
+                           add_loading_flags, check_drafts_given, check_json_path,
+                           check_model_names, check_tree_drafter, check_typed_tree, chosen_drafter,
+                           default_n_tokens, tree_from_text)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -27,7 +28,6 @@ DEFAULT_PROMPT = "ROMEO:\nWhat light through yonder window breaks?"
 WARMUP_TOKENS = 16  # a short untimed run first: the first calls of each size pay one-time costs
                     # (helper threads, BLAS buffers, cold pages) that are not decoding
 LLMSS, SS = "LLMSpeculativeSampling", "speculative-sampling"
-NO_DRAFTER = "none"  # --draft_model_size none: the target alone, as the server takes it
 LLMSS_DEFAULTS = dict(n_tokens_to_generate=20, temperature=1.0, top_k=20, top_p=0.9)  # its generate()
 METAVARS = dict(prompt="TEXT", target_model_size="NAME", draft_model_size="NAME", n_tokens_to_generate="N",
                 K="K", seed="N", num_runs="N", top_k="K", top_p="P")
@@ -198,15 +198,8 @@ def check_one_name_each(args):
 
 
 def drafter_name(args):
-    """The drafter main.py runs: --draft_model_size as given, the bundled draft with the default target,
-    None for none (as the server takes it: no draft model, the target alone) or with another target."""
-    name = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
-    return None if name == NO_DRAFTER else name
-
-
-def bundled_target(args):
-    """The target is one of the bundled models (named, or the default)."""
-    return args.target_model_size is None or args.target_model_size in gpt2np.bundled_models()
+    """The drafter main.py runs: report.chosen_drafter with the bundled draft (None: the target alone)."""
+    return chosen_drafter(args, DEFAULT_DRAFT)
 
 
 def apply_style_defaults(args):
@@ -224,7 +217,7 @@ def apply_style_defaults(args):
     args.benchmark, args.profiling = getattr(args, "benchmark", False), getattr(args, "profiling", False)
     args.table = SS in args.styles
     if args.n_tokens_to_generate is None:
-        args.n_tokens_to_generate = 200 if bundled_target(args) else 40
+        args.n_tokens_to_generate = default_n_tokens(args)
     if args.temperature is None:
         args.temperature = 0.0
     if args.num_runs is None:

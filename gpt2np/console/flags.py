@@ -3,10 +3,10 @@
 
 from .commands import Settings, K_value, check_tree_drafter, checked, tree_widths
 from gpt2np import bundled_models
-from ..report import DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given
+from ..report import (DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given, chosen_drafter,
+                      default_n_tokens)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
-NO_DRAFTER = "none"  # --draft_model_size none: no drafter, target-only runs (as main.py and the server take it)
 
 
 def parse_args(argv):
@@ -54,12 +54,11 @@ def initial_settings(args):
         raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
     if args.seed < 0:  # np.random.default_rng refuses it too, but only at the first prompt, in NumPy's words
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
-    drafter = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size is None else None)
-    drafter = None if drafter == NO_DRAFTER else drafter
+    drafter = chosen_drafter(args, DEFAULT_DRAFT)
     check_drafting_flags(args, drafter)
     n_tokens = args.n_tokens_to_generate
     if n_tokens is None:
-        n_tokens = 200 if args.target_model_size in (None, *bundled_models()) else 40
+        n_tokens = default_n_tokens(args)
     if n_tokens < 1:
         raise ValueError(f"--n_tokens_to_generate must be positive, got {n_tokens}")
     K = K_value(args.K, "--K") if args.K is not None else Settings.K

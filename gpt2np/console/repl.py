@@ -22,11 +22,12 @@ from threadpoolctl import threadpool_limits
 
 from .commands import GENERATOR_LABELS, CommandError, K_words, help_text, parse_command, with_drafter
 from .display import speedup_table, trace_lines
-from .flags import DEFAULT_TARGET, NO_DRAFTER, initial_settings, parse_args
+from .flags import DEFAULT_TARGET, initial_settings, parse_args
 from .runs import Run, consume, open_stream
 from .slash import colon_line
 from gpt2np import DownloadError, check_same_vocabulary, is_greedy
-from ..report import TokenTexts, colour_allowed, coloured, drafter_error, provenance_legend, stats_summary
+from ..report import (NO_DRAFTER, TokenTexts, colour_allowed, coloured, drafter_error, provenance_legend,
+                      stats_summary)
 from ..report import command_error_line as one_line  # errors name the console's flags
 
 CLEAR_SCREEN = "\033[H\033[2J"

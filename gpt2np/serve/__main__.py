@@ -29,8 +29,8 @@ import socket
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.report import (OneLineErrorParser, add_loading_flags, check_model_names, command_error_line, command_name,
-                           drafter_error, run_command)
+from gpt2np.report import (NO_DRAFTER, OneLineErrorParser, add_loading_flags, check_model_names, command_error_line,
+                           command_name, drafter_error, run_command)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 MAX_BATCH = 256  # generations running at once: far past where packing more rows gains anything; a typo is refused
@@ -146,9 +146,9 @@ def load_engine(args):
         raise ValueError(f"--target_model_size {args.target_model_size}: the model has no tokenizer, and the "
                          f"server answers in text: put OpenAI's encoder.json and vocab.bpe in a folder of "
                          f"--models_dir ({args.models_dir}; any downloaded release size has them)")
-    draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else "none")
+    draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else NO_DRAFTER)
     drafters = {}
-    if draft != "none":
+    if draft != NO_DRAFTER:
         drafter = naming_flag("--draft_model_size", draft, load_drafter, draft, args.models_dir,
                               n_max=args.ngram_max, **sources)
         naming_flag("--draft_model_size", draft, drafter.check, target, [0], 1)  # same vocabulary, refused now

@@ -5,6 +5,7 @@ between them (this file, serve_helpers.py, browser.py, http_fixture_server.py) s
 this folder goes on sys.path so that a test in any subfolder imports them by name."""
 import hashlib
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +42,17 @@ def bpe_dir():
     if folder is None:
         pytest.skip("needs OpenAI's encoder.json/vocab.bpe: not in ../shared/data/gpt2-bpe or weights/<size>/")
     return folder
+
+
+def run_with_ctrl_c_at_import(is_interrupted, run):  # -> the CompletedProcess
+    """A Python that raises KeyboardInterrupt where `is_interrupted` (an expression over an import's name and
+    level) is true, as a Ctrl-C during NumPy's import would, then runs `run` (a line of code) from REPO."""
+    hook = ("import builtins, runpy, sys\nreal = builtins.__import__\n"
+            "def fake(name, globals=None, locals=None, fromlist=(), level=0):\n"
+            f"    if {is_interrupted}:\n        raise KeyboardInterrupt\n"
+            "    return real(name, globals, locals, fromlist, level)\n"
+            f"builtins.__import__ = fake\n{run}\n")
+    return subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
 def copy_fixture(source, folder, ignore=()):  # -> folder

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from conftest import REPO
+from conftest import REPO, run_with_ctrl_c_at_import
 from gpt2np.cli.flags import check_args, parse_args
 from gpt2np.report import command_name, format_stats, run_command
 
@@ -148,12 +148,8 @@ def test_ctrl_c_mid_line_ends_the_line_and_exits_130(capsys):
 
 def test_ctrl_c_while_main_py_imports_exits_130_without_a_traceback():
     """KeyboardInterrupt raised by `import gpt2np.cli` itself, as a Ctrl-C in NumPy's import would."""
-    hook = ("import builtins, runpy, sys\nreal = builtins.__import__\n"
-            "def fake(name, *args, **kwargs):\n"
-            "    if name == 'gpt2np.cli':\n        raise KeyboardInterrupt\n"
-            "    return real(name, *args, **kwargs)\n"
-            "builtins.__import__ = fake\nsys.argv = ['main.py']\nrunpy.run_path('main.py', run_name='__main__')\n")
-    out = subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True, timeout=60)
+    out = run_with_ctrl_c_at_import("name == 'gpt2np.cli'",
+                                    "sys.argv = ['main.py']; runpy.run_path('main.py', run_name='__main__')")
     assert out.returncode == 130 and "Traceback" not in out.stderr, out.stderr
 
 

@@ -7,7 +7,7 @@ import sys
 import gpt2np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_with_ctrl_c_at_import
 from gpt2np.console.commands import Settings, parse_command
 from gpt2np.console.display import trace_lines
 from gpt2np.console.flags import initial_settings, parse_args
@@ -106,10 +106,6 @@ def test_the_installed_console_names_itself(monkeypatch, capsys):
 
 def test_ctrl_c_while_the_console_imports_exits_130_without_a_traceback():
     """KeyboardInterrupt raised by the console's import of its loop, as a Ctrl-C in NumPy's import would."""
-    hook = ("import builtins, runpy, sys\nreal = builtins.__import__\n"
-            "def fake(name, globals=None, locals=None, fromlist=(), level=0):\n"
-            "    if name == 'repl' and level == 1:\n        raise KeyboardInterrupt\n"
-            "    return real(name, globals, locals, fromlist, level)\n"
-            "builtins.__import__ = fake\nrunpy.run_module('gpt2np.console', run_name='__main__')\n")
-    out = subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True, timeout=60)
+    out = run_with_ctrl_c_at_import("name == 'repl' and level == 1",
+                                    "runpy.run_module('gpt2np.console', run_name='__main__')")
     assert out.returncode == 130 and "Traceback" not in out.stderr, out.stderr

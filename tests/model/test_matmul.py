@@ -119,14 +119,28 @@ def test_no_rows_give_the_empty_product(method, order):
     got = (mm.matmul if method == "matmul" else mm.BY_NAME[method])(x, w)
     assert got.shape == (0, 4096) and got.dtype == np.float32
 
-@pytest.mark.parametrize("m", [1, 2, 5, 7, 8, 9, 15, 16])  # 7, 15: padded small weights under Haswell
-def test_matmul_equals_numpy_with_the_method_this_kernel_gets(m):
-    rng = np.random.default_rng(m)
+
+@pytest.fixture(scope="module")
+def kernel_weights():  # -> [(w as stored, w row-major, w in float64)]: drawn once for every row count
+    rng = np.random.default_rng(0)
+    found = []
     for k, n in ((1024, 4096), (4096, 1024), (160, 640)):  # GPT-2's column-major weights, a bundled row-major one
-        x = rng.standard_normal((m, k), dtype=np.float32)
         w = column_major(rng, k, n) if k * n >= mm.COLUMN_MAJOR_MIN else rng.standard_normal((k, n), dtype=np.float32)
-        for w in (w, np.ascontiguousarray(w), np.ascontiguousarray(w)[:, n // 4:]):  # stored, for batches, a slice
-            err = max_relative_error(mm.matmul(x, w), x.astype(np.float64) @ w.astype(np.float64))
+        found.append((w, np.ascontiguousarray(w), w.astype(np.float64)))
+        for v in found[-1]:
+            v.flags.writeable = False
+    return found
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 7, 8, 9, 15, 16])  # 7, 15: padded small weights under Haswell
+def test_matmul_equals_numpy_with_the_method_this_kernel_gets(m, kernel_weights):
+    rng = np.random.default_rng(m)
+    for stored, row_major, w64 in kernel_weights:
+        k, n = stored.shape
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        full = x.astype(np.float64) @ w64  # [m, n]: the float64 product, its columns sliced for the slice
+        for w, want in ((stored, full), (row_major, full), (row_major[:, n // 4:], full[:, n // 4:])):  # stored,
+            err = max_relative_error(mm.matmul(x, w), want)                  # for batches, a column slice
             assert err <= 2e-6, f"{mm.method_for(m, w)} under {mm.KERNEL}, [{m}, {k}] @ {list(w.shape)}: {err:.2e}"
 
 

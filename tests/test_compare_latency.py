@@ -29,6 +29,19 @@ def command(module, *args):
                           cwd=REPO, timeout=300, env={k: v for k, v in os.environ.items() if k != "NO_COLOR"})
 
 
+def in_process(capsys, module, *args):  # -> (exit status, stdout, stderr) of the command's run() in this process
+    """What `python -m gpt2np.<module> ARGS` does, without a new Python: for the refusals, which read no model
+    or only the bundled ones (the subprocesses above and test_bad_input_through_the_command_line keep the
+    real entry points tested)."""
+    from gpt2np.report import run_command
+    main = __import__(f"gpt2np.{module}", fromlist=["main"]).main
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        run_command(main, list(args))
+    shown = capsys.readouterr()
+    return exited.value.code, shown.out, shown.err
+
+
 @pytest.fixture(scope="module")
 def target():
     return gpt2np.load_model(TARGET)
@@ -247,12 +260,24 @@ def test_the_prompts_are_fifteen_sentences_not_taken_from_the_training_corpora()
     ("latency", [TARGET, DRAFT, "--K", "0"], "--K must be an integer >= 1, 'heuristic' or 'auto', got '0'"),
     ("latency", [TARGET, "--n_tokens", "250"], "exceeds the context of 256 tokens"),
 ])
-def test_bad_input_is_one_line_and_status_2(module, args, message):
+def test_bad_input_is_one_line_and_status_2(capsys, module, args, message):
+    status, stdout, stderr = in_process(capsys, module, *args)
+    assert status == 2, (status, stderr)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "error: " in lines[0] and message in lines[0], stderr
+    assert stdout == ""  # refused before anything runs
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("compare", [TARGET, "nonsense-model"], "unknown model 'nonsense-model'"),   # run_command's error line
+    ("latency", [TARGET, "--bogus"], "unrecognized arguments: --bogus"),         # argparse's
+])
+def test_bad_input_through_the_command_line(module, args, message):
+    """The same refusals from `python -m gpt2np.<module>` itself: one line, status 2, nothing on stdout."""
     out = command(module, *args)
-    assert out.returncode == 2, (out.returncode, out.stderr)
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "error: " in lines[0] and message in lines[0], out.stderr
-    assert out.stdout == ""  # refused before anything runs
+    assert out.returncode == 2 and len(lines) == 1 and message in lines[0], (out.returncode, out.stderr)
+    assert out.stdout == ""
 
 
 @pytest.mark.parametrize("module", ["compare", "latency"])
@@ -262,15 +287,16 @@ def test_bad_input_is_one_line_and_status_2(module, args, message):
     ("{tmp}/file.txt/run.json", "{tmp}/file.txt is not a folder"),
     ("/proc/run.json", "--json /proc/run.json: cannot write in the folder /proc"),  # exists; root may "access" it
 ])
-def test_a_json_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, module, where, message):
+def test_a_json_path_that_cannot_be_written_is_refused_before_any_work(capsys, tmp_path, module, where, message):
     """--json was opened only after the whole run, which then ended in "error: [Errno 2] ...": it is tried first."""
     if where.startswith("/proc") and not os.path.isdir("/proc"):
         pytest.skip("no /proc here")
     (tmp_path / "file.txt").write_text("a file\n")
-    out = command(module, TARGET, DRAFT, "--n_tokens", "5", "--json", where.format(tmp=tmp_path))
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(lines) == 1 and message.format(tmp=tmp_path) in lines[0], out.stderr
-    assert out.stdout == ""  # refused before anything runs
+    status, stdout, stderr = in_process(capsys, module, TARGET, DRAFT, "--n_tokens", "5", "--json",
+                                        where.format(tmp=tmp_path))
+    lines = stderr.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and message.format(tmp=tmp_path) in lines[0], stderr
+    assert stdout == ""  # refused before anything runs
 
 
 @pytest.mark.parametrize("module", ["compare", "latency"])

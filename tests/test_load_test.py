@@ -227,18 +227,20 @@ def test_compare_starts_one_server_per_value(tmp_path):
 
 
 def test_busy_answers_are_counted_and_retried(tmp_path):
-    """A queue of 1 and one generation at a time (--max_batch 1): 8 clients at once
-    must meet 429s; counted, every request is still accounted for; with --retry_busy every one is served."""
+    """A queue of 1 and one generation at a time (--max_batch 1): 8 clients at once (2 requests each)
+    must meet 429s; counted, every request is still accounted for; with --retry_busy every one is served
+    (4 clients, 1 request each: still twice what the server holds, and each retry waits Retry-After, >= 1 s,
+    so every further client would add about a second)."""
     pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
     small = "--max_queue 1 --max_batch 1"
-    for retry in (False, True):
+    for retry, clients, per_client in ((False, 8, 2), (True, 4, 1)):
         out = tmp_path / f"busy{retry}.json"
-        done = run_tool("--serve", small, "--concurrency", "8", "--max_tokens", "8", "--requests_per_client", "2",
-                        "--json", str(out), *(["--retry_busy"] if retry else []))
+        done = run_tool("--serve", small, "--concurrency", str(clients), "--max_tokens", "8", "--requests_per_client",
+                        str(per_client), "--json", str(out), *(["--retry_busy"] if retry else []))
         assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
         [level] = json.loads(out.read_text())["configurations"][0]["levels"]
         rows = level["requests"]
-        assert level["served"] + level["busy"] == level["sent"] == len(rows) == 16, level
+        assert level["served"] + level["busy"] == level["sent"] == len(rows) == clients * per_client, level
         assert level["busy"] == sum(r["status"] == 429 for r in rows), [r["status"] for r in rows]
         if retry:
             assert level["busy"] == 0 and level["busy_retries"] > 0, level
@@ -252,6 +254,12 @@ def test_compare_max_batch(tmp_path):
     assert [c["name"] for c in configs] == ["--max_batch 1", "--max_batch 2"]
     assert [c["health_after"]["max_batch"] for c in configs] == [1, 2], "the flag did not reach the servers"
     assert done.stderr.count("started: python -m gpt2np.serve") == 2, done.stderr
+
+
+@pytest.fixture(scope="module")
+def tool():  # tools/load_test.py as a module
+    from conftest import load_tool
+    return load_tool("load_test")
 
 
 @pytest.mark.parametrize("args, says", [
@@ -283,10 +291,20 @@ def test_compare_max_batch(tmp_path):
     (["--timeout", "nan"], "--timeout"),
     (["--requests_per_client", "0"], "--requests_per_client"),
 ])
-def test_bad_arguments_are_one_line_and_exit_2(args, says):
-    done = run_tool(*args, timeout=60)
+def test_bad_arguments_are_one_line_and_exit_2(tool, capsys, args, says):
+    """The tool's parse_args (main's first step) in this process; test_a_bad_argument_through_the_command_line
+    runs one through python tools/load_test.py."""
+    with pytest.raises(SystemExit) as exited:
+        tool.parse_args(args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(lines) == 1 and says in lines[0], (exited.value.code, lines)
+
+
+def test_a_bad_argument_through_the_command_line():
+    done = run_tool("--concurrency", "1,x", timeout=60)
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1 and says in lines[0], (done.returncode, done.stderr)
+    assert done.returncode == 2 and len(lines) == 1 and "--concurrency" in lines[0], (done.returncode, done.stderr)
+    assert done.stdout == ""
 
 
 def test_unreachable_url_is_one_line_and_fails():
@@ -314,10 +332,9 @@ def test_ctrl_c_stops_the_started_server():
         assert "--quiet" in started, started  # no request lines: the tail printed on errors keeps the error
         port, pid = found.groups()
         deadline = time.monotonic() + 60
-        while not serving(port):
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
-        time.sleep(1)  # clients sending
+        while not served_some(port):  # clients sending: the server has answered some of their requests
+            assert time.monotonic() < deadline, "the server did not come up, or answered no request"
+            time.sleep(0.05)
         tool.send_signal(signal.SIGINT)
         assert tool.wait(timeout=60) == 130, tool.stderr.read()
         assert not Path(f"/proc/{pid}").exists() or process_state(pid) == "Z", f"server {pid} still running"
@@ -326,10 +343,10 @@ def test_ctrl_c_stops_the_started_server():
             tool.kill()
 
 
-def serving(port):
+def served_some(port):
     import requests
     try:
-        return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+        return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["served"] > 0
     except requests.RequestException:
         return False
 

@@ -352,13 +352,22 @@ def test_bad_batch_flags_are_one_line_errors(flags):
     assert flags[0] in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path):
-    """random:124M with no GPT-2 BPE files in --models_dir: the server speaks text, so it says so at
-    start (it used to answer every request 500)."""
-    bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", "--target_model_size", "random:124M",
-                          "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-    assert "random:124M: the model has no tokenizer" in bad.stderr and "--models_dir" in bad.stderr, bad.stderr
+def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, monkeypatch):
+    """Random weights with GPT-2's vocabulary (as random:124M) and no GPT-2 BPE files in --models_dir: the
+    server speaks text, so it says so at start (it used to answer every request 500). load_engine, which
+    main runs before serving, in this process; a one-block 124M keeps it quick (the tokenizer is looked
+    for by the vocabulary's size alone). Its ValueError becomes the command's one line and status 2 as
+    test_serve_startup.py's unknown models do."""
+    from dataclasses import replace
+    from gpt2np.checkpoints import loading
+    from gpt2np.model.config import PRESETS
+    from gpt2np.serve.__main__ import load_engine, parse_args
+    monkeypatch.setitem(loading.RANDOM_SHAPES, "124M-one-block", replace(PRESETS["124M"], n_layer=1))
+    with pytest.raises(ValueError) as refused:
+        load_engine(parse_args(["--target_model_size", "random:124M-one-block", "--models_dir", str(tmp_path)]))
+    said = str(refused.value)
+    assert "random:124M-one-block: the model has no tokenizer" in said and "--models_dir" in said, said
+    assert len(said.splitlines()) == 1, said
 
 
 @pytest.mark.parametrize("max_batch, told, order", [(8, "row-major", "row-major"), (8, "panels", "panels"),
@@ -366,15 +375,22 @@ def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path):
 def test_a_batching_server_gives_its_models_the_batch_order(monkeypatch, bpe_dir, max_batch, told, order):
     """--max_batch above 1: the target (and a draft model) take the order matmul.BATCH_LAYOUT names for
     this kernel (here the running kernel is told `told`); one at a time, the weights stay as loaded
-    (matmul.LOADED_LAYOUT: panels under SkylakeX, column-major as stored elsewhere)."""
+    (matmul.LOADED_LAYOUT: panels under SkylakeX, column-major as stored elsewhere). The models are
+    random ones of 124M's shape cut to one block: every weight as large as 124M's (so kept column-major,
+    matmul.COLUMN_MAJOR_MIN) and n_embd 768 (so cut into panels); the order never depends on the depth."""
+    from dataclasses import replace
+    from gpt2np.checkpoints import loading
+    from gpt2np.model.config import PRESETS
     from gpt2np.model.fast import layout
     from gpt2np.model.fast import matmul
     from gpt2np.serve.__main__ import load_engine, parse_args
     monkeypatch.setattr(matmul, "BATCH_LAYOUT", {matmul.KERNEL: told})
     if matmul.BLAS is None:
         pytest.skip("no OpenBLAS: no kernel table, the weights stay as stored")
-    engine = load_engine(parse_args(["--target_model_size", "random:124M", "--draft_model_size", "random:124M",
-                                     "--models_dir", str(bpe_dir.parent), "--max_batch", str(max_batch)]))
+    monkeypatch.setitem(loading.RANDOM_SHAPES, "124M-one-block", replace(PRESETS["124M"], n_layer=1))
+    engine = load_engine(parse_args(["--target_model_size", "random:124M-one-block", "--draft_model_size",
+                                     "random:124M-one-block", "--models_dir", str(bpe_dir.parent),
+                                     "--max_batch", str(max_batch)]))
     drafter = next(d for d in engine.drafters.values() if isinstance(d, gpt2np.ModelDrafter))
     order = matmul.loaded_layout() if order == "as loaded" else order
     assert layout.weights_order(engine.target) == order and layout.weights_order(drafter.model) == order

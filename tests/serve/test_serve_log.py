@@ -37,12 +37,16 @@ class Command:
         self.watchdog = threading.Timer(120, self.process.kill)
         self.watchdog.start()
         self.lines = queue.Queue()
-        threading.Thread(target=lambda: [self.lines.put(x.rstrip("\n")) for x in self.process.stderr],
-                         daemon=True).start()
+        threading.Thread(target=self.read, daemon=True).start()
         serving = self.next_line(60)
         found = re.search(r" on (http://127\.0\.0\.1:\d+)/ ", serving or "")
         assert found, f"expected the serving line, got {serving!r}"
         self.url = found.group(1)
+
+    def read(self):
+        for line in self.process.stderr:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)  # end of stderr: the process has closed it
 
     def next_line(self, timeout=30):
         try:
@@ -51,12 +55,12 @@ class Command:
             return None
 
     def stop(self):
-        """SIGINT (Ctrl-C), as a user stops it; the rest of its stderr."""
+        """SIGINT (Ctrl-C), as a user stops it; the rest of its stderr, up to its end."""
         self.process.send_signal(signal.SIGINT)
         status = self.process.wait(timeout=60)
         self.watchdog.cancel()
         rest = []
-        while (line := self.next_line(timeout=5)) is not None:
+        while (line := self.next_line()) is not None:
             rest.append(line)
         return status, rest
 

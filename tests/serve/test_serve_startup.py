@@ -4,7 +4,9 @@ cannot be loaded are one line `error: ...` naming the flag, exit status 2, befor
 
 Each test starts the real command in a subprocess, on 127.0.0.1 and a free port (--port 0) unless the
 port is what it checks; one that starts serving when it should have refused is killed at its
-"serving" line (a watchdog kills it after 60 s in any case).
+"serving" line (a watchdog kills it after 60 s in any case). The flags refused before the port is taken
+(main's check_args: EARLY_FLAGS) run the command's run() in this process instead, where taking the port
+fails the test: the subprocesses' refusals (host, port, models) keep the real entry point tested.
 """
 import re
 import socket
@@ -48,14 +50,28 @@ def refused(*flags):
     return process.returncode, stderr
 
 
-def assert_one_line_error(flags, expected):
-    status, stderr = refused(*flags)
+def refused_before_the_port(monkeypatch, capsys, *flags):
+    """run(flags) in this process: its exit status and stderr, for flags refused before the port is taken
+    (binding one fails the test, so nothing is ever served here)."""
+    from gpt2np.serve import __main__ as command
+
+    def bind_socket(host, port):
+        raise AssertionError(f"{flags}: passed main's checks and went on to take the port")
+    monkeypatch.setattr(command, "bind_socket", bind_socket)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        command.run(list(flags))
+    return exited.value.code, capsys.readouterr().err
+
+
+def assert_one_line_error(flags, expected, status_and_stderr=None):
+    status, stderr = status_and_stderr or refused(*flags)
     assert status == 2 and len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith(f"error: {expected}"), stderr
     assert "Traceback" not in stderr and "serving" not in stderr, stderr
 
 
-BAD_FLAGS = [
+EARLY_FLAGS = [
     (["--port", "-1"], "--port must be in 1..65535 (or 0: any free port), got -1"),
     (["--port", "70000"], "--port must be in 1..65535 (or 0: any free port), got 70000"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
@@ -64,6 +80,8 @@ BAD_FLAGS = [
     (["--draft_model_size", ""], "--draft_model_size is empty: name a model"),
     (["--target_model_size", ""], "--target_model_size is empty: name a model"),
     (["--host", ""], "--host is empty:"),
+]
+BAD_FLAGS = [
     (["--host", "nonsense.invalid"], "--host nonsense.invalid: name or service not known"),
     (["--host", "999.1.1.1"], "--host 999.1.1.1: name or service not known"),
     (["--target_model_size", "nosuch"], "--target_model_size nosuch: unknown model 'nosuch'"),
@@ -78,8 +96,14 @@ def test_bad_startup_flags_are_one_line_errors_naming_the_flag(flags, expected):
     assert_one_line_error([*flags, *port], expected)
 
 
-def test_an_empty_host_says_how_to_listen_everywhere():
-    _, stderr = refused("--host", "", "--port", "0")
+@pytest.mark.parametrize("flags, expected", EARLY_FLAGS, ids=[" ".join(flags) for flags, _ in EARLY_FLAGS])
+def test_flags_refused_before_the_port_is_taken(monkeypatch, capsys, flags, expected):
+    port = [] if "--port" in flags else ["--port", "0"]
+    assert_one_line_error(flags, expected, refused_before_the_port(monkeypatch, capsys, *flags, *port))
+
+
+def test_an_empty_host_says_how_to_listen_everywhere(monkeypatch, capsys):
+    _, stderr = refused_before_the_port(monkeypatch, capsys, "--host", "", "--port", "0")
     assert "0.0.0.0" in stderr and "every interface" in stderr, stderr
 
 

@@ -90,3 +90,24 @@ def random_params(config, seed, std=0.3):
                 value += np.float32(0.1) * rng.standard_normal(value.shape, dtype=np.float32)
     perturb(params)
     return params
+
+
+@pytest.fixture
+def main_here(capfd, monkeypatch):
+    """A function of main.py's arguments -> the CompletedProcess `python main.py ARGS` would give, from
+    gpt2np.cli.run() called in this process (from REPO, stdout and stderr captured at the file descriptors):
+    for refusals, which stop before any run. That both write the same is test_cli.py's
+    test_a_refusal_in_process_is_what_the_process_writes; the other tests keep real processes."""
+    from gpt2np import cli
+    monkeypatch.chdir(REPO)
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["main.py", *args])
+        try:
+            cli.run()
+            status = 0
+        except SystemExit as e:
+            status = e.code
+        out = capfd.readouterr()
+        return subprocess.CompletedProcess(["main.py", *args], status, out.out, out.err)
+    return run

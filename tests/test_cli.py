@@ -42,10 +42,16 @@ def unmark(text):
     return re.sub(r"\[(?:accepted|resampled|bonus): (.*?)\]", r"\1", text, flags=re.S)
 
 
-def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend(release_dirs):
-    out = run_main("--draft_model_size", release_dirs["gpt2-tiny-a"], "--target_model_size",
-                   release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "20", "--K", "4",
-                   "--temperature", "0", "-v")
+@pytest.fixture(scope="module")
+def verbose_run(release_dirs):
+    """The tiny pair at temperature 0 (main.py's default), -v into a pipe: the CompletedProcess."""
+    return run_main("--draft_model_size", release_dirs["gpt2-tiny-a"], "--target_model_size",
+                    release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "20", "--K", "4",
+                    "--temperature", "0", "-v")
+
+
+def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend(verbose_run):
+    out = verbose_run
     assert out.returncode == 0, out.stderr
     sections = out.stdout.split("=== ")  # header line, the text as it streamed, then the time
     ar_text = sections[1].split("\n", 1)[1].split("\ntime:")[0]
@@ -56,10 +62,9 @@ def test_speculative_at_temperature_zero_prints_identical_texts_stats_and_legend
         assert expected in out.stdout
 
 
-def test_verbose_colours_tokens_only_on_a_terminal(release_dirs):
-    """Captured output is not a TTY: no ANSI escapes, even with -v."""
-    out = run_main("--draft_model_size", release_dirs["gpt2-tiny-a"], "--target_model_size",
-                   release_dirs["gpt2-tiny-b"], "--n_tokens_to_generate", "5", "-v")
+def test_verbose_colours_tokens_only_on_a_terminal(verbose_run):
+    """Captured output is not a TTY: no ANSI escapes, even with -v (test_cli_compat.py: on a terminal, escapes)."""
+    out = verbose_run
     assert out.returncode == 0, out.stderr
     assert "\033[" not in out.stdout
 
@@ -88,11 +93,19 @@ def test_verbose_colours_tokens_only_on_a_terminal(release_dirs):
     (["--n_tokens_to_generate", "100000"], "the prompt (47 tokens) + --n_tokens_to_generate (100000) = 100047 "
                                            "exceeds the context of 256 tokens; shorten --prompt or ask for fewer"),
 ])
-def test_bad_input_gives_one_line_and_exit_status_2(args, message):
-    out = run_main(*args)
+def test_bad_input_gives_one_line_and_exit_status_2(args, message, main_here):
+    out = main_here(*args)
     assert out.returncode == 2, (out.returncode, out.stderr)
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_refusal_in_process_is_what_the_process_writes(main_here):
+    """main_here's refusals are `python main.py`'s, byte for byte: argparse's usage error and a check's."""
+    for args in (["--no_such_flag"], ["--K", "3", "--K_max", "5"]):
+        real, here = run_main(*args), main_here(*args)
+        assert (here.returncode, here.stdout, here.stderr) == (real.returncode, real.stdout, real.stderr) and \
+            real.returncode == 2 and real.stderr, (here, real)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -101,10 +114,10 @@ def test_bad_input_gives_one_line_and_exit_status_2(args, message):
     (["--target_model_size", " "], "--target_model_size is empty"),
     (["--draft_model_size", ""], "--draft_model_size is empty"),
 ])
-def test_bad_seed_and_empty_model_names_are_refused_before_loading(args, message, tmp_path):
+def test_bad_seed_and_empty_model_names_are_refused_before_loading(args, message, tmp_path, main_here):
     """Were anything loaded first, 124M from an unreachable mirror would fail with 'cannot reach'."""
     base = ["--target_model_size", "124M", "--models_dir", str(tmp_path), "--mirror", "http://127.0.0.1:9"]
-    out = run_main(*base, *args)
+    out = main_here(*base, *args)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""
     assert not list(tmp_path.iterdir())
@@ -133,22 +146,22 @@ def test_unreachable_mirror_is_a_one_line_error(tmp_path):
 
 @pytest.mark.parametrize("name, flag", [("hf:foo/bar", "--hf_endpoint"), ("distilgpt2", "--hf_endpoint"),
                                         ("124M", "--mirror")])
-def test_a_failed_download_leaves_no_folder_behind(tmp_path, name, flag):
+def test_a_failed_download_leaves_no_folder_behind(tmp_path, name, flag, main_here):
     """Neither <models_dir>/foo/bar/ nor models_dir itself when this run made them; a folder the user had stays."""
     mine = tmp_path / "mine"
     mine.mkdir()
     for models_dir in (tmp_path / "weights", mine):
-        out = run_main("--draft_model_size", name, "--models_dir", str(models_dir), flag, "http://127.0.0.1:9")
+        out = main_here("--draft_model_size", name, "--models_dir", str(models_dir), flag, "http://127.0.0.1:9")
         assert out.returncode == 2 and "cannot reach" in out.stderr and out.stdout == "", out.stderr
     assert [p.name for p in tmp_path.rglob("*")] == ["mine"]
 
 
-def test_a_json_path_that_cannot_be_written_is_refused_before_any_run(tmp_path):
+def test_a_json_path_that_cannot_be_written_is_refused_before_any_run(tmp_path, main_here):
     (tmp_path / "file").write_text("")
     for path, says in ((tmp_path / "absent" / "x.json", f"the folder {tmp_path / 'absent'} does not exist"),
                        (tmp_path, "is a folder: name a file in it"),
                        (tmp_path / "file" / "x.json", f"{tmp_path / 'file'} is not a folder")):
-        out = run_main("--n_tokens_to_generate", "10", "--json", str(path))
+        out = main_here("--n_tokens_to_generate", "10", "--json", str(path))
         assert out.returncode == 2 and f"error: --json {path}" in out.stderr and says in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""  # refused before any work
 

@@ -28,6 +28,7 @@ LLMSS = ["--input", "The quick brown fox jumps over the lazy ", "--target_model_
 SS = ["--target-model", "gpt2-xl", "--draft-model", "gpt2", "--input-str",
       "Alan Turing theorized that computers would one day become", "--num-runs", "50", "--N", "40", "--K", "4",
       "--temperature", "0.6", "--top-k", "25", "--top-p", "0.9"]
+SS_RUNS = 10  # ss_table's --num-runs
 
 
 def main_py(*args, seam=True):
@@ -35,6 +36,15 @@ def main_py(*args, seam=True):
     out = subprocess.run(command + list(args), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def main_py_together(**runs):  # {name: main.py's args (no seam)} -> {name: stdout}, the runs started at once
+    procs = {name: subprocess.Popen([sys.executable, "main.py", *args], cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for name, args in runs.items()}
+    outputs = {name: proc.communicate(timeout=600) for name, proc in procs.items()}
+    for name, proc in procs.items():
+        assert proc.returncode == 0, (name, outputs[name][1])
+    return {name: stdout for name, (stdout, _) in outputs.items()}
 
 
 def table_rows(stdout):  # -> {method: {column: cell}} of speculative-sampling's table
@@ -81,15 +91,20 @@ def test_llmss_benchmark_profiling_and_verbose():
 
 @pytest.fixture(scope="module")
 def ss_table(tmp_path_factory):
+    """SS with --num-runs 10 for its 50: the count is parsed, reported and summed alike at any number above
+    one (each run has the one seed, so the sums are the runs times the last run's); 50 took 4 s."""
     path = tmp_path_factory.mktemp("json") / "ss.json"
-    return main_py(*SS, "--json", str(path)), json.loads(path.read_text())
+    args = list(SS)
+    args[args.index("--num-runs") + 1] = str(SS_RUNS)
+    return main_py(*args, "--json", str(path)), json.loads(path.read_text())
 
 
 def test_speculative_sampling_command_line_prints_its_table(ss_table):
     out, _ = ss_table
     rows = table_rows(out)
     assert list(rows) == ["autoregressive sampling", "speculative sampling"]
-    assert {row["num_runs"] for row in rows.values()} == {"50"} and rows["autoregressive sampling"]["speedup"] == "1.00x"
+    assert {row["num_runs"] for row in rows.values()} == {str(SS_RUNS)}
+    assert rows["autoregressive sampling"]["speedup"] == "1.00x"
     times = [rows[m]["time"].split()[0] for m in rows]
     (ar, sd), half = [float(t) for t in times], [0.5 * 10.0 ** -len(t.partition(".")[2]) for t in times]
     # the times are rounded for print (0.032 s may be 0.0315-0.0325): the speedup must lie within what they allow
@@ -102,7 +117,7 @@ def test_speculative_sampling_command_line_prints_its_table(ss_table):
 def test_the_json_has_per_position_acceptance(ss_table):
     _, doc = ss_table
     spec = doc["speculative"]
-    assert spec["num_runs"] == 50 and len(spec["seconds"]) == 50 and doc["top_k"] == 25
+    assert spec["num_runs"] == SS_RUNS and len(spec["seconds"]) == SS_RUNS and doc["top_k"] == 25
     positions = spec["by_position"]
     assert [p["position"] for p in positions] == list(range(1, len(positions) + 1)) and len(positions) <= 4
     assert sum(p["accepted"] for p in positions) == spec["accepted"], positions
@@ -110,7 +125,7 @@ def test_the_json_has_per_position_acceptance(ss_table):
     for earlier, later in zip(positions, positions[1:]):  # a draft is examined only after its predecessor's acceptance
         assert later["examined"] <= earlier["accepted"], positions
     last = spec["last_run_stats"]
-    assert [p[2] for p in last["by_position"]] == [p["accepted"] // 50 for p in positions]  # 50 runs, one seed
+    assert [p[2] for p in last["by_position"]] == [p["accepted"] // SS_RUNS for p in positions]  # one seed
 
 
 def test_same_model_as_target_and_draft_has_zero_rejections():
@@ -194,8 +209,8 @@ def test_rejected_draft_is_recovered_from_each_round():
     (["--target-model", "bigscience/bloom-560m"], "GPT-2 family only"),
     (["--target_model_name", "meta-llama/Llama-2-7b-hf"], "GPT-2 family only"),
 ])
-def test_bad_input_in_other_spellings_names_the_flag_as_typed(args, message):
-    out = subprocess.run([sys.executable, "main.py", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+def test_bad_input_in_other_spellings_names_the_flag_as_typed(args, message, main_here):
+    out = main_here(*args)  # as `python main.py` writes it (test_cli.py's test_a_refusal_in_process_is_...)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""
 
@@ -235,17 +250,25 @@ def vocab_dir(bpe_dir, tmp_path_factory):
     return str(folder)
 
 
-def test_random_weights_run_the_table_and_the_sanity_check(vocab_dir):
-    args = [("random:gpt2" if arg in ("gpt2", "gpt2-xl") else arg) for arg in SS]
-    args[args.index("--num-runs") + 1], args[args.index("--N") + 1] = "2", "6"
-    out = main_py(*args, "--draft-model", "random:gpt2", "--models_dir", vocab_dir, seam=False)
+@pytest.fixture(scope="module")
+def random_runs(vocab_dir):
+    """SS's table and LLMSS's profile on random weights, {"table": stdout, "profile": stdout}: the two runs
+    start together, each mostly one core's work (building 124M random weights, reading the tokenizer)."""
+    table = [("random:gpt2" if arg in ("gpt2", "gpt2-xl") else arg) for arg in SS]
+    table[table.index("--num-runs") + 1], table[table.index("--N") + 1] = "2", "6"
+    profile = [("random:gpt2" if arg in ("gpt2", "gpt2-xl") else arg) for arg in LLMSS]
+    return main_py_together(table=[*table, "--draft-model", "random:gpt2", "--models_dir", vocab_dir],
+                            profile=[*profile, "-M", "4", "-p", "--models_dir", vocab_dir])
+
+
+def test_random_weights_run_the_table_and_the_sanity_check(random_runs):
+    out = random_runs["table"]
     assert table_rows(out)["speculative sampling"]["num_runs"] == "2"
     assert "speculative sampling: 0 rejections in 2 runs" in out, out
 
 
-def test_random_weights_profile(vocab_dir):
-    args = [("random:gpt2" if arg in ("gpt2", "gpt2-xl") else arg) for arg in LLMSS]
-    out = main_py(*args, "-M", "4", "-p", "--models_dir", vocab_dir, seam=False)
+def test_random_weights_profile(random_runs):
+    out = random_runs["profile"]
     rows = profile_rows(out, "autoregressive (random:gpt2): 4 tokens")
     assert rows and all(np.isfinite(s) and s >= 0 for _, s in rows), rows
 

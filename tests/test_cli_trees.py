@@ -56,8 +56,8 @@ def test_check_widths_refuses_a_tree_beyond_its_caps_in_one_line(widths, says):
     ("8,8", "got 72 nodes"),
     (",".join(["1"] * 65), "got 65 nodes"),
 ])
-def test_a_tree_beyond_the_caps_is_refused_naming_tree(tree, says):
-    out = run_main("--tree", tree, "--n_tokens_to_generate", "10")
+def test_a_tree_beyond_the_caps_is_refused_naming_tree(tree, says, main_here):
+    out = main_here("--tree", tree, "--n_tokens_to_generate", "10")
     refused(out, "argument --tree: tree '")
     assert "is too big: at most 8 children a node and 64 nodes in all (3,2,1 drafts 15), " + says in out.stderr
 
@@ -77,12 +77,12 @@ def test_tree_auto_with_prompt_lookup_is_refused_before_any_run():
     refused(run_main("--approx_model_name", "ngram", "--tree", "auto"), "(--approx_model_name ngram)")
 
 
-def test_K_max_bounds_tree_auto_and_no_fixed_shape():
+def test_K_max_bounds_tree_auto_and_no_fixed_shape(main_here):
     out = run_main("--tree", "auto", "--K_max", "2", "--n_tokens_to_generate", "20")
     assert out.returncode == 0, out.stderr
     assert "=== speculative (drafter shakespeare-260K, tree auto, depth <= 2) ===" in out.stdout
     for args in (["--tree", "3,2"], ["--K", "3"], []):
-        refused(run_main(*args, "--K_max", "5"), "--K_max bounds --K heuristic, --K auto or --tree auto only")
+        refused(main_here(*args, "--K_max", "5"), "--K_max bounds --K heuristic, --K auto or --tree auto only")
 
 
 # ---- how a tree run is reported (audit items 3 and 4) ----------------------------------------------

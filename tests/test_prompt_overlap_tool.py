@@ -29,7 +29,8 @@ def test_one_prompt_s_overlaps_and_its_run_s_on_the_bundled_pair(temperature):
         assert (prompt * 16) == pytest.approx(round(prompt * 16)), prompt
 
 
-def test_bad_flags_are_one_line_errors(tmp_path):
+def test_bad_flags_are_one_line_errors(tmp_path, capfd):
+    """Each refusal from main() in this process, the first also from the real `python tools/prompt_overlap.py`."""
     (tmp_path / "short.txt").write_text("To be, or not to be.\n")  # under 200 characters: no prompt can be drawn
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "long.txt").write_text("To be, or not to be, that is the question.\n" * 30)
@@ -42,7 +43,12 @@ def test_bad_flags_are_one_line_errors(tmp_path):
                        (["--corpus", str(tmp_path / "short.txt")], "short.txt: 21 characters"),
                        (["--corpus", str(tmp_path / "empty.txt")], "empty.txt: 0 characters"),
                        ([*long, "--tokens", "5000"], "--tokens 5000 is too many")):
-        out = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=120)
-        last = out.stderr.strip().splitlines()[-1]
-        assert out.returncode == 2 and "error:" in last and says in last, (argv, out.stderr)
-        assert "Traceback" not in out.stderr and out.stdout == "", (argv, out.stderr)
+        with pytest.raises(SystemExit) as exit_info:
+            OVERLAP.main(argv)
+        out = capfd.readouterr()
+        last = out.err.strip().splitlines()[-1]
+        assert exit_info.value.code == 2 and "error:" in last and says in last, (argv, out.err)
+        assert "Traceback" not in out.err and out.out == "", (argv, out.err)
+    real = subprocess.run([sys.executable, str(TOOL), "--prompts", "1"], capture_output=True, text=True, timeout=120)
+    assert real.returncode == 2 and real.stdout == "" and "Traceback" not in real.stderr, real.stderr
+    assert real.stderr.strip().splitlines()[-1].startswith("python tools/prompt_overlap.py: error: --prompts")

@@ -60,7 +60,7 @@ checks it: pyproject.toml):
 from .model import fast  # noqa: F401,I001  first: sets OpenBLAS's thread timeout before NumPy loads (model/fast)
 
 from .checkpoints.download import DownloadError
-from .checkpoints.loading import RELEASE_SIZES, bundled_models, load_model, random_model
+from .checkpoints.loading import RELEASE_SIZES, bundled_models, has_tokenizer, load_model, random_model
 from .decoding.batched import batch_stream, generate_batch
 from .decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from .decoding.continuous import ContinuousBatch
@@ -83,7 +83,7 @@ __all__ = [
     "DownloadError", "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "POLICIES", "PRESETS",
     "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
-    "generate_batch", "generate_without_cache", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
+    "generate_batch", "generate_without_cache", "has_tokenizer", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",
     "order_for_batches", "random_model", "request_cache", "sample", "sampling_distribution", "set_weights_order",
     "speculative_batch_stream", "speculative_generate", "speculative_generate_batch", "speculative_stream",
     "weights_order",

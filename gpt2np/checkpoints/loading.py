@@ -217,6 +217,21 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     return order_as_loaded(GPT2(config, params, tokenizer, name=str(name_or_dir)))
 
 
+def has_tokenizer(name_or_dir, models_dir="weights"):
+    """Whether load_model(name_or_dir, models_dir) gives a model with a tokenizer, told before any loading:
+    False only for random weights whose vocabulary finds none (random_model's "auto": GPT-2's files in a
+    folder of models_dir, or the byte-level one); every other model loads with its tokenizer or not at all.
+    A caller that reads or writes text refuses here, not after the init (random:1558M: about 30 s).
+
+    >>> has_tokenizer("124M"), has_tokenizer("random:tiny")  # a release size; 64 tokens, no tokenizer of that size
+    (True, False)
+    """
+    if not str(name_or_dir).startswith(RANDOM_PREFIX):
+        return True
+    from ..tokenizer.files import tokenizer_for  # here: the module's imports belong to name resolution
+    return tokenizer_for(random_config(str(name_or_dir)).n_vocab, "auto", models_dir) is not None
+
+
 def load_random(name, models_dir="weights"):
     """"random:<size>": random_model of that shape with RANDOM_SEED, named as asked (same name, same
     weights); its tokenizer is random_model's choice (GPT-2's files are looked for in models_dir)."""

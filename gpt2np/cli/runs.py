@@ -31,11 +31,12 @@ class Runs:
 def load(args):
     """(target, drafter or None, prompt ids), every check made before any generation."""
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
-    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, **sources)
-    if target.tokenizer is None:
-        raise ValueError(f"{target.name} has no tokenizer to encode the prompt with (random weights of GPT-2's "
+    name = args.target_model_size or DEFAULT_TARGET
+    if not gpt2np.has_tokenizer(name, args.models_dir):  # before the init: random:1558M's takes about 30 s
+        raise ValueError(f"{name} has no tokenizer to encode the prompt with (random weights of GPT-2's "
                          f"vocabulary find OpenAI's encoder.json + vocab.bpe in a folder of --models_dir "
                          f"{args.models_dir}; a byte-level vocabulary is n_vocab 257)")
+    target = gpt2np.load_model(name, args.models_dir, **sources)
     drafter = load_drafter(args, target, sources)
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>
     prompt_ids = target.tokenizer.encode(args.prompt) or [target.eot_id]

@@ -140,12 +140,14 @@ def load_engine(args):
     from gpt2np.serve.names import served_name
     check_args(args)
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
-    target = naming_flag("--target_model_size", args.target_model_size, gpt2np.load_model,
-                         args.target_model_size, args.models_dir, **sources)
-    if target.tokenizer is None:  # random weights without GPT-2's BPE files: the server reads and writes text
+    # random weights without GPT-2's BPE files, told before their init (random:1558M: about 30 s)
+    if not naming_flag("--target_model_size", args.target_model_size, gpt2np.has_tokenizer, args.target_model_size,
+                       args.models_dir):
         raise ValueError(f"--target_model_size {args.target_model_size}: the model has no tokenizer, and the "
                          f"server answers in text: put OpenAI's encoder.json and vocab.bpe in a folder of "
                          f"--models_dir ({args.models_dir}; any downloaded release size has them)")
+    target = naming_flag("--target_model_size", args.target_model_size, gpt2np.load_model,
+                         args.target_model_size, args.models_dir, **sources)
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else NO_DRAFTER)
     drafters = {}
     if draft != NO_DRAFTER:

@@ -353,21 +353,23 @@ def test_bad_batch_flags_are_one_line_errors(flags):
 
 
 def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, monkeypatch):
-    """Random weights with GPT-2's vocabulary (as random:124M) and no GPT-2 BPE files in --models_dir: the
-    server speaks text, so it says so at start (it used to answer every request 500). load_engine, which
-    main runs before serving, in this process; a one-block 124M keeps it quick (the tokenizer is looked
-    for by the vocabulary's size alone). Its ValueError becomes the command's one line and status 2 as
-    test_serve_startup.py's unknown models do."""
-    from dataclasses import replace
+    """random:124M with no GPT-2 BPE files in --models_dir: the server speaks text, so it says so at
+    start (it used to answer every request 500), and before building the weights (random:1558M's take
+    about 30 s): load_engine, which main runs before serving, in this process with the init refused; then
+    the real command's one line and status 2."""
     from gpt2np.checkpoints import loading
-    from gpt2np.model.config import PRESETS
     from gpt2np.serve.__main__ import load_engine, parse_args
-    monkeypatch.setitem(loading.RANDOM_SHAPES, "124M-one-block", replace(PRESETS["124M"], n_layer=1))
+
+    def init_params(*args, **kwargs):
+        raise AssertionError("the weights were built before the refusal")
+    monkeypatch.setattr(loading, "init_params", init_params)
     with pytest.raises(ValueError) as refused:
-        load_engine(parse_args(["--target_model_size", "random:124M-one-block", "--models_dir", str(tmp_path)]))
+        load_engine(parse_args(["--target_model_size", "random:124M", "--models_dir", str(tmp_path)]))
     said = str(refused.value)
-    assert "random:124M-one-block: the model has no tokenizer" in said and "--models_dir" in said, said
-    assert len(said.splitlines()) == 1, said
+    assert said.startswith("--target_model_size random:124M: the model has no tokenizer") and "--models_dir" in said, said
+    bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", "--target_model_size", "random:124M",
+                          "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr == f"error: {said}\n", bad.stderr
 
 
 @pytest.mark.parametrize("max_batch, told, order", [(8, "row-major", "row-major"), (8, "panels", "panels"),

@@ -7,7 +7,8 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 
 from gpt2np import check_generation_request
-from gpt2np.report import TokenTexts, colour_allowed, drafter_error, marked, mean_std, provenance_legend, rejected_draft
+from gpt2np.report import (TokenTexts, check_tokenizer, colour_allowed, drafter_error, marked, mean_std,
+                           provenance_legend, rejected_draft)
 
 from .flags import DEFAULT_TARGET, WARMUP_TOKENS, drafter_name, flag
 
@@ -32,10 +33,7 @@ def load(args):
     """(target, drafter or None, prompt ids), every check made before any generation."""
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     name = args.target_model_size or DEFAULT_TARGET
-    if not gpt2np.has_tokenizer(name, args.models_dir):  # before the init: random:1558M's takes about 30 s
-        raise ValueError(f"{name} has no tokenizer to encode the prompt with (random weights of GPT-2's "
-                         f"vocabulary find OpenAI's encoder.json + vocab.bpe in a folder of --models_dir "
-                         f"{args.models_dir}; a byte-level vocabulary is n_vocab 257)")
+    check_tokenizer(name, args.models_dir, "to encode the prompt with")  # before the weights are built
     target = gpt2np.load_model(name, args.models_dir, **sources)
     drafter = load_drafter(args, target, sources)
     # an empty prompt means unconditional sampling, which GPT-2 starts from <|endoftext|>

@@ -26,8 +26,8 @@ from .flags import DEFAULT_TARGET, initial_settings, parse_args
 from .runs import Run, consume, open_stream
 from .slash import colon_line
 from gpt2np import DownloadError, check_same_vocabulary, is_greedy
-from ..report import (NO_DRAFTER, TokenTexts, colour_allowed, coloured, drafter_error, provenance_legend,
-                      stats_summary)
+from ..report import (NO_DRAFTER, TokenTexts, check_tokenizer, colour_allowed, coloured, drafter_error,
+                      provenance_legend, stats_summary)
 from ..report import command_error_line as one_line  # errors name the console's flags
 
 CLEAR_SCREEN = "\033[H\033[2J"
@@ -224,7 +224,9 @@ def typed_lines(stdin, interactive):
 def load(args, settings):
     """The target, BLAS threads for its size, and a Console holding the first drafter."""
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
-    target = gpt2np.load_model(args.target_model_size or DEFAULT_TARGET, args.models_dir, **sources)
+    name = args.target_model_size or DEFAULT_TARGET
+    check_tokenizer(name, args.models_dir, "to encode prompts with")  # before the weights are built
+    target = gpt2np.load_model(name, args.models_dir, **sources)
     threads = args.threads or (1 if target.config.n_embd < 512 else None)  # small products: 1 is faster
     if threads:
         threadpool_limits(limits=threads, user_api="blas")

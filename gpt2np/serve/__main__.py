@@ -29,8 +29,8 @@ import socket
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.report import (NO_DRAFTER, OneLineErrorParser, add_loading_flags, check_model_names, command_error_line,
-                           command_name, drafter_error, run_command)
+from gpt2np.report import (NO_DRAFTER, OneLineErrorParser, add_loading_flags, check_model_names, check_tokenizer,
+                           command_error_line, command_name, drafter_error, run_command)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 MAX_BATCH = 256  # generations running at once: far past where packing more rows gains anything; a typo is refused
@@ -140,12 +140,8 @@ def load_engine(args):
     from gpt2np.serve.names import served_name
     check_args(args)
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
-    # random weights without GPT-2's BPE files, told before their init (random:1558M: about 30 s)
-    if not naming_flag("--target_model_size", args.target_model_size, gpt2np.has_tokenizer, args.target_model_size,
-                       args.models_dir):
-        raise ValueError(f"--target_model_size {args.target_model_size}: the model has no tokenizer, and the "
-                         f"server answers in text: put OpenAI's encoder.json and vocab.bpe in a folder of "
-                         f"--models_dir ({args.models_dir}; any downloaded release size has them)")
+    naming_flag("--target_model_size", args.target_model_size, check_tokenizer, args.target_model_size,
+                args.models_dir, "and the server answers in text")  # before the weights are built
     target = naming_flag("--target_model_size", args.target_model_size, gpt2np.load_model,
                          args.target_model_size, args.models_dir, **sources)
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else NO_DRAFTER)

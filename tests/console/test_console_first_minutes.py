@@ -109,3 +109,20 @@ def test_ctrl_c_while_the_console_imports_exits_130_without_a_traceback():
     out = run_with_ctrl_c_at_import("name == 'repl' and level == 1",
                                     "runpy.run_module('gpt2np.console', run_name='__main__')")
     assert out.returncode == 130 and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_target_without_a_tokenizer_is_refused_before_its_init(tmp_path, monkeypatch, capsys):
+    """random:124M without GPT-2's BPE files (and random:tiny's 64 tokens) gave a traceback at the first prompt;
+    now one line and status 2 at start, before the weights are built (random:1558M's take about 30 s)."""
+    from gpt2np.checkpoints import loading
+
+    def init_params(*args, **kwargs):
+        raise AssertionError("the weights were built before the refusal")
+    monkeypatch.setattr(loading, "init_params", init_params)
+    for name in ("random:124M", "random:tiny"):
+        status = main(["--target_model_size", name, "--models_dir", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"error: {name} has no tokenizer to encode prompts with"), err
+    out = run_console("ROMEO:\n", "--target_model_size", "random:tiny", "--models_dir", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr

@@ -366,7 +366,8 @@ def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, monkeypatch)
     with pytest.raises(ValueError) as refused:
         load_engine(parse_args(["--target_model_size", "random:124M", "--models_dir", str(tmp_path)]))
     said = str(refused.value)
-    assert said.startswith("--target_model_size random:124M: the model has no tokenizer") and "--models_dir" in said, said
+    assert said.startswith("--target_model_size random:124M: random:124M has no tokenizer and the server answers in "
+                           "text") and "--models_dir" in said, said
     bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", "--target_model_size", "random:124M",
                           "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr == f"error: {said}\n", bad.stderr

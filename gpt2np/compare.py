@@ -28,9 +28,9 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import (K_from_text, OneLineErrorParser, add_loading_flags, check_json_path, colour_allowed,
-                           run_command, TokenTexts,
-                           by_position, coloured, provenance_legend, stats_summary, write_atomically)
+from gpt2np.report import (K_from_text, OneLineErrorParser, TokenTexts, add_loading_flags, by_position, check_json_path,
+                           check_tokenizer, colour_allowed, coloured, provenance_legend, run_command, stats_summary,
+                           write_atomically)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
 WARMUP_TOKENS = 16   # untimed first: the first calls of each size pay one-time costs (threads, buffers)
@@ -83,6 +83,7 @@ def check_args(args):
 def load_pair(args):
     """(target, drafter), their vocabularies checked, BLAS threads set for the target's width."""
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    check_tokenizer(args.target, args.models_dir, "to encode the prompt with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
     drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
     if hasattr(drafter, "model"):  # prompt lookup proposes the context's own ids

@@ -23,8 +23,8 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, run_command,
-                           write_atomically)
+from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, check_tokenizer,
+                           run_command, write_atomically)
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -116,6 +116,7 @@ def ratio_interval(numerators, denominators, level=0.95):
 def load(args):
     """(target, drafter or None); BLAS threads set for the target's width."""
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
+    check_tokenizer(args.target, args.models_dir, "to encode the prompts with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
     drafter = None if args.draft is None else gpt2np.load_drafter(args.draft, args.models_dir, **sources)
     if drafter is not None and hasattr(drafter, "model"):

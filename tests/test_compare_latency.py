@@ -259,6 +259,8 @@ def test_the_prompts_are_fifteen_sentences_not_taken_from_the_training_corpora()
     ("latency", [TARGET, DRAFT, "--K", "often"], "--K must be an integer >= 1, 'heuristic' or 'auto', got 'often'"),
     ("latency", [TARGET, DRAFT, "--K", "0"], "--K must be an integer >= 1, 'heuristic' or 'auto', got '0'"),
     ("latency", [TARGET, "--n_tokens", "250"], "exceeds the context of 256 tokens"),
+    ("compare", ["random:tiny", DRAFT], "random:tiny has no tokenizer to encode the prompt with"),  # 64 tokens: was
+    ("latency", ["random:tiny"], "random:tiny has no tokenizer to encode the prompts with"),  # a traceback
 ])
 def test_bad_input_is_one_line_and_status_2(capsys, module, args, message):
     status, stdout, stderr = in_process(capsys, module, *args)

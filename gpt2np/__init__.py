@@ -68,7 +68,7 @@ from .decoding.continuous_speculative import ContinuousSpeculativeBatch
 from .decoding.autoregressive import (check_generation_request, generate, generate_without_cache, plain_stream,
                                      request_cache)
 from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
-from .decoding.policies import POLICIES, make_policy
+from .decoding.policies import K_MAX_LIMIT, POLICIES, make_policy
 from .decoding.sampling import check_sampling_options, is_greedy, sample, sampling_distribution
 from .decoding.speculative import SpeculativeResult, speculative_generate, speculative_stream
 from .decoding.stream import RoundEvent, Stream
@@ -80,7 +80,7 @@ from .model.kv_cache import KVCache
 
 __all__ = [
     "ContinuousBatch", "ContinuousSpeculativeBatch",
-    "DownloadError", "GPT2", "GPT2Config", "KVCache", "ModelDrafter", "NgramDrafter", "POLICIES", "PRESETS",
+    "DownloadError", "GPT2", "GPT2Config", "KVCache", "K_MAX_LIMIT", "ModelDrafter", "NgramDrafter", "POLICIES", "PRESETS",
     "RELEASE_SIZES", "RoundEvent", "SpeculativeResult", "Stream", "batch_stream", "blas_kernel", "bundled_models",
     "check_generation_request", "check_same_vocabulary", "check_sampling_options", "generate",
     "generate_batch", "generate_without_cache", "has_tokenizer", "is_greedy", "load_drafter", "load_model", "make_policy", "plain_stream",

@@ -185,3 +185,13 @@ def test_a_mistyped_flag_gets_the_closest_known_one(monkeypatch, capsys, argv, h
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments" in err, err
     assert (hint in err) if hint else ("did you mean" not in err), err
+
+
+@pytest.mark.parametrize("args", [["--K", "auto"], ["--K", "heuristic"], ["--tree", "auto"]])
+@pytest.mark.parametrize("K_max", ["33", "999999999999"])
+def test_K_max_past_the_bound_is_refused_before_any_run(args, K_max, main_here):
+    """--K auto --K_max 999999999999 hung after the target-only run (AutoK's prior curve, built K by K), and
+    --tree auto with it ran out of memory: one line naming the flag, before anything runs."""
+    out = main_here(*args, "--K_max", K_max, "--n_tokens_to_generate", "3")
+    assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout[:200])
+    assert out.stderr == f"error: --K_max must be from 1 to 32, got {K_max}\n", out.stderr

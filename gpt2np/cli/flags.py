@@ -16,7 +16,7 @@ import argparse
 import math
 
 import gpt2np
-from gpt2np import POLICIES
+from gpt2np import K_MAX_LIMIT, POLICIES
 from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, DefaultsHelpFormatter, K_from_text, OneLineErrorParser,
                            add_loading_flags, check_drafts_given, check_json_path,
                            check_model_names, check_tree_drafter, check_typed_tree, chosen_drafter,
@@ -242,6 +242,8 @@ def check_drafting_args(args):
         if isinstance(value, int) and value < 1:
             raise ValueError(f"{flag(args, dest)} must be at least 1{' (or heuristic / auto)' if dest == 'K' else ''}, "
                              f"got {value}")
+    if args.K_max is not None and args.K_max > K_MAX_LIMIT:  # the library's bound, said before any run
+        raise ValueError(f"{flag(args, 'K_max')} must be from 1 to {K_MAX_LIMIT}, got {args.K_max}")
     args.K, args.K_max, args.ngram_max = args.K or 4, args.K_max or 8, args.ngram_max or 3
 
 

@@ -519,11 +519,20 @@ def optimistic_alpha(a, b, t):
 POLICIES = ("fixed", "heuristic", "auto")
 
 
+K_MAX_LIMIT = 32  # the most any K policy may draft a round: past it a round's drafts pay nothing (alpha 0.95
+                  # leaves 0.95^32 = 19 % for the 33rd), and AutoK's prior curve and tree="auto"'s shapes are
+                  # built per K up to K_max (a K_max of 10^12 hung the first, and ran the second out of memory)
+
+
 def checked_K_max(K_max):  # -> int(K_max)
     """K_max as an int, or the one-line error every policy that takes one gives (make_policy, tree="auto",
-    the batches'): 2.5, "8", None or True would otherwise fail deep in a policy, or count as 1."""
-    if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or K_max < 1:
-        raise ValueError(f"K_max must be an integer >= 1, got {K_max!r}")
+    the batches'): 2.5, "8", None or True would otherwise fail deep in a policy, or count as 1.
+
+    >>> checked_K_max(8), checked_K_max(K_MAX_LIMIT)
+    (8, 32)
+    """
+    if isinstance(K_max, bool) or not isinstance(K_max, (int, np.integer)) or not 1 <= K_max <= K_MAX_LIMIT:
+        raise ValueError(f"K_max must be an integer from 1 to {K_MAX_LIMIT}, got {K_max!r}")
     return int(K_max)
 
 

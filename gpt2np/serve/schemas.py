@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from gpt2np import K_MAX_LIMIT
 from gpt2np.report import TREE_MAX_NODES, TREE_MAX_WIDTH, tree_nodes
 from .engine import RequestError
 
@@ -26,7 +27,7 @@ from .engine import RequestError
 Float = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for subnormal t: NaN probabilities
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
-KValue = Annotated[StrictInt, Field(ge=1, le=32)] | Literal["heuristic", "auto"]
+KValue = Annotated[StrictInt, Field(ge=1, le=K_MAX_LIMIT)] | Literal["heuristic", "auto"]
 Count = Annotated[StrictInt, Field(ge=1)]
 TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=TREE_MAX_WIDTH)]], Field(min_length=1, max_length=8)] \
     | Literal["auto"]
@@ -92,7 +93,7 @@ class SamplingFields(Strict):
         None, description="seed of the np.random.Generator (default: a fresh one, reported back)")
     K: KValue = Field(4, description="draft tokens per round, or a K policy: 'heuristic' or 'auto'")
     gamma: KValue | None = Field(None, description="another name of K (Leviathan et al.'s)")
-    K_max: Annotated[StrictInt, Field(ge=1, le=32)] = Field(8, description="bound of the K policies")
+    K_max: Annotated[StrictInt, Field(ge=1, le=K_MAX_LIMIT)] = Field(8, description="bound of the K policies")
     tree: TreeValue | None = Field(None, description="draft a token tree each round instead of K drafts: children "
                                                      "per depth ([3, 2, 1]), or 'auto' (each round's shape from the "
                                                      "run's acceptance and measured costs; a draft model only)")

@@ -100,7 +100,7 @@ STARTUP = [
     (["--tree", "auto", "--draft_model_size", "ngram"],
      "--tree auto picks the shapes a draft model grows; prompt lookup takes a fixed shape, e.g. --tree 3,1"),
     (["--K", "x"], "--K must be an integer >= 1, 'heuristic' or 'auto', got 'x'"),
-    (["--K", "auto", "--K_max", "0"], "--K_max must be an integer >= 1, got 0"),
+    (["--K", "auto", "--K_max", "0"], "--K_max must be an integer from 1 to 32, got 0"),
     (["--top_p", "2"], "--top_p must be in (0, 1]"),
 ])
 def test_flags_that_cannot_run_as_given_exit_2_at_startup_with_one_line(capsys, argv, message):

@@ -1,6 +1,7 @@
 """The console as a new user meets it in the first minutes (audit 60): --draft_model_size none and
 :drafter none, a token count that cannot fit, the measured speedup's whereabouts, answers to a setting
 that did not change, prompt lookup's empty rounds, the default token count, the installed name."""
+import re
 import subprocess
 import sys
 
@@ -126,3 +127,13 @@ def test_a_target_without_a_tokenizer_is_refused_before_its_init(tmp_path, monke
         assert err.startswith(f"error: {name} has no tokenizer to encode prompts with"), err
     out = run_console("ROMEO:\n", "--target_model_size", "random:tiny", "--models_dir", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_K_max_past_the_bound_is_refused_at_start_and_at_K(capsys):
+    """--K_max 999999999999 with tree auto ran out of memory at the first prompt, and :K auto 999999999999 hung
+    there: refused in one line, at start (status 2) and at the command (the setting stays)."""
+    assert main(["--tree", "auto", "--K_max", "999999999999"]) == 2
+    assert capsys.readouterr().err == "error: --K_max must be an integer from 1 to 32, got 999999999999\n"
+    out = run_console(":K auto 33\n:help\n", "--n_tokens_to_generate", "3")  # :help shows every setting
+    assert out.returncode == 0 and "K_max must be an integer from 1 to 32, got 33" in out.stdout + out.stderr, out
+    assert re.search(r":K N\|heuristic\|auto \[K_max\] +4 ", out.stdout), out.stdout  # still the default, K = 4

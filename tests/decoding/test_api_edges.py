@@ -34,7 +34,7 @@ def one_line(info):
 
 # ---- 1. tree="auto" prices every chain up to K_max ------------------------------------------------
 
-@pytest.mark.parametrize("K_max", [16, 40])
+@pytest.mark.parametrize("K_max", [16, 32])
 def test_auto_tree_prices_every_chain_up_to_K_max(K_max, monkeypatch):
     """A tree that wins at the mean is checked against every chain of 1..K_max drafts (holds_if_higher):
     the cost table must reach K_max + 1 rows, not only a whole tree's 16 (it asked v[17])."""
@@ -54,18 +54,27 @@ def test_auto_tree_prices_every_chain_up_to_K_max(K_max, monkeypatch):
 
 def test_auto_tree_with_a_long_K_max_gives_the_target_greedy_tokens(pair):
     target, draft, ids = pair
-    result = gpt2np.speculative_generate(target, draft, ids, 20, tree="auto", K_max=40)
+    result = gpt2np.speculative_generate(target, draft, ids, 20, tree="auto", K_max=32)
     assert result.tokens == gpt2np.generate(target, ids, 20)
 
 
 # ---- 2. tree="auto" checks K_max as K="auto" does --------------------------------------------------
 
-@pytest.mark.parametrize("K_max", [0, -1, 2.5, "x", None, True])
+@pytest.mark.parametrize("K_max", [0, -1, 33, 10**12, 2.5, "x", None, True])  # 10^12: a MemoryError, before the bound
 def test_auto_tree_refuses_a_bad_K_max_in_one_line(pair, K_max):
     target, draft, ids = pair
     with pytest.raises(ValueError) as info:
         gpt2np.speculative_generate(target, draft, ids, 5, tree="auto", K_max=K_max)
-    assert one_line(info) == f"K_max must be an integer >= 1, got {K_max!r}"
+    assert one_line(info) == f"K_max must be an integer from 1 to 32, got {K_max!r}"
+
+
+@pytest.mark.parametrize("K", ["auto", "heuristic"])
+def test_a_K_policy_refuses_a_K_max_past_the_bound_at_once(pair, K):
+    """K="auto" with K_max 10^12 hung in AutoK's prior curve, built K by K up to K_max."""
+    target, draft, ids = pair
+    with pytest.raises(ValueError) as info:
+        gpt2np.speculative_generate(target, draft, ids, 5, K=K, K_max=10**12)
+    assert one_line(info) == "K_max must be an integer from 1 to 32, got 1000000000000"
 
 
 # ---- 3. a finished Stream keeps its result ---------------------------------------------------------
@@ -145,7 +154,7 @@ def test_a_batch_checks_K_max_whatever_K_is(pair):
     target, draft, ids = pair
     with pytest.raises(ValueError) as info:
         gpt2np.speculative_generate_batch(target, draft, [ids], 3, K=2, K_max=-5)
-    assert one_line(info) == "K_max must be an integer >= 1, got -5"
+    assert one_line(info) == "K_max must be an integer from 1 to 32, got -5"
 
 
 def test_a_batch_refuses_a_drafter_for_what_it_is(pair):

@@ -375,7 +375,7 @@ def test_auto_K_is_refused_per_sequence_and_K_max_is_checked():
     target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
     with pytest.raises(ValueError, match="or 'auto' for every sequence"):
         speculative_generate_batch(target, draft, prompts, n_tokens, K=["auto", 2])
-    with pytest.raises(ValueError, match="K_max must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="K_max must be an integer from 1 to 32, got 0"):
         speculative_generate_batch(target, draft, prompts, n_tokens, K="auto", K_max=0)
 
 

@@ -249,7 +249,7 @@ def test_the_models_and_shared_generators_are_refused():
         ContinuousSpeculativeBatch(target, "gpt2")
     with pytest.raises(ValueError, match="vocabular"):
         ContinuousSpeculativeBatch(target, random_toy_model(rng, 5))
-    with pytest.raises(ValueError, match="K_max must be an integer >= 1"):
+    with pytest.raises(ValueError, match="K_max must be an integer from 1 to 32"):
         ContinuousSpeculativeBatch(target, random_toy_model(rng, 4), K_max=0)
     batch, coins = ContinuousSpeculativeBatch(target, random_toy_model(rng, 4)), np.random.default_rng(1)
     batch.add([0], 3, 2, rng=coins)

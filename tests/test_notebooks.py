@@ -128,7 +128,7 @@ def test_notebook_executes(path, executed):
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} drew no plot"
 
 
-@pytest.mark.parametrize("only", [["zz"], ["01", "zz"]])
+@pytest.mark.parametrize("only", [["zz"], ["01", "zz"], [""], ["01", " "]])  # "": every name starts with it
 def test_a_prefix_that_names_no_notebook_is_an_error_before_any_build(capsys, monkeypatch, only):
     """`python tools/build_notebooks.py zz` built nothing, printed nothing and exited 0: a typo looked like success."""
     def build(*args, **kwargs):
@@ -138,4 +138,5 @@ def test_a_prefix_that_names_no_notebook_is_an_error_before_any_build(capsys, mo
     with pytest.raises(SystemExit) as stopped:
         BUILDER.main(only)
     err = capsys.readouterr().err
-    assert stopped.value.code == 2 and "no notebook's name starts with 'zz'" in err and err.count("\n") == 1, err
+    said = "an empty notebook name" if "zz" not in only else "no notebook's name starts with 'zz'"
+    assert stopped.value.code == 2 and said in err and err.count("\n") == 1, err

@@ -82,6 +82,9 @@ def main(argv=None):
     parser.add_argument("only", nargs="*", help="build only notebooks whose name starts with one of these")
     args = parser.parse_args(argv)
     every = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    if "" in [o.strip() for o in args.only]:  # an empty name starts every name: it would rebuild them all
+        parser.exit(2, f"{parser.prog}: error: an empty notebook name: give a prefix such as 01, or none to build "
+                       f"every notebook\n")
     unmatched = [o for o in args.only if not any(p.name.startswith(o) for p in every)]
     if unmatched:  # before any build: a typo built nothing and said nothing
         parser.exit(2, f"{parser.prog}: error: no notebook's name starts with {', '.join(map(repr, unmatched))} "

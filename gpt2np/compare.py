@@ -29,8 +29,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (K_from_text, OneLineErrorParser, TokenTexts, add_loading_flags, by_position, check_json_path,
-                           check_tokenizer, colour_allowed, coloured, provenance_legend, run_command, stats_summary,
-                           write_atomically)
+                           check_model_names, check_tokenizer, colour_allowed, coloured, drafter_error,
+                           provenance_legend, run_command, stats_summary, write_flag_file)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
 WARMUP_TOKENS = 16   # untimed first: the first calls of each size pay one-time costs (threads, buffers)
@@ -62,6 +62,7 @@ def K_value(text):
 
 def check_args(args):
     """Every flag's range, before anything loads (one-line ValueError)."""
+    check_model_names(args, str.upper, ("target", "draft"))  # "" would read the current folder
     if args.n_tokens < 1:
         raise ValueError(f"--n_tokens must be at least 1, got {args.n_tokens}")
     if args.seed < 0:
@@ -85,7 +86,10 @@ def load_pair(args):
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     check_tokenizer(args.target, args.models_dir, "to encode the prompt with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
-    drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
+    try:  # an unknown name's error lists ngram among the choices (none is no choice here: nothing to race)
+        drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
+    except ValueError as e:
+        raise drafter_error(e, none=False) from None
     if hasattr(drafter, "model"):  # prompt lookup proposes the context's own ids
         gpt2np.check_same_vocabulary(target, drafter.model)
     if target.config.n_embd < 512:  # small products: one thread is faster (main.py's rule)
@@ -245,8 +249,8 @@ def run(main=main):
 
 
 def write_json_atomically(path, record):
-    """record as JSON, written whole or not at all (report.write_atomically)."""
-    write_atomically(path, json.dumps(record, indent=1, default=str))
+    """record as JSON, written whole or not at all (report.write_atomically); a failed write names --json."""
+    write_flag_file("--json", path, json.dumps(record, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, check_tokenizer,
-                           run_command, write_atomically)
+from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, check_model_names,
+                           check_tokenizer, drafter_error, run_command, write_flag_file)
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -64,6 +64,7 @@ def parse_args(argv):
 
 def check_args(args):
     """Every flag's range, before anything loads (one-line ValueError)."""
+    check_model_names(args, str.upper, ("target", "draft"))  # "" would read the current folder
     if args.n_tokens < 1:
         raise ValueError(f"--n_tokens must be at least 1, got {args.n_tokens}")
     if args.seed < 0:
@@ -118,12 +119,19 @@ def load(args):
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     check_tokenizer(args.target, args.models_dir, "to encode the prompts with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
-    drafter = None if args.draft is None else gpt2np.load_drafter(args.draft, args.models_dir, **sources)
+    drafter = None if args.draft is None else load_drafter(args, sources)
     if drafter is not None and hasattr(drafter, "model"):
         gpt2np.check_same_vocabulary(target, drafter.model)
     if target.config.n_embd < 512:  # small products: one thread is faster (main.py's rule)
         threadpool_limits(limits=1, user_api="blas")
     return target, drafter
+
+
+def load_drafter(args, sources):  # an unknown name's error lists ngram (target-only: DRAFT left out, not none)
+    try:
+        return gpt2np.load_drafter(args.draft, args.models_dir, **sources)
+    except ValueError as e:
+        raise drafter_error(e, none=False) from None
 
 
 def streams(args, target, drafter, prompt_ids, i):
@@ -244,8 +252,8 @@ def run(main=main):
 
 
 def write_json_atomically(path, record):
-    """record as JSON, written whole or not at all (report.write_atomically)."""
-    write_atomically(path, json.dumps(record, indent=1, default=str))
+    """record as JSON, written whole or not at all (report.write_atomically); a failed write names --json."""
+    write_flag_file("--json", path, json.dumps(record, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ TREE_MAX_WIDTH, TREE_MAX_NODES = 8, 64
 # a library message names the environment variable; a command names its flag too (every command has both)
 COMMAND_HINTS = ((download.HINT, download.mirror_hint(f"--mirror (or ${download.MIRROR_ENV})")),
                  (hub.HINT, hub.hub_hint(f"--hf_endpoint (or ${hub.ENDPOINT_ENV})")))
+# a library error that starts with its argument's name (loading.check_models_dir) names the command's flag
+LIBRARY_ARGUMENTS = ("models_dir ",)
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -154,7 +156,7 @@ def command_error_line(error):
     line = str(error).splitlines()[0] if str(error) else type(error).__name__
     for library, command in COMMAND_HINTS:
         line = line.replace(library, command)
-    return line
+    return "--" + line if line.startswith(LIBRARY_ARGUMENTS) else line
 
 
 def add_loading_flags(p):
@@ -169,13 +171,19 @@ def add_loading_flags(p):
                         "https://huggingface.co; $HF_TOKEN, if set, is sent as a bearer token)")
 
 
-def run_command(main, *args):
+def run_command(main, *args, writes_stdout=True):
     """main(*args) as a command: bad input, missing files and HTTP errors are one line on stderr
-    naming the command's flags (status 2), Ctrl-C is status 130, a closed pipe (`| head`) is 0."""
+    naming the command's flags (status 2), Ctrl-C is status 130, a closed pipe (`| head`) is 0. A closed
+    stdout (`>&-`: Python's sys.stdout is None) is one line too, before any work, for a command that
+    writes its text there (writes_stdout; the server writes only to stderr)."""
+    if writes_stdout and sys.stdout is None:
+        print("error: stdout is closed: the command writes its text there (send it to a file, or >/dev/null)",
+              file=sys.stderr)  # nothing at all when stderr is closed too
+        sys.exit(2)
     try:
         return main(*args)
     except KeyboardInterrupt:  # the text stopped mid-line: end the line, so the shell's prompt starts its own
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # AttributeError: stdout closed (None)
             sys.stdout.write("\n")
             sys.stdout.flush()
         sys.exit(130)
@@ -422,12 +430,22 @@ def write_atomically(path, text):
         raise
 
 
-def drafter_error(error):
+def drafter_error(error, none=True):
     """An error from loading a drafter: an unknown name is said again with the drafter's own choices
-    (ngram, none) among the known names, and its did-you-mean among them too; any other error as it is."""
+    (ngram, and none where the command runs the target alone: none=True) among the known names, and its
+    did-you-mean among them too; any other error as it is."""
     if isinstance(error, loading.UnknownModelError):
-        return loading.unknown_model(error.name, drafter=True)
+        return loading.unknown_model(error.name, drafter=True, none=none)
     return error
+
+
+def write_flag_file(flag, path, text):
+    """report.write_atomically for a command's flag (--json PATH): a write that fails (a full disk, a folder
+    gone since check_json_path) is a one-line ValueError naming the flag and the path as typed."""
+    try:
+        write_atomically(path, text)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: {e.strerror or command_error_line(e)}") from e
 
 
 NO_DRAFTER = "none"  # --draft_model_size none: no drafter, the target alone (main.py, the console, the server)
@@ -457,11 +475,12 @@ def check_tokenizer(name, models_dir, use):
                          f"release size puts them; a byte-level vocabulary is n_vocab 257)")
 
 
-def check_model_names(args, named=lambda dest: f"--{dest}"):
+def check_model_names(args, named=lambda dest: f"--{dest}", dests=("target_model_size", "draft_model_size")):
     """--target_model_size / --draft_model_size given as "" (or blanks): a one-line ValueError, since an empty
-    name would fall back to a default or read the current folder. named: how the command spells each flag."""
-    for dest in ("target_model_size", "draft_model_size"):
+    name would fall back to a default or read the current folder. named: how the command spells each flag;
+    dests: the arguments that name models (compare's and latency's positionals: target, draft as TARGET, DRAFT)."""
+    for dest in dests:
         value = getattr(args, dest, None)
         if value is not None and not value.strip():  # "" is not the default (None)
-            raise ValueError(f"{named(dest)} is empty: name a model (a size, a bundled name or a folder), "
-                             f"or leave the flag out")
+            leave = ", or leave the flag out" if named(dest).startswith("-") else ""
+            raise ValueError(f"{named(dest)} is empty: name a model (a size, a bundled name or a folder){leave}")

@@ -182,7 +182,7 @@ def test_a_json_path_that_cannot_be_written_is_refused_before_any_run(tmp_path, 
 
 def test_json_is_written_through_a_temporary_name_and_a_rename(tmp_path, monkeypatch):
     """A write that fails leaves the file that was there, and no temporary file; one that works replaces it."""
-    from gpt2np.cli import compat
+    from gpt2np import report  # compat.write_json writes through it (report.write_flag_file)
     path = tmp_path / "runs.json"
     path.write_text("the last run's\n")
 
@@ -190,10 +190,10 @@ def test_json_is_written_through_a_temporary_name_and_a_rename(tmp_path, monkeyp
         raise OSError("disk full")
     monkeypatch.setattr(os, "replace", failing_rename)
     with pytest.raises(OSError, match="disk full"):
-        compat.write_atomically(path, "{}\n")
+        report.write_atomically(path, "{}\n")
     assert path.read_text() == "the last run's\n" and [p.name for p in tmp_path.iterdir()] == ["runs.json"]
     monkeypatch.undo()
-    compat.write_atomically(path, "{}\n")
+    report.write_atomically(path, "{}\n")
     assert path.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["runs.json"]
     assert path.stat().st_mode & 0o777 == 0o666 & ~current_umask()  # as open() makes it, not mkstemp's 0600
 
@@ -265,3 +265,32 @@ def test_starting_loads_neither_the_download_nor_the_test_machinery():
     code = f"import sys, gpt2np.cli; print([m for m in {lazy} if m in sys.modules])"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
+
+
+def test_a_closed_stdout_is_one_line_and_status_2(monkeypatch, capfd):
+    """python main.py >&- (sys.stdout is None) was an AttributeError traceback at the first write (runs.py)."""
+    from gpt2np import cli
+    monkeypatch.setattr(sys, "argv", ["main.py", "--n_tokens_to_generate", "3"])
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.raises(SystemExit) as exited:
+        cli.run()
+    assert exited.value.code == 2 and capfd.readouterr().err.startswith("error: stdout is closed: ")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's")
+def test_a_json_write_that_fails_after_the_runs_names_the_flag(main_here):
+    out = main_here("--n_tokens_to_generate", "3", "--json", "/dev/full")
+    assert out.returncode == 2 and out.stderr == "error: --json /dev/full: No space left on device\n", out.stderr
+
+
+def test_a_file_given_as_models_dir_or_as_a_model_folder_is_said_to_be_a_file(tmp_path, main_here):
+    """--models_dir FILE was "[Errno 20] Not a directory: 'FILE/124M'"; --target_model_size FILE "no such folder"."""
+    (tmp_path / "file").write_text("")
+    file = str(tmp_path / "file")
+    for args, says in ((["--target_model_size", "124M", "--models_dir", file], f"--models_dir {file} is not a folder"),
+                       (["--target_model_size", "gpt2", "--models_dir", f"{file}/x"],
+                        f"--models_dir {file}/x is not a folder ({file} is a file)"),
+                       (["--target_model_size", file], f"{file} is a file, not a model folder: name the folder")):
+        out = main_here(*args)
+        assert out.returncode == 2 and out.stderr.startswith(f"error: {says}"), out.stderr
+        assert len(out.stderr.splitlines()) == 1 and out.stdout == ""

@@ -325,3 +325,42 @@ def test_help_names_the_loading_flags_and_hub_names(module):
     for word in ("--n_tokens", "--K", "--temperature", "--seed", "--models_dir", "--mirror", "--hf_endpoint",
                  "--json", "hf:owner/name"):
         assert word in out.stdout, (module, word)
+
+
+@pytest.mark.parametrize("module, args, says", [
+    ("compare", ("", DRAFT), "TARGET is empty: name a model"),
+    ("compare", (TARGET, " "), "DRAFT is empty: name a model"),
+    ("latency", ("",), "TARGET is empty: name a model"),
+    ("latency", (TARGET, ""), "DRAFT is empty: name a model"),
+])
+def test_an_empty_model_name_is_refused_in_one_line(capsys, module, args, says):
+    """It read the current folder: "error: . is not a model folder: missing hparams.json, ..."."""
+    status, stdout, stderr = in_process(capsys, module, *args)
+    assert status == 2 and stderr.startswith(f"error: {says}") and len(stderr.splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize("module", ["compare", "latency"])
+def test_an_unknown_drafter_lists_ngram_among_the_choices_and_not_none(capsys, module):
+    status, stdout, stderr = in_process(capsys, module, TARGET, "none")
+    assert status == 2 and stderr.startswith("error: unknown model 'none'") and len(stderr.splitlines()) == 1
+    assert stderr.rstrip().endswith("a model folder, or ngram (prompt lookup, no model)"), stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's")
+@pytest.mark.parametrize("module, models", [("compare", (TARGET, "ngram")), ("latency", (TARGET,))])
+def test_a_json_write_that_fails_names_the_flag(capsys, module, models):
+    status, stdout, stderr = in_process(capsys, module, *models, "--n_tokens", "2", "--json", "/dev/full")
+    assert status == 2 and stderr == "error: --json /dev/full: No space left on device\n", stderr
+
+
+def test_a_closed_stdout_or_a_file_as_models_dir_is_one_line(capsys, monkeypatch, tmp_path):
+    """compare >&- was an AttributeError at isatty(); --models_dir FILE was "[Errno 20] Not a directory"."""
+    (tmp_path / "file").write_text("")
+    status, stdout, stderr = in_process(capsys, "compare", "124M", "ngram", "--models_dir", str(tmp_path / "file"))
+    assert status == 2 and stderr == f"error: --models_dir {tmp_path / 'file'} is not a folder\n", stderr
+    from gpt2np import compare
+    monkeypatch.setattr(sys, "argv", ["compare", TARGET, "ngram"])
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.raises(SystemExit) as exited:
+        compare.run()
+    assert exited.value.code == 2 and capsys.readouterr().err.startswith("error: stdout is closed: ")

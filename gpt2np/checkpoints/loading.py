@@ -81,11 +81,11 @@ class UnknownModelError(ValueError):
         self.name = name
 
 
-def known_names(drafter=False):
+def known_names(drafter=False, none=True):
     """The names gpt2np resolves without a folder: the release's (both spellings), distilgpt2, the bundled
-    models; for a drafter also "ngram" (prompt lookup) and "none" (no drafter), where a command takes them."""
+    models; for a drafter also "ngram" (prompt lookup) and "none" (no drafter), where a command takes it (none)."""
     return [*(name for name in HUB_SPELLINGS if "/" not in name), *RELEASE_SIZES, *bundled_models(),
-            *(("ngram", "none") if drafter else ())]
+            *(("ngram",) if drafter else ()), *(("none",) if drafter and none else ())]
 
 
 def did_you_mean(name, names):  # -> " (did you mean X?)", or ""
@@ -104,10 +104,10 @@ def looks_like_path(name):
     return name.startswith((".", "/", "~")) or (os.sep in name and not HUB_LIKE.fullmatch(name))
 
 
-def unknown_model(name, drafter=False):
+def unknown_model(name, drafter=False, none=True):
     """The one-line error for a name that is no model gpt2np knows: what it does know, and the closest
     known name. A name that looks like a path is a folder that is not there. drafter: the name was given
-    as a drafter, where "ngram" and "none" are choices too."""
+    as a drafter, where "ngram" and (none=True: the command runs the target alone) "none" are choices too."""
     if looks_like_path(name):
         return UnknownModelError(f"no such folder: {name}", name)
     names = ", ".join(("gpt2, gpt2-medium, gpt2-large, gpt2-xl (= " + ", ".join(RELEASE_SIZES) + ")",
@@ -116,8 +116,9 @@ def unknown_model(name, drafter=False):
         hint = (f" (a GPT-2 on the Hub is named hf:{name})" if "gpt2" in name.lower()
                 else " (gpt2np runs the GPT-2 family only; bloom, llama, opt... are other architectures)")
     else:
-        hint = did_you_mean(name, known_names(drafter))
-    rest = ("a model folder, ngram (prompt lookup, no model), or none (no drafter: the target alone)" if drafter
+        hint = did_you_mean(name, known_names(drafter, none))
+    rest = ("a model folder, ngram (prompt lookup, no model), or none (no drafter: the target alone)"
+            if drafter and none else "a model folder, or ngram (prompt lookup, no model)" if drafter
             else "or a model folder")
     return UnknownModelError(f"unknown model {name!r}{hint}: use one of {names}, hf:owner/name (a GPT-2 on the "
                              f"Hub), {RANDOM_PREFIX}<size> (random weights), {rest}", name)
@@ -128,6 +129,8 @@ def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None, hf_endpo
     name = canonical_name(name_or_dir)
     if name.startswith(RANDOM_PREFIX):
         raise ValueError(f"{name!r} has no folder: random weights are built in memory (load_model)")
+    if name in RELEASE_SIZES or name.startswith(HUB_PREFIX):
+        check_models_dir(models_dir)  # before a download makes folders in it
     if name in RELEASE_SIZES:
         folder = Path(models_dir) / name
         if not all((folder / f).is_file() for f in MODEL_FILES + TOKENIZER_FILES):
@@ -138,10 +141,21 @@ def resolve_model_dir(name_or_dir, models_dir="weights", base_url=None, hf_endpo
     if name in bundled_models():
         return BUNDLED_DIR / name
     folder = hub_cache_snapshot(Path(name))
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{name} is a file, not a model folder: name the folder that holds its model files")
     if not folder.is_dir():
         raise unknown_model(name)
     check_model_files(folder)
     return folder
+
+
+def check_models_dir(models_dir):
+    """models_dir, or the first of its parents that exists, must be a folder: a NotADirectoryError naming it
+    ("models_dir X is not a folder": a command says its flag, report.command_error_line), not errno 20 at a mkdir."""
+    there = next((p for p in (Path(models_dir), *Path(models_dir).parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        inside = "" if there == Path(models_dir) else f" ({there} is a file)"
+        raise NotADirectoryError(f"models_dir {models_dir} is not a folder{inside}")
 
 
 def check_model_files(folder):

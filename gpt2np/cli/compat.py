@@ -2,9 +2,8 @@
 speculative-sampling's table, and --json. Pure formatting of the Runs that runs.py timed."""
 import json
 from dataclasses import asdict
-from pathlib import Path
 
-from gpt2np.report import by_position, mean_std, write_atomically
+from gpt2np.report import by_position, mean_std, write_flag_file
 
 TABLE_COLUMNS = ("method", "num_runs", "time", "+/- std", "speedup")
 METHODS = {"autoregressive": "autoregressive sampling", "speculative": "speculative sampling"}
@@ -74,5 +73,5 @@ def write_json(path, header, plain, spec):
         doc["speculative"] = {**runs_json(spec, mean_std(plain.seconds)[0]), **total,
                               "by_position": position_json(total["by_position"]),
                               "last_run_stats": asdict(spec.results[-1].stats)}
-    write_atomically(Path(path), json.dumps(doc, indent=2, default=str) + "\n")
+    write_flag_file("--json", path, json.dumps(doc, indent=2, default=str) + "\n")  # a failed write names --json
 

@@ -252,12 +252,12 @@ def main(argv=None):
     except LOAD_ERRORS as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    interactive = sys.stdin.isatty()
+    interactive = sys.stdin is not None and sys.stdin.isatty()  # None: stdin closed (<&-), no lines to read
     if interactive:
         import readline  # noqa: F401  (importing it gives input() line editing and history)
         print(f"gpt2np console: target {console.target.name}, drafter {console.settings.drafter or 'none'}. "
               "Type a prompt, or :help (or /help). Ctrl-D quits.")
-    for line in typed_lines(sys.stdin, interactive):
+    for line in typed_lines(sys.stdin, interactive) if sys.stdin is not None else ():
         if not console.handle(line):
             break
     return 0

@@ -110,7 +110,9 @@ def bind_socket(host, port):
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as e:
-        raise ValueError(f"--host {host}: {lowercase(e.strerror or str(e))}") from e
+        raise ValueError(f"--host {shown(host)}: {lowercase(e.strerror or str(e))}") from e
+    except UnicodeError as e:  # the IDNA codec: a label over 63 characters, an empty one (a..b)
+        raise ValueError(f"--host {shown(host)}: not a valid host name") from e
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
@@ -122,6 +124,10 @@ def bind_socket(host, port):
             raise ValueError(f"--host {host}: {why} (not an address of this machine)") from e
         raise ValueError(f"--port {port} on {host}: {why}") from e
     return sock
+
+
+def shown(host):  # -> host as typed, cut to 40 characters
+    return host if len(host) <= 40 else host[:37] + "..."
 
 
 def lowercase(message):
@@ -207,7 +213,7 @@ def log_requests_to_stderr():
 
 def run(argv=None):
     """main() as a command (report.run_command: one-line errors naming this command's flags, status 2)."""
-    run_command(main, argv)
+    run_command(main, argv, writes_stdout=False)  # every line goes to stderr
 
 
 if __name__ == "__main__":

@@ -156,3 +156,34 @@ def test_a_tree_past_the_caps_is_one_line_at_startup_and_in_the_repl(capsys, tex
     assert main(["--tree", text, "--n_tokens_to_generate", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is too big" in err and err.count("\n") == 1, err
+
+
+def test_a_closed_stdin_is_the_end_of_input(monkeypatch, capsys):
+    """`python -m gpt2np.console <&-` (Python's sys.stdin is None) was an AttributeError traceback at isatty();
+    it is no lines to read, as </dev/null: the models load, the console ends with status 0."""
+    monkeypatch.setattr(sys, "stdin", None)
+    assert main(["--n_tokens_to_generate", "3"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/dev/full is Linux's")
+def test_a_full_stdout_is_one_line_and_status_2():
+    """printf 'ROMEO:\\n' | python -m gpt2np.console >/dev/full was an OSError traceback at write(), and
+    >&- an AttributeError; each is one line on stderr and status 2, as main.py's (report.run_command)."""
+    with open("/dev/full", "w") as full:
+        shown = subprocess.run([sys.executable, "-m", "gpt2np.console", "--n_tokens_to_generate", "3"],
+                               input="ROMEO:\n", stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                               timeout=300)
+    assert shown.returncode == 2 and shown.stderr == "error: [Errno 28] No space left on device\n", shown.stderr
+
+
+def test_a_closed_stdout_is_one_line_and_status_2(monkeypatch, capsys):
+    """python -m gpt2np.console >&- (sys.stdout is None): one line, before any model loads."""
+    from gpt2np.console.__main__ import run
+    monkeypatch.setattr(sys, "argv", ["console", "--n_tokens_to_generate", "3"])
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.raises(SystemExit) as exited:
+        run()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "error: stdout is closed: the command writes its text there (send it to a " \
+                                      "file, or >/dev/null)\n"

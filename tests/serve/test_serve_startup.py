@@ -163,3 +163,12 @@ def test_usage_and_errors_name_the_command_as_typed(tmp_path, installed):
     bad = subprocess.run([*argv, "--tmperature", "1"], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and bad.stderr == f"{command}: error: unrecognized arguments: --tmperature 1 (see --help)\n", \
         bad.stderr
+
+
+@pytest.mark.parametrize("host, shown", [("a" * 300, "a" * 37 + "..."), ("a..b", "a..b")])
+def test_a_host_the_idna_codec_refuses_is_not_a_valid_host_name(host, shown):
+    """It was "encoding with 'idna' codec failed (UnicodeError: label too long)", the flag unnamed."""
+    from gpt2np.serve.__main__ import bind_socket
+    with pytest.raises(ValueError) as refused:
+        bind_socket(host, 0)
+    assert str(refused.value) == f"--host {shown}: not a valid host name"

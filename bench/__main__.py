@@ -186,6 +186,26 @@ def check_contexts(plan, sections, args):
             prompt = f"--policy-prompt {n_prompt}" if plan.policy_prompt_len else f"the prompt ({n_prompt})"
             raise SystemExit(f"--policy-tokens {plan.policy_tokens} + {prompt} = {n_prompt + plan.policy_tokens} "
                              f"does not fit the context of {where} ({n_ctx})")
+    for section, flag, sizes, need, what in section_contexts(plan):
+        small = [s for s in dict.fromkeys(sizes) if plan.config(s).n_ctx < need]
+        if section in sections and small:
+            raise SystemExit(f"--sections {section}: {what} need a context of {need} tokens; {flag} "
+                             f"{','.join(small)} {'has' if len(small) == 1 else 'have'} "
+                             f"{min(plan.config(s).n_ctx for s in small)}: larger sizes, or leave {section} out")
+
+
+def section_contexts(plan):  # -> (section, flag, sizes, tokens of context needed, what needs them) of the rest
+    """The contexts the plan's other sections run at (decode.py, hf.py, kernels.py, baseline.py)."""
+    return [("prefill", "--sizes", plan.sizes, max(plan.prefill_lens), f"prompts of up to {max(plan.prefill_lens)}"),
+            ("decode", "--sizes", plan.sizes, max(plan.contexts) + 1, f"steps at context {max(plan.contexts)}"),
+            ("verify", "--sizes", plan.sizes, max(plan.verify_contexts) + plan.verify_max_m,
+             f"{plan.verify_max_m} tokens at context {max(plan.verify_contexts)}"),
+            ("hf", "--sizes", plan.sizes, max(plan.verify_context + 5, *plan.prefill_lens),
+             f"prompts of up to {max(plan.prefill_lens)} and 5 tokens at context {plan.verify_context}"),
+            ("kernels", "--kernel-sizes", plan.kernel_sizes, plan.verify_context + plan.kernel_max_m,
+             f"{plan.kernel_max_m} tokens at context {plan.verify_context}"),
+            ("reference", "the reference size", (plan.reference_size,), plan.prompt_len + plan.reference_new,
+             f"{plan.reference_new} tokens after {plan.prompt_len}")]
 
 
 def policy_options(args):

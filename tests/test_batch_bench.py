@@ -107,6 +107,7 @@ def test_a_run_prints_the_whole_run_table_and_the_step_table(runs, lockstep):
 def test_bad_flags_get_a_usage_error(flags):
     run = subprocess.run([sys.executable, str(TOOL), *flags], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr and "error:" in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("python tools/batch_bench.py: error: "), run.stderr
 
 
 @pytest.mark.parametrize("flags, says", [
@@ -120,6 +121,7 @@ def test_bad_flags_get_a_usage_error(flags):
     (["--sizes", "124M,"], "--sizes 124M,: '' is not one of"),
     (["--context", "2000"], "--context 2000 + --n_tokens 16 exceeds the context of 124M, 1024 tokens"),  # was a
     (["--sizes", "tiny", "--context", "20"], "exceeds the context of tiny, 32 tokens"),  # traceback after work
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),  # was NumPy's, in a traceback
 ])
 def test_each_bad_flag_is_named_in_its_error(flags, says, capfd):
     """One catch-all message used to list every rule without saying which flag broke one. main() in this
@@ -127,8 +129,8 @@ def test_each_bad_flag_is_named_in_its_error(flags, says, capfd):
     with pytest.raises(SystemExit) as exit_info:
         BENCH.main(flags)
     run = capfd.readouterr()
-    last = run.err.strip().splitlines()[-1]
-    assert exit_info.value.code == 2 and says in last and "Traceback" not in run.err and run.out == "", run.err
+    assert exit_info.value.code == 2 and says in run.err and "Traceback" not in run.err and run.out == "", run.err
+    assert run.err.count("\n") == 1, run.err  # one line: no usage line before it
 
 
 def test_the_tiny_preset_runs_on_weights_that_cannot_cut_into_panels():

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import gpt2np
 from conftest import REPO, load_tool
@@ -27,7 +28,21 @@ def test_each_round_times_every_size_from_the_same_context_then_one_probe(monkey
     assert len(rows) == 4 and rows[0].startswith("| 1 |") and "1.00" in rows[0], rows
 
 
-def test_bad_flags_are_one_line_errors():
-    for argv in (["--size", "7B"], ["--rounds", "0"], ["--size", "bundled", "--context", "250"]):
-        out = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=120)
-        assert out.returncode == 2 and "error:" in out.stderr.strip().splitlines()[-1], (argv, out.stderr)
+@pytest.mark.parametrize("argv, says", [
+    (["--size", "7B"], "--size must be 'bundled' or one of"),
+    (["--rounds", "0"], "--M_max, --context and --rounds must be at least 1"),
+    (["--size", "bundled", "--context", "250"], "--context 250 + 9 rows exceed the model's 256 positions"),
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),  # was NumPy's, in a traceback
+    (["--seed", "x"], "argument --seed: invalid int value"),
+])
+def test_bad_flags_are_one_line_errors(argv, says, capfd):
+    with pytest.raises(SystemExit) as exit_info:
+        SHAPE.main(argv)
+    err = capfd.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+
+
+def test_the_real_command_s_error_is_one_line():
+    out = subprocess.run([sys.executable, str(TOOL), "--seed", "-1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr == ("python tools/cost_shape.py: error: --seed must be a non-negative "
+                                                  "integer, got -1 (see --help)\n"), out.stderr

@@ -64,9 +64,19 @@ def test_the_tool_as_a_user_types_it_on_the_bundled_target():
     (["--rows", "two"], "argument --rows: invalid integers value"),
     (["--try", "ARMV8"], "METHODS has no entry for 'ARMV8'"),
     (["--order", "fortran"], "argument --order: invalid choice: 'fortran'"),
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),  # was NumPy's, in a traceback
 ])
-def test_bad_input_is_a_one_line_usage_error(args, message):
+def test_bad_input_is_a_one_line_usage_error(args, message, capfd):
     if mm.BLAS is None and "--try" in args:
         pytest.skip("without OpenBLAS the tool stops before it reads --try")
-    run = run_tool(*args)
-    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
+    with pytest.raises(SystemExit) as exit_info:
+        AB.main(args)
+    err = capfd.readouterr().err
+    assert exit_info.value.code == 2 and message in err and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("python tools/kernel_ab.py: error: "), err  # no usage line
+
+
+def test_the_real_command_s_error_is_one_line():
+    run = run_tool("--seed", "-1")
+    assert run.returncode == 2 and run.stderr == ("python tools/kernel_ab.py: error: --seed must be a non-negative "
+                                                  "integer, got -1 (see --help)\n"), run.stderr

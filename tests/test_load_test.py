@@ -278,6 +278,11 @@ def tool():  # tools/load_test.py as a module
     (["--extra", '{"max_length": 9}'], "--max_tokens"),
     (["--url", "http://127.0.0.1:9", "--serve", ""], "--url"),
     (["--url", "localhost:8000"], "--url"),
+    (["--url", "http://"], "--url: expected http://host:port, got 'http://'"),  # these two were an
+    (["--url", "http://[::1"], "--url: expected http://host:port, got 'http://[::1'"),  # UnboundLocalError
+    (["--url", "http://host:port"], "--url: expected http://host:port, got 'http://host:port'"),
+    # exit status 1 after the run had begun: bad input, caught before any server starts
+    (["--compare", "nosuch_flag=1,2"], "--compare nosuch_flag=1,2: python -m gpt2np.serve has no --nosuch_flag flag"),
     (["--serve", "--port 8000"], "--port"),
     (["--compare", "max_queue"], "--compare"),
     (["--compare", "max_queue=1,,2"], "--compare"),

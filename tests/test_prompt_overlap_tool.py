@@ -19,6 +19,13 @@ def test_a_prompt_position_s_worth_is_the_squared_ratio_of_the_two_errors():
     assert s["err_first"] == pytest.approx(0.1) and s["worth"] == pytest.approx(0.25)
 
 
+def test_a_prompt_that_reads_its_run_exactly_has_no_worth_to_state():
+    """--temperatures 1e308: every overlap is 1, both errors 0, and (0 / 0) ** 2 was a ZeroDivisionError."""
+    s = OVERLAP.summary(np.ones((2, 3)))
+    assert s["err_prompt"] == 0.0 and s["worth"] is None and OVERLAP.worth_text(s["worth"]) == "n/a", s
+    assert OVERLAP.worth_text(0.25) == "0.25"
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_one_prompt_s_overlaps_and_its_run_s_on_the_bundled_pair(temperature):
     target, draft = gpt2np.load_model("shakespeare-2.6M"), gpt2np.load_model("shakespeare-260K")
@@ -46,9 +53,9 @@ def test_bad_flags_are_one_line_errors(tmp_path, capfd):
         with pytest.raises(SystemExit) as exit_info:
             OVERLAP.main(argv)
         out = capfd.readouterr()
-        last = out.err.strip().splitlines()[-1]
-        assert exit_info.value.code == 2 and "error:" in last and says in last, (argv, out.err)
+        assert exit_info.value.code == 2 and out.err.count("\n") == 1 and says in out.err, (argv, out.err)
+        assert out.err.startswith("python tools/prompt_overlap.py: error: "), (argv, out.err)  # no usage line
         assert "Traceback" not in out.err and out.out == "", (argv, out.err)
     real = subprocess.run([sys.executable, str(TOOL), "--prompts", "1"], capture_output=True, text=True, timeout=120)
     assert real.returncode == 2 and real.stdout == "" and "Traceback" not in real.stderr, real.stderr
-    assert real.stderr.strip().splitlines()[-1].startswith("python tools/prompt_overlap.py: error: --prompts")
+    assert real.stderr.startswith("python tools/prompt_overlap.py: error: --prompts") and real.stderr.count("\n") == 1

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np from this checkout
 import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 import numpy as np  # noqa: E402
+from gpt2np.report import OneLineErrorParser  # noqa: E402
 
 
 def measure(model, M_max, context, rounds, rng):  # -> ({M: [pass seconds]}, [probe {M: v_shape}])
@@ -55,8 +56,8 @@ def table_rows(passes, probes):  # -> markdown rows, one per M
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineErrorParser(prog="python tools/cost_shape.py", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--size", default="1558M", help="a gpt2np.PRESETS name (random weights) or 'bundled'")
     parser.add_argument("--M_max", type=int, default=9, help="new tokens per pass up to this (auto's K_max + 1)")
     parser.add_argument("--context", type=int, default=64, help="tokens cached before each pass")
@@ -67,6 +68,8 @@ def main(argv=None):
         parser.error(f"--size must be 'bundled' or one of {sorted(gpt2np.PRESETS)}, got {args.size!r}")
     if min(args.M_max, args.context, args.rounds) < 1:
         parser.error("--M_max, --context and --rounds must be at least 1")
+    if args.seed < 0:  # np.random.default_rng's ValueError, in a traceback
+        parser.error(f"--seed must be a non-negative integer, got {args.seed}")
     model = (gpt2np.load_model("shakespeare-2.6M") if args.size == "bundled"
              else gpt2np.random_model(gpt2np.PRESETS[args.size], tokenizer=None))
     if args.context + args.M_max > model.n_ctx:

@@ -30,7 +30,7 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 from gpt2np.model.fast import matmul as mm  # noqa: E402
 from gpt2np.model.fast.layout import ORDERS, panels_fit  # noqa: E402
-from gpt2np.report import DefaultsHelpFormatter  # noqa: E402
+from gpt2np.report import DefaultsHelpFormatter, OneLineErrorParser  # noqa: E402
 
 
 def with_table(table, run):  # -> run()'s result with METHODS[the running kernel] = table (None: no entry, plain)
@@ -91,8 +91,8 @@ def integers(text):  # "1,2,5" -> [1, 2, 5]; argparse turns a ValueError into a 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=DefaultsHelpFormatter)
+    parser = OneLineErrorParser(prog="python tools/kernel_ab.py", description=__doc__.splitlines()[0],
+                                formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--size", default="355M", help="a gpt2np.PRESETS name (random weights) or 'bundled' "
                                                        "(the bundled 2.6M target, its real weights)")
     parser.add_argument("--rows", type=integers, default=[1, 2, 3, 5, 8, 12, 16],
@@ -113,6 +113,8 @@ def main(argv=None):
         parser.error(f"--size must be 'bundled' or one of {sorted(gpt2np.PRESETS)}, got {args.size!r}")
     if min(args.rows) < 1 or args.context < 1 or args.pairs < 1 or (args.threads is not None and args.threads < 1):
         parser.error("rows, context, pairs and threads must be at least 1")
+    if args.seed < 0:  # np.random.default_rng's ValueError, in a traceback
+        parser.error(f"--seed must be a non-negative integer, got {args.seed}")
     if mm.BLAS is None:
         parser.error("NumPy's BLAS is not OpenBLAS (or threadpoolctl is missing): every product is plain x @ w here")
     name = args.candidate or mm.KERNEL

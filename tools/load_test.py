@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -125,7 +126,7 @@ def check_args(args):
         return "--compare and --compare-max-batch: give one of them"
     if args.url and (args.serve or args.compare or args.compare_max_batch):
         return "--url tests a running server: --serve and --compare start servers of their own"
-    if args.url and not args.url.startswith(("http://", "https://")):
+    if args.url and not url_is_usable(args.url):
         return f"--url: expected http://host:port, got {args.url!r}"
     if args.json:
         problem = json_path_problem(args.json)
@@ -135,7 +136,19 @@ def check_args(args):
         configurations(args)
     except ValueError as e:
         return str(e)
+    compared = None if args.url else compare_values(args)
+    if compared and not server_has_flag(compared[0]):  # before any server starts: bad input, not a failed run
+        typed = f"--compare {args.compare}" if args.compare else "--compare-max-batch"
+        return f"{typed}: python -m gpt2np.serve has no --{compared[0]} flag (its --help lists them)"
     return None
+
+
+def url_is_usable(url):  # an http(s) URL with a host and, if any, a port number ('http://' and 'http://[::1' fail)
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # an unclosed [ of an IPv6 address, a port that is not a number
+        return False
 
 
 def json_path_problem(path):
@@ -441,10 +454,7 @@ def write_json(path, data):
 
 
 def run(args):
-    compared = None if args.url else compare_values(args)
-    if compared and not server_has_flag(compared[0]):
-        raise RuntimeError(f"python -m gpt2np.serve has no --{compared[0]} flag (see its --help)")
-    results = []
+    results = []  # --compare's flag: checked by check_args, before any server starts
     for name, server_args in configurations(args):
         with contextlib.ExitStack() as stack:
             url, log, kernel = (args.url, None, None) if args.url else stack.enter_context(

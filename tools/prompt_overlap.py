@@ -15,7 +15,6 @@ their ratio squared: what a prompt position is worth against a position of the r
 Needs the corpus texts beside the repository (../shared/data/corpus/*.txt) or --corpus FILE: they are
 third-party and never committed here.
 """
-import argparse
 import math
 import sys
 from types import SimpleNamespace
@@ -29,6 +28,7 @@ from gpt2np.decoding.drafters import ModelDrafter  # noqa: E402
 from gpt2np.decoding.policies import PROMPT_POSITIONS  # noqa: E402
 from gpt2np.decoding.speculative import read_prompt, speculative_generate  # noqa: E402
 from gpt2np.decoding.stopwatch import TimedModel  # noqa: E402
+from gpt2np.report import OneLineErrorParser  # noqa: E402
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
 MARGIN = 200  # a prompt starts at least this many characters before the text's end: a text needs more
@@ -64,11 +64,16 @@ def summary(rows):  # [n, 3] -> the printed figures
     err_prompt = float(np.sqrt(np.mean((prompt - run) ** 2)))
     err_first = float(np.sqrt(np.mean((first - run) ** 2)))
     return {"prompt": float(prompt.mean()), "run": float(run.mean()), "first": float(first.mean()),
-            "err_prompt": err_prompt, "err_first": err_first, "worth": (err_first / err_prompt) ** 2}
+            "err_prompt": err_prompt, "err_first": err_first,
+            "worth": (err_first / err_prompt) ** 2 if err_prompt else None}  # None: every prompt read its run exactly
+
+
+def worth_text(worth):  # "n/a" where the prompt's error is 0 (a temperature so high that every overlap is 1)
+    return "n/a" if worth is None else f"{worth:.2f}"
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python tools/prompt_overlap.py", description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(prog="python tools/prompt_overlap.py", description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=int, default=30, help="prompts per corpus text and temperature (default 30)")
     p.add_argument("--tokens", type=int, default=100, help="tokens each run decodes (default 100)")
     p.add_argument("--corpus", action="append", help="a text file to draw prompts from (repeatable; default: "
@@ -112,7 +117,7 @@ def main(argv=None):
         for temperature in temperatures:
             s = summary(measure(target, draft, prompts[path], args.tokens, temperature))
             print(f"| {path.name} | {temperature:g} | {s['prompt']:.3f} | {s['run']:.3f} | {s['first']:.3f} "
-                  f"| {s['err_prompt']:.3f} | {s['err_first']:.3f} | {s['worth']:.2f} |")
+                  f"| {s['err_prompt']:.3f} | {s['err_first']:.3f} | {worth_text(s['worth'])} |")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..decoding.batch_policy import FEW_ROWS, BatchAutoK
+from ..report import OneLineErrorParser
 
 CURVES = {  # (v(2), v(16)) of a target round's seconds over M rows against one row, shaped like the Xeon's
     "SkylakeX": (1.25, 2.3),  # 355M / 1558M under SkylakeX: v(2) 1.23-1.25, v(16) 2.2-2.5
@@ -342,26 +343,32 @@ def print_bound(seeds, noise, alphas=(0.3, 0.5, 0.65, 0.8, 1.0), prompt_len=16, 
 MAX_BOUND_TOKENS = 200  # --bound's table: ~N^3 (16 + N) entries a level, about ten times 100 tokens' seconds at 200
 
 
-def noise_arg(text):  # --noise: "spiky" or a log-standard deviation >= 0
+MAX_TOKENS = 1000  # --tokens of every simulation: a GPT-2 run's, within its 1024-token context (99999999999 hung)
+MAX_NOISE = 3.0  # a log-standard deviation of 3 puts a reading off by 20x either way: above it, noise is all there is
+
+
+def noise_arg(text):  # --noise: "spiky" or a log-standard deviation from 0 to MAX_NOISE
     if text == "spiky":
         return text
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0.0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be 'spiky' or a number >= 0, got {text!r}")
+    if not 0.0 <= value <= MAX_NOISE:  # 1e308 overflowed a reading, 100 made one 0 (ZeroDivisionError)
+        raise argparse.ArgumentTypeError(f"must be 'spiky' or a log-standard deviation from 0 to {MAX_NOISE:g} "
+                                         f"({MAX_NOISE:g}: readings off by {math.exp(MAX_NOISE):.0f}x either way), "
+                                         f"got {text!r}")
     return value
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m gpt2np.teach.batch_simulation", description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(prog="python -m gpt2np.teach.batch_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=40, help="coin seeds per cell (default: 40)")
     p.add_argument("--noise", type=noise_arg, default=0.12, help="timing noise: a log-standard deviation (default: "
                    "0.12), or 'spiky' for one-sided spikes as measured at 1558M (SPIKES)")
     p.add_argument("--tokens", type=int, default=32, help="new tokens a sequence (default: 32, the bench's "
                    f"--batch-tokens; a longer run spends a smaller share of itself learning alpha; at most "
-                   f"{MAX_BOUND_TOKENS} with --bound)")
+                   f"{MAX_TOKENS}, {MAX_BOUND_TOKENS} with --bound)")
     p.add_argument("--bound", action="store_true",
                    help="one sequence: the Bayes-optimal policy and auto against the best fixed K (expected_seconds)")
     args = p.parse_args(argv)
@@ -370,6 +377,8 @@ def main(argv=None):
     if args.bound and args.tokens > MAX_BOUND_TOKENS:
         p.error(f"--tokens {args.tokens} is too many for --bound: at most {MAX_BOUND_TOKENS} (its table grows as "
                 f"tokens^3 x (16 + tokens): {MAX_BOUND_TOKENS} already takes some ten times 100 tokens' seconds)")
+    if args.tokens > MAX_TOKENS:
+        p.error(f"--tokens {args.tokens} is too many: at most {MAX_TOKENS} (a GPT-2 run's, within its context)")
     seeds = range(args.seeds)
     if args.bound:
         return print_bound(seeds, args.noise, n_tokens=args.tokens)

@@ -371,6 +371,9 @@ def check_args(parser, args):
                      f"{', '.join(control_names(args))}")
 
 
+MAX_SAMPLES_HINT = 10 ** 8  # a test needing more samples than this is out of a classroom's reach
+
+
 def check_testable(parser, args, exact):
     """Pooling depends only on the exact law and n, so an untestable run is refused before sampling."""
     probs = [p for p in exact.values() if p > 0]
@@ -378,15 +381,23 @@ def check_testable(parser, args, exact):
         parser.error(f"the target has one possible outcome here ({outcome_name(next(iter(exact)))}): nothing "
                      "random to test; raise --top_k, --top_p or --temperature")
     if len(pool_small_bins([args.n_samples * p for p in probs])) < 2:
+        n = samples_for_a_test(probs)
+        if n > MAX_SAMPLES_HINT:
+            parser.error(f"the target is nearly deterministic here (all its outcomes but one have "
+                         f"{rest_of(probs):.2g} of the probability): a test needs {n:.2g} samples; raise "
+                         f"--temperature")
         parser.error(f"no test possible: with --n_samples {args.n_samples} every outcome pools into one bin "
-                     f"(expected counts below {MIN_EXPECTED:g}); use --n_samples {samples_for_a_test(probs)} "
-                     "or more, or fewer --n_tokens")
+                     f"(expected counts below {MIN_EXPECTED:g}); use --n_samples {n} or more, or fewer --n_tokens")
+
+
+def rest_of(probs):  # -> the probability of every outcome but the likeliest (not 1 - max: 0 once max rounds to 1)
+    return math.fsum(sorted(probs)[:-1])
 
 
 def samples_for_a_test(probs):
     """The smallest n giving two bins: the likeliest outcome and the rest each expected MIN_EXPECTED times."""
-    n = math.ceil(MIN_EXPECTED / min(max(probs), 1 - max(probs)))
-    while len(pool_small_bins([n * p for p in probs])) < 2:  # float rounding at the boundary
+    n = math.ceil(MIN_EXPECTED / min(max(probs), rest_of(probs)))
+    while n <= MAX_SAMPLES_HINT and len(pool_small_bins([n * p for p in probs])) < 2:  # float rounding
         n += 1
     return n
 

@@ -36,7 +36,6 @@ shape, as a GPT2 target of these sizes reads one; --no-probe gives it none (a to
 at 124M). --cpu "Zen4 panels" puts --bound or --told-v on another CPU's 1558M curves, --seeds 5 (with
 --told-v) on the bench's five coin sequences (seeds 0-4), each shown.
 """
-import argparse
 from functools import lru_cache
 from math import comb
 from types import SimpleNamespace
@@ -48,6 +47,7 @@ from ..decoding.policies import PROMPT_POSITIONS, AutoK, Measurements, catch_up_
 from ..decoding.stream import RoundEvent
 from ..decoding.theory import expected_speedups_under_belief
 from ..model.config import PRESETS
+from ..report import OneLineErrorParser
 from .batch_simulation import log_noise, noise_arg, posterior_table
 
 
@@ -479,7 +479,7 @@ def main(argv=None):
     """python -m gpt2np.teach.policy_simulation [--bound | --told-v | --no-probe] [--cpu CPU] [--seeds N]
     [--prompt N] [--noise SIGMA | spiky]"""
     curves = sorted({cpu for cpu, _, _ in MEASURED_V})
-    p = argparse.ArgumentParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(prog="python -m gpt2np.teach.policy_simulation", description=__doc__.split("\n")[0])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--bound", action="store_true", help="the Bayes-optimal policy against the best fixed K")
     mode.add_argument("--told-v", action="store_true", help="auto without the curve's shape, with a probed one, and "

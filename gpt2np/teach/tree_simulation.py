@@ -30,7 +30,6 @@ tokens, alpha 0.3-1: the best fixed chain, a few fixed trees and AutoTree (media
 over the seeds of its speedup over the best chain's median); --noise spiky gives the readings AutoTree
 sees the one-sided spikes measured at 1558M (batch_simulation.SPIKES), --noise 0.12 a log-normal noise.
 """
-import argparse
 import math
 from types import SimpleNamespace
 
@@ -40,7 +39,8 @@ from ..decoding.policies import Measurements, catch_up_cost
 from ..decoding.speculative import observe, read_cost_shape
 from ..decoding.tree_policy import AutoTree
 from ..model.cost_probe import probe_repeats
-from .batch_simulation import log_noise, noise_arg
+from ..report import OneLineErrorParser
+from .batch_simulation import MAX_TOKENS, log_noise, noise_arg
 from .policy_simulation import probed_shape
 
 RATIOS = (1.0, 0.662, 0.786, 0.308)  # a_r / a_0 by sibling rank, the bundled pair at T 0 (bench/trees_report.py's
@@ -171,15 +171,18 @@ def compare(alpha, c, v, n_tokens, seeds, K_max=8, policy=lambda: AutoTree(8), t
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m gpt2np.teach.tree_simulation", description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(prog="python -m gpt2np.teach.tree_simulation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=100, help="coin seeds per alpha (default: 100)")
     p.add_argument("--tokens", type=int, default=48, help="tokens per run (default: 48, as the trees runs in PERFORMANCE.md: "
-                   "python -m bench --sections trees --tree-tokens 48; the bench's own --tree-tokens default is 32)")
+                   "python -m bench --sections trees --tree-tokens 48; the bench's own --tree-tokens default is 32; "
+                   f"at most {MAX_TOKENS})")
     p.add_argument("--noise", type=noise_arg, default=None, help="the readings auto sees: a log-standard deviation, "
                    "or 'spiky' for one-sided spikes as measured at 1558M (batch_simulation.SPIKES); default: none")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.tokens < 2:
         p.error(f"--seeds must be at least 1 and --tokens at least 2, got {args.seeds} and {args.tokens}")
+    if args.tokens > MAX_TOKENS:  # 99999999999: a MemoryError
+        p.error(f"--tokens {args.tokens} is too many: at most {MAX_TOKENS} (a GPT-2 run's, within its context)")
     print(f"124M -> 1558M, this EPYC's panels curve (c {C_EPYC}), {args.tokens} tokens, {args.seeds} seeds, "
           f"readings {args.noise or 'exact'}: speedups over the best fixed chain's median")
     print("| alpha | best chain | " + " | ".join(map(str, FIXED_TREES)) + " | auto: median | 10 % of seeds |")

@@ -135,18 +135,26 @@ def test_the_table_runs_with_spiky_readings(capsys):
     assert "timing noise spiky" in out.splitlines()[0] and len(table_cells(out)) == TABLE_CELLS, out
 
 
-@pytest.mark.parametrize("noise", ["loud", "-0.1", "nan", "inf"])
-def test_a_noise_that_is_neither_spiky_nor_a_deviation_is_a_one_line_error(capsys, noise):
+@pytest.mark.parametrize("noise", ["loud", "-0.1", "nan", "inf", "3.01", "100", "1e308"])  # 100: ZeroDivisionError,
+def test_a_noise_that_is_neither_spiky_nor_a_deviation_is_a_one_line_error(capsys, noise):  # 1e308: OverflowError
     with pytest.raises(SystemExit) as stopped:
-        batch_simulation.main(["--noise", noise])
+        batch_simulation.main(["--seeds", "2", "--noise", noise])
     err = capsys.readouterr().err
-    assert stopped.value.code == 2 and f"must be 'spiky' or a number >= 0, got {noise!r}" in err, err
+    assert stopped.value.code == 2 and err.count("\n") == 1, err  # one line: no usage line before it
+    assert (f"python -m gpt2np.teach.batch_simulation: error: argument --noise: must be 'spiky' or a log-standard "
+            f"deviation from 0 to 3 (3: readings off by 20x either way), got {noise!r}") in err, err
 
 
-def test_a_run_too_short_to_draft_is_a_one_line_error(capsys):
+@pytest.mark.parametrize("argv, says", [
+    (["--tokens", "1"], "--tokens at least 2"),
+    (["--tokens", "1001"], "--tokens 1001 is too many: at most 1000"),  # 99999999999 hung
+    (["--tokens", "99999999999"], "--tokens 99999999999 is too many: at most 1000"),
+])
+def test_a_run_too_short_or_too_long_is_a_one_line_error(capsys, argv, says):
     with pytest.raises(SystemExit) as stopped:
-        batch_simulation.main(["--tokens", "1"])
-    assert stopped.value.code == 2 and "--tokens at least 2" in capsys.readouterr().err
+        batch_simulation.main(argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1 and says in err, err
 
 
 def test_the_expected_seconds_of_a_fixed_K_are_the_simulations_mean():

@@ -194,6 +194,11 @@ def test_long_tables_are_cut_at_max_rows(capsys):
     (["--n_samples", "1"], "no test possible: with --n_samples 1 every outcome pools into one bin"),
     (["--top_k", "1"], "the target has one possible outcome here (B B B): nothing random to test"),
     (["--top_p", "0.5"], "the target has one possible outcome here"),
+    # max(probs) rounds to 1 below --temperature 0.01: samples_for_a_test divided by 1 - 1.0 (ZeroDivisionError)
+    (["--temperature", "1e-3"], "the target is nearly deterministic here (all its outcomes but one have 4.6e-64 "
+                                "of the probability): a test needs 4.3e+64 samples; raise --temperature"),
+    (["--temperature", "5e-4"], "the target is nearly deterministic here"),
+    (["--temperature", "1e-2"], "use --n_samples 23101609 or more"),  # nearly, but a test within reach
 ])
 def test_bad_input_is_one_line_on_stderr_and_exit_status_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:

@@ -186,7 +186,8 @@ def test_the_table_takes_spiky_readings_and_rejects_other_words(capsys):
     assert "readings spiky" in out.splitlines()[0] and len(rows) == 4, out
     with pytest.raises(SystemExit) as stopped:
         tree_simulation.main(["--noise", "loud"])
-    assert stopped.value.code == 2 and "must be 'spiky' or a number >= 0, got 'loud'" in capsys.readouterr().err
+    assert stopped.value.code == 2 and "must be 'spiky' or a log-standard deviation from 0 to 3 (3: readings off " \
+                                       "by 20x either way), got 'loud'" in capsys.readouterr().err
 
 
 def test_the_help_says_which_run_the_default_tokens_replay(capsys, monkeypatch):
@@ -199,3 +200,16 @@ def test_the_help_says_which_run_the_default_tokens_replay(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     assert "default: 48, as the trees runs in PERFORMANCE.md" in text and "--tree-tokens 48" in text, text
     assert f"the bench's own --tree-tokens default is {TreePlan().n_tokens}" in text, text
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--noise", "1e308"], "argument --noise: must be 'spiky' or a log-standard deviation from 0 to 3"),  # Overflow
+    (["--tokens", "99999999999"], "--tokens 99999999999 is too many: at most 1000"),  # was a MemoryError
+    (["--tokens", "1"], "--tokens at least 2"),
+])
+def test_bad_flags_are_one_line_errors(capsys, argv, says):
+    with pytest.raises(SystemExit) as stopped:
+        tree_simulation.main(["--seeds", "2", *argv])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1 and says in err, err
+    assert err.startswith("python -m gpt2np.teach.tree_simulation: error: "), err

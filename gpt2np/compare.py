@@ -29,7 +29,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (K_from_text, OneLineErrorParser, TokenTexts, add_loading_flags, by_position, check_json_path,
-                           check_model_names, check_tokenizer, colour_allowed, coloured, drafter_error,
+                           check_model_names, check_tokenizer, colour_allowed, coloured, drafter_errors,
                            provenance_legend, run_command, stats_summary, write_flag_file)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
@@ -86,10 +86,8 @@ def load_pair(args):
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     check_tokenizer(args.target, args.models_dir, "to encode the prompt with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
-    try:  # an unknown name's error lists ngram among the choices (none is no choice here: nothing to race)
+    with drafter_errors(none=False):  # an unknown name's error lists ngram (none is no choice: nothing to race)
         drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
-    except ValueError as e:
-        raise drafter_error(e, none=False) from None
     if hasattr(drafter, "model"):  # prompt lookup proposes the context's own ids
         gpt2np.check_same_vocabulary(target, drafter.model)
     if target.config.n_embd < 512:  # small products: one thread is faster (main.py's rule)

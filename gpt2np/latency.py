@@ -24,7 +24,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, check_model_names,
-                           check_tokenizer, drafter_error, run_command, write_flag_file)
+                           check_tokenizer, drafter_errors, run_command, write_flag_file)
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -119,19 +119,15 @@ def load(args):
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     check_tokenizer(args.target, args.models_dir, "to encode the prompts with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
-    drafter = None if args.draft is None else load_drafter(args, sources)
+    drafter = None
+    if args.draft is not None:
+        with drafter_errors(none=False):  # an unknown name's error lists ngram (target-only: DRAFT left out)
+            drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
     if drafter is not None and hasattr(drafter, "model"):
         gpt2np.check_same_vocabulary(target, drafter.model)
     if target.config.n_embd < 512:  # small products: one thread is faster (main.py's rule)
         threadpool_limits(limits=1, user_api="blas")
     return target, drafter
-
-
-def load_drafter(args, sources):  # an unknown name's error lists ngram (target-only: DRAFT left out, not none)
-    try:
-        return gpt2np.load_drafter(args.draft, args.models_dir, **sources)
-    except ValueError as e:
-        raise drafter_error(e, none=False) from None
 
 
 def streams(args, target, drafter, prompt_ids, i):

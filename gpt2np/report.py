@@ -430,13 +430,15 @@ def write_atomically(path, text):
         raise
 
 
-def drafter_error(error, none=True):
-    """An error from loading a drafter: an unknown name is said again with the drafter's own choices
-    (ngram, and none where the command runs the target alone: none=True) among the known names, and its
-    did-you-mean among them too; any other error as it is."""
-    if isinstance(error, loading.UnknownModelError):
-        return loading.unknown_model(error.name, drafter=True, none=none)
-    return error
+@contextlib.contextmanager
+def drafter_errors(none=True):
+    """Around loading a drafter: an unknown name is said again with the drafter's own choices (ngram, and
+    none where the command runs the target alone: none=True) among the known names, and its did-you-mean
+    among them too; any other error as it is."""
+    try:
+        yield
+    except loading.UnknownModelError as error:
+        raise loading.unknown_model(error.name, drafter=True, none=none) from None
 
 
 def write_flag_file(flag, path, text):

@@ -146,9 +146,10 @@ def check_args(args):
 def url_is_usable(url):  # an http(s) URL with a host and, if any, a port number ('http://' and 'http://[::1' fail)
     try:
         parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
-    except ValueError:  # an unclosed [ of an IPv6 address, a port that is not a number
+        parts.port  # noqa: B018  read for its ValueError: a port that is not a number
+    except ValueError:  # that, or an unclosed [ of an IPv6 address
         return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def json_path_problem(path):

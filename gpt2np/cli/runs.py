@@ -7,7 +7,7 @@ import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/model/f
 import numpy as np
 
 from gpt2np import check_generation_request
-from gpt2np.report import (TokenTexts, check_tokenizer, colour_allowed, drafter_error, marked, mean_std,
+from gpt2np.report import (TokenTexts, check_tokenizer, colour_allowed, drafter_errors, marked, mean_std,
                            provenance_legend, rejected_draft)
 
 from .flags import DEFAULT_TARGET, WARMUP_TOKENS, drafter_name, flag
@@ -68,10 +68,8 @@ def load_drafter(args, target, sources):
         return None
     if draft_name == target_name:
         return gpt2np.ModelDrafter(target)
-    try:
+    with drafter_errors():
         return gpt2np.load_drafter(draft_name, args.models_dir, n_max=args.ngram_max, **sources)
-    except ValueError as e:
-        raise drafter_error(e) from None
 
 
 def display_style(args):

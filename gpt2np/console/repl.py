@@ -26,7 +26,7 @@ from .flags import DEFAULT_TARGET, initial_settings, parse_args
 from .runs import Run, consume, open_stream
 from .slash import colon_line
 from gpt2np import DownloadError, check_same_vocabulary, is_greedy
-from ..report import (NO_DRAFTER, TokenTexts, check_tokenizer, colour_allowed, coloured, drafter_error,
+from ..report import (NO_DRAFTER, TokenTexts, check_tokenizer, colour_allowed, coloured, drafter_errors,
                       provenance_legend, stats_summary)
 from ..report import command_error_line as one_line  # errors name the console's flags
 
@@ -232,10 +232,8 @@ def load(args, settings):
         threadpool_limits(limits=threads, user_api="blas")
 
     def load_drafter(name):  # an unknown name's error lists ngram and none too
-        try:
+        with drafter_errors():
             return gpt2np.load_drafter(name, args.models_dir, n_max=args.ngram_max, **sources)
-        except ValueError as e:
-            raise drafter_error(e) from None
     console = Console(target, settings, load_drafter)
     if args.n_tokens_to_generate is not None:  # refused now, not at every prompt
         console.check_tokens(settings.n_tokens, "--n_tokens_to_generate")
@@ -252,12 +250,14 @@ def main(argv=None):
     except LOAD_ERRORS as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    interactive = sys.stdin is not None and sys.stdin.isatty()  # None: stdin closed (<&-), no lines to read
+    if sys.stdin is None:  # stdin closed (<&-): no lines to read, as at the end of input
+        return 0
+    interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (importing it gives input() line editing and history)
         print(f"gpt2np console: target {console.target.name}, drafter {console.settings.drafter or 'none'}. "
               "Type a prompt, or :help (or /help). Ctrl-D quits.")
-    for line in typed_lines(sys.stdin, interactive) if sys.stdin is not None else ():
+    for line in typed_lines(sys.stdin, interactive):
         if not console.handle(line):
             break
     return 0

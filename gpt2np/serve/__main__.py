@@ -30,7 +30,7 @@ import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 from gpt2np.report import (NO_DRAFTER, OneLineErrorParser, add_loading_flags, check_model_names, check_tokenizer,
-                           command_error_line, command_name, drafter_error, run_command)
+                           command_error_line, command_name, drafter_errors, run_command)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
 MAX_BATCH = 256  # generations running at once: far past where packing more rows gains anything; a typo is refused
@@ -97,10 +97,8 @@ def naming_flag(flag, name, load, *args, **kwargs):
 
 
 def load_drafter(*args, **kwargs):  # gpt2np.load_drafter, an unknown name said with ngram and none among the choices
-    try:
+    with drafter_errors():
         return gpt2np.load_drafter(*args, **kwargs)
-    except ValueError as e:
-        raise drafter_error(e) from None
 
 
 def bind_socket(host, port):

@@ -111,3 +111,14 @@ def main_here(capfd, monkeypatch):
         out = capfd.readouterr()
         return subprocess.CompletedProcess(["main.py", *args], status, out.out, out.err)
     return run
+
+
+@pytest.fixture
+def no_random_init(monkeypatch):
+    """Building random weights (checkpoints.loading's init_params) fails the test: for refusals that must come
+    before the init (random:1558M's takes about 30 s)."""
+    from gpt2np.checkpoints import loading
+
+    def init_params(*args, **kwargs):
+        raise AssertionError("the weights were built before the refusal")
+    monkeypatch.setattr(loading, "init_params", init_params)

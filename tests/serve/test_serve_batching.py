@@ -352,17 +352,12 @@ def test_bad_batch_flags_are_one_line_errors(flags):
     assert flags[0] in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, monkeypatch):
+def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, no_random_init):
     """random:124M with no GPT-2 BPE files in --models_dir: the server speaks text, so it says so at
     start (it used to answer every request 500), and before building the weights (random:1558M's take
     about 30 s): load_engine, which main runs before serving, in this process with the init refused; then
     the real command's one line and status 2."""
-    from gpt2np.checkpoints import loading
     from gpt2np.serve.__main__ import load_engine, parse_args
-
-    def init_params(*args, **kwargs):
-        raise AssertionError("the weights were built before the refusal")
-    monkeypatch.setattr(loading, "init_params", init_params)
     with pytest.raises(ValueError) as refused:
         load_engine(parse_args(["--target_model_size", "random:124M", "--models_dir", str(tmp_path)]))
     said = str(refused.value)

@@ -467,12 +467,13 @@ def default_n_tokens(args):
     return BUNDLED_TOKENS if bundled else OTHER_TOKENS
 
 
-def check_tokenizer(name, models_dir, use):
+def check_tokenizer(name, models_dir, use, said=None):
     """A one-line ValueError where load_model(name, models_dir) would give a model without a tokenizer (only
     random:<size> can: loading.has_tokenizer), said before its weights are built (random:1558M's take about
-    30 s). use: what the command does with text ("to encode the prompt with")."""
+    30 s). use: what the command does with text ("to encode the prompt with"); said: how the line names the
+    model (the name, unless given: the server's "--target_model_size random:124M")."""
     if not loading.has_tokenizer(name, models_dir):
-        raise ValueError(f"{name} has no tokenizer {use} (random weights of GPT-2's vocabulary find OpenAI's "
+        raise ValueError(f"{said or name} has no tokenizer {use} (random weights of GPT-2's vocabulary find OpenAI's "
                          f"encoder.json + vocab.bpe in a folder of --models_dir {models_dir}, where any downloaded "
                          f"release size puts them; a byte-level vocabulary is n_vocab 257)")
 

@@ -188,10 +188,10 @@ def test_a_mistyped_flag_gets_the_closest_known_one(monkeypatch, capsys, argv, h
 
 
 @pytest.mark.parametrize("args", [["--K", "auto"], ["--K", "heuristic"], ["--tree", "auto"]])
-@pytest.mark.parametrize("K_max", ["33", "999999999999"])
-def test_K_max_past_the_bound_is_refused_before_any_run(args, K_max, main_here):
+@pytest.mark.parametrize("K_max", ["0", "33", "999999999999"])
+def test_K_max_outside_its_bounds_is_refused_before_any_run(args, K_max, main_here):
     """--K auto --K_max 999999999999 hung after the target-only run (AutoK's prior curve, built K by K), and
     --tree auto with it ran out of memory: one line naming the flag, before anything runs."""
     out = main_here(*args, "--K_max", K_max, "--n_tokens_to_generate", "3")
     assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout[:200])
-    assert out.stderr == f"error: --K_max must be from 1 to 32, got {K_max}\n", out.stderr
+    assert out.stderr == f"error: --K_max must be an integer from 1 to 32, got {K_max}\n", out.stderr  # as the console

@@ -238,12 +238,12 @@ def check_drafting_args(args):
     if args.K_max is not None and args.K not in POLICIES[1:] and args.tree != "auto":
         raise ValueError(f"--K_max bounds {K} heuristic, {K} auto or --tree auto only "
                          f"(a fixed {K} is its own bound, and a fixed --tree's)")
-    for dest, value in (("K", args.K), ("K_max", args.K_max), ("ngram_max", args.ngram_max)):
+    if args.K_max is not None and not 1 <= args.K_max <= K_MAX_LIMIT:  # the library's bound, said before any run
+        raise ValueError(f"{flag(args, 'K_max')} must be an integer from 1 to {K_MAX_LIMIT}, got {args.K_max}")
+    for dest, value in (("K", args.K), ("ngram_max", args.ngram_max)):
         if isinstance(value, int) and value < 1:
             raise ValueError(f"{flag(args, dest)} must be at least 1{' (or heuristic / auto)' if dest == 'K' else ''}, "
                              f"got {value}")
-    if args.K_max is not None and args.K_max > K_MAX_LIMIT:  # the library's bound, said before any run
-        raise ValueError(f"{flag(args, 'K_max')} must be from 1 to {K_MAX_LIMIT}, got {args.K_max}")
     args.K, args.K_max, args.ngram_max = args.K or 4, args.K_max or 8, args.ngram_max or 3
 
 

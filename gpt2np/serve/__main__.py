@@ -89,11 +89,13 @@ def check_args(args):
 
 
 def naming_flag(flag, name, load, *args, **kwargs):
-    """load(*args, **kwargs), its errors prefixed with the flag and the name typed (one line, status 2)."""
+    """load(*args, **kwargs), its errors prefixed with the flag and the name typed (one line, status 2) unless
+    they begin with them already."""
     try:
         return load(*args, **kwargs)
     except (ValueError, OSError, gpt2np.DownloadError) as e:
-        raise ValueError(f"{flag} {name}: {command_error_line(e)}") from e
+        line = command_error_line(e)
+        raise ValueError(line if line.startswith(f"{flag} {name} ") else f"{flag} {name}: {line}") from e
 
 
 def load_drafter(*args, **kwargs):  # gpt2np.load_drafter, an unknown name said with ngram and none among the choices
@@ -145,7 +147,8 @@ def load_engine(args):
     check_args(args)
     sources = dict(base_url=args.mirror, hf_endpoint=args.hf_endpoint)
     naming_flag("--target_model_size", args.target_model_size, check_tokenizer, args.target_model_size,
-                args.models_dir, "and the server answers in text")  # before the weights are built
+                args.models_dir, "and the server answers in text",
+                said=f"--target_model_size {args.target_model_size}")  # before the weights are built
     target = naming_flag("--target_model_size", args.target_model_size, gpt2np.load_model,
                          args.target_model_size, args.models_dir, **sources)
     draft = args.draft_model_size or (DEFAULT_DRAFT if args.target_model_size == DEFAULT_TARGET else NO_DRAFTER)

@@ -65,12 +65,12 @@ def validation_message(errors, path="this route", content_type=None, body=None):
     field = loc[0]
     if first.get("type") == "extra_forbidden":
         return field, f"{'.'.join(loc)}: unknown field, refused rather than ignored (POST {path}'s fields: GET /docs)"
-    help = PREDICT_HELP if path == "/predict" else FIELD_HELP
-    if field in help and first.get("type") == "missing":
-        return field, f"{field}: required ({help[field]})"
-    if field in help:  # any type or range error, each branch of a union too: what it may be, and what came
+    hints = PREDICT_HELP if path == "/predict" else FIELD_HELP
+    if field in hints and first.get("type") == "missing":
+        return field, f"{field}: required ({hints[field]})"
+    if field in hints:  # any type or range error, each branch of a union too: what it may be, and what came
         got = f", got {sent(body[field])}" if isinstance(body, dict) and field in body else ""
-        return field, f"{field}: {help[field]}{got}"
+        return field, f"{field}: {hints[field]}{got}"
     if first.get("type") == "none_required":
         return field, f"{field}: not supported by this server (leave it out or null)"
     if first.get("type") == "finite_number":

@@ -361,7 +361,7 @@ def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, no_random_in
     with pytest.raises(ValueError) as refused:
         load_engine(parse_args(["--target_model_size", "random:124M", "--models_dir", str(tmp_path)]))
     said = str(refused.value)
-    assert said.startswith("--target_model_size random:124M: random:124M has no tokenizer and the server answers in "
+    assert said.startswith("--target_model_size random:124M has no tokenizer and the server answers in "
                            "text") and "--models_dir" in said, said
     bad = subprocess.run([sys.executable, "-m", "gpt2np.serve", "--target_model_size", "random:124M",
                           "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)

@@ -60,14 +60,14 @@ checks it: pyproject.toml):
 from .model import fast  # noqa: F401,I001  first: sets OpenBLAS's thread timeout before NumPy loads (model/fast)
 
 from .checkpoints.download import DownloadError
-from .checkpoints.loading import RELEASE_SIZES, bundled_models, has_tokenizer, load_model, random_model
+from .checkpoints.loading import RELEASE_SIZES, bundled_models, has_tokenizer, known_n_vocab, load_model, random_model
 from .decoding.batched import batch_stream, generate_batch
 from .decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from .decoding.continuous import ContinuousBatch
 from .decoding.continuous_speculative import ContinuousSpeculativeBatch
 from .decoding.autoregressive import (check_generation_request, generate, generate_without_cache, plain_stream,
                                      request_cache)
-from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary
+from .decoding.drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, check_vocabulary_size
 from .decoding.policies import K_MAX_LIMIT, POLICIES, make_policy
 from .decoding.sampling import check_sampling_options, is_greedy, sample, sampling_distribution
 from .decoding.speculative import SpeculativeResult, speculative_generate, speculative_stream
@@ -90,11 +90,18 @@ __all__ = [
 ]
 
 
-def load_drafter(name_or_dir, models_dir="weights", base_url=None, n_max=3, hf_endpoint=None):
+def load_drafter(name_or_dir, models_dir="weights", base_url=None, n_max=3, hf_endpoint=None, target=None):
     """"ngram" -> prompt lookup (NgramDrafter(n_max)); any model name -> ModelDrafter(load_model(...)).
+    target: where given, a draft model must share its vocabulary (check_same_vocabulary), a size the name
+    says (random:<size>) refused before the weights are built (random:1558M's take about 30 s).
 
     Here, at the top, because it joins two layers that know nothing of each other: decoding (the
     drafters) and checkpoints (loading a model by name)."""
     if str(name_or_dir) == "ngram":
         return NgramDrafter(n_max=n_max)
-    return ModelDrafter(load_model(name_or_dir, models_dir, base_url, hf_endpoint=hf_endpoint))
+    if target is not None:
+        check_vocabulary_size(target.n_vocab, known_n_vocab(name_or_dir))
+    model = load_model(name_or_dir, models_dir, base_url, hf_endpoint=hf_endpoint)
+    if target is not None:
+        check_same_vocabulary(target, model)
+    return ModelDrafter(model)

@@ -87,9 +87,7 @@ def load_pair(args):
     check_tokenizer(args.target, args.models_dir, "to encode the prompt with")  # before the weights are built
     target = gpt2np.load_model(args.target, args.models_dir, **sources)
     with drafter_errors(none=False):  # an unknown name's error lists ngram (none is no choice: nothing to race)
-        drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
-    if hasattr(drafter, "model"):  # prompt lookup proposes the context's own ids
-        gpt2np.check_same_vocabulary(target, drafter.model)
+        drafter = gpt2np.load_drafter(args.draft, args.models_dir, target=target, **sources)  # the same vocabulary
     if target.config.n_embd < 512:  # small products: one thread is faster (main.py's rule)
         threadpool_limits(limits=1, user_api="blas")
     return target, drafter

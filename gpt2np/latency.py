@@ -122,9 +122,7 @@ def load(args):
     drafter = None
     if args.draft is not None:
         with drafter_errors(none=False):  # an unknown name's error lists ngram (target-only: DRAFT left out)
-            drafter = gpt2np.load_drafter(args.draft, args.models_dir, **sources)
-    if drafter is not None and hasattr(drafter, "model"):
-        gpt2np.check_same_vocabulary(target, drafter.model)
+            drafter = gpt2np.load_drafter(args.draft, args.models_dir, target=target, **sources)  # the same vocabulary
     if target.config.n_embd < 512:  # small products: one thread is faster (main.py's rule)
         threadpool_limits(limits=1, user_api="blas")
     return target, drafter

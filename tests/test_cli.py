@@ -108,6 +108,12 @@ def test_random_weights_without_a_tokenizer_are_refused_before_their_init(name, 
     assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert f"error: {name} has no tokenizer to encode the prompt with" in out.stderr, out.stderr
 
+def test_a_random_draft_of_another_vocabulary_is_refused_before_its_init(no_random_init, main_here):
+    """--draft_model_size random:1558M beside the bundled target (257 tokens) built the draft's weights (about
+    30 s) before saying the vocabularies differ: now before (load_drafter's target)."""
+    out = main_here("--draft_model_size", "random:1558M")
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", "error: draft and target must share a vocabulary: n_vocab 50257 vs 257 (draft vs target)\n"), out
+
 
 def test_a_refusal_in_process_is_what_the_process_writes(main_here):
     """main_here's refusals are `python main.py`'s, byte for byte: argparse's usage error and a check's."""

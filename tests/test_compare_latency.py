@@ -269,6 +269,12 @@ def test_bad_input_is_one_line_and_status_2(capsys, module, args, message):
     assert len(lines) == 1 and "error: " in lines[0] and message in lines[0], stderr
     assert stdout == ""  # refused before anything runs
 
+@pytest.mark.parametrize("module", ["compare", "latency"])
+def test_a_random_draft_of_another_vocabulary_is_refused_before_its_init(capsys, module, no_random_init):
+    """DRAFT random:1558M beside a bundled target (257 tokens): refused before its weights are built (about
+    30 s; load_drafter's target)."""
+    assert in_process(capsys, module, TARGET, "random:1558M") == (2, "", "error: draft and target must share a vocabulary: n_vocab 50257 vs 257 (draft vs target)\n")
+
 
 @pytest.mark.parametrize("module, args, message", [
     ("compare", [TARGET, "nonsense-model"], "unknown model 'nonsense-model'"),   # run_command's error line

@@ -73,6 +73,16 @@ def random_config(name):
     return config
 
 
+def known_n_vocab(name_or_dir):
+    """The vocabulary size load_model(name_or_dir) gives, where the name alone says it: random:<size>'s
+    shape; None for any other (its files say it as it loads).
+
+    >>> known_n_vocab("random:124M"), known_n_vocab("random:tiny"), known_n_vocab("124M")
+    (50257, 64, None)
+    """
+    return random_config(str(name_or_dir)).n_vocab if str(name_or_dir).startswith(RANDOM_PREFIX) else None
+
+
 class UnknownModelError(ValueError):
     """A name that is no model gpt2np knows (unknown_model words it): .name is the name as given."""
 

@@ -69,7 +69,7 @@ def load_drafter(args, target, sources):
     if draft_name == target_name:
         return gpt2np.ModelDrafter(target)
     with drafter_errors():
-        return gpt2np.load_drafter(draft_name, args.models_dir, n_max=args.ngram_max, **sources)
+        return gpt2np.load_drafter(draft_name, args.models_dir, n_max=args.ngram_max, target=target, **sources)
 
 
 def display_style(args):

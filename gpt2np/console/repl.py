@@ -233,7 +233,7 @@ def load(args, settings):
 
     def load_drafter(name):  # an unknown name's error lists ngram and none too
         with drafter_errors():
-            return gpt2np.load_drafter(name, args.models_dir, n_max=args.ngram_max, **sources)
+            return gpt2np.load_drafter(name, args.models_dir, n_max=args.ngram_max, target=target, **sources)
     console = Console(target, settings, load_drafter)
     if args.n_tokens_to_generate is not None:  # refused now, not at every prompt
         console.check_tokens(settings.n_tokens, "--n_tokens_to_generate")

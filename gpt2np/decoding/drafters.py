@@ -64,9 +64,7 @@ def check_same_vocabulary(target, draft):
     once per tokenizer), so any difference at all is caught, whichever files each was read from.
     The message names the one thing that differs (draft's value first).
     """
-    if target.n_vocab != draft.n_vocab:
-        raise ValueError(f"draft and target must share a vocabulary: n_vocab {draft.n_vocab} vs "
-                         f"{target.n_vocab} (draft vs target)")
+    check_vocabulary_size(target.n_vocab, draft.n_vocab)
     tokenizers = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
     if target.eot_id != draft.eot_id:
         raise ValueError(f"draft and target must share a vocabulary: {eot_difference(target, draft, tokenizers)}")
@@ -77,6 +75,19 @@ def check_same_vocabulary(target, draft):
         raise ValueError(f"draft and target tokenizers differ (fingerprints: draft {draft_print[:12]}, "
                          f"target {target_print[:12]}); use a draft trained with the target's encoder.json "
                          "and vocab.bpe")
+
+
+def check_vocabulary_size(target_n_vocab, draft_n_vocab):
+    """check_same_vocabulary's first test, on sizes alone (draft_n_vocab None: not known yet, nothing to say),
+    so a draft whose size is known before its weights are built is refused before they are.
+
+    >>> check_vocabulary_size(50257, 257)
+    Traceback (most recent call last):
+    ValueError: draft and target must share a vocabulary: n_vocab 257 vs 50257 (draft vs target)
+    """
+    if draft_n_vocab is not None and target_n_vocab != draft_n_vocab:
+        raise ValueError(f"draft and target must share a vocabulary: n_vocab {draft_n_vocab} vs "
+                         f"{target_n_vocab} (draft vs target)")
 
 
 def eot_difference(target, draft, tokenizers):

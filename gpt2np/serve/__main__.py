@@ -155,7 +155,7 @@ def load_engine(args):
     drafters = {}
     if draft != NO_DRAFTER:
         drafter = naming_flag("--draft_model_size", draft, load_drafter, draft, args.models_dir,
-                              n_max=args.ngram_max, **sources)
+                              n_max=args.ngram_max, target=target, **sources)
         naming_flag("--draft_model_size", draft, drafter.check, target, [0], 1)  # same vocabulary, refused now
         name = "ngram" if draft == "ngram" else served_name(drafter.name)
         if name == "ngram" and draft != "ngram":

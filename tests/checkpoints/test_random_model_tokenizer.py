@@ -56,6 +56,25 @@ def test_without_the_files_there_is_no_tokenizer_and_the_error_says_so(models_di
     fixed = gpt2np.random_model(GPT2_VOCAB, seed=1, tokenizer=target.tokenizer)  # what the message says
     assert gpt2np.speculative_generate(target, fixed, [464], 4).tokens == gpt2np.generate(target, [464], 4)
 
+def test_load_drafter_refuses_a_random_draft_of_another_vocabulary_before_its_init(monkeypatch):
+    """load_drafter(name, target=target): random:<size> says its vocabulary's size, so a draft of another is
+    refused before its weights are built (random:1558M's take about 30 s); any other draft is checked once
+    loaded (its files say its size)."""
+    from gpt2np.checkpoints import loading
+    target = gpt2np.load_model("shakespeare-2.6M")  # 257 tokens
+    built = []
+    init_params = loading.init_params
+    monkeypatch.setattr(loading, "init_params", lambda *a, **k: built.append(a) or init_params(*a, **k))
+    for name, size in (("random:1558M", 50257), ("random:tiny", 64)):
+        with pytest.raises(ValueError) as info:
+            gpt2np.load_drafter(name, target=target)
+        assert one_line(info) == f"draft and target must share a vocabulary: n_vocab {size} vs 257 (draft vs " \
+            "target)" and built == [], (one_line(info), len(built))
+    with pytest.raises(ValueError, match=r"n_vocab 257 vs 64 \(draft vs target\)"):  # a bundled draft's size:
+        gpt2np.load_drafter("shakespeare-260K", target=gpt2np.load_model("random:tiny"))  # known once loaded
+    assert gpt2np.load_drafter("shakespeare-260K", target=target).model.n_vocab == 257
+    assert gpt2np.load_drafter("random:tiny").model.n_vocab == 64 and len(built) == 2  # no target: built (as the target above)
+
 
 def test_a_tokenizer_folder_works_too(bpe_dir, tmp_path):
     model = gpt2np.random_model(GPT2_VOCAB, tokenizer=bpe_dir, models_dir=tmp_path)

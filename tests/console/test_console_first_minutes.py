@@ -123,6 +123,12 @@ def test_a_target_without_a_tokenizer_is_refused_before_its_init(tmp_path, no_ra
     out = run_console("ROMEO:\n", "--target_model_size", "random:tiny", "--models_dir", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
 
+def test_a_random_draft_of_another_vocabulary_is_refused_before_its_init(no_random_init, capsys):
+    """--draft_model_size random:1558M (and :drafter random:1558M, the same loader) beside the bundled target
+    built the draft's weights (about 30 s) before saying the vocabularies differ: now before."""
+    status = main(["--draft_model_size", "random:1558M"])
+    assert (status, capsys.readouterr().err) == (2, "error: draft and target must share a vocabulary: n_vocab 50257 vs 257 (draft vs target)\n")
+
 
 def test_K_max_past_the_bound_is_refused_at_start_and_at_K(capsys):
     """--K_max 999999999999 with tree auto ran out of memory at the first prompt, and :K auto 999999999999 hung

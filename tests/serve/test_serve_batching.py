@@ -367,6 +367,14 @@ def test_a_target_without_a_tokenizer_is_refused_at_start(tmp_path, no_random_in
                           "--models_dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr == f"error: {said}\n", bad.stderr
 
+def test_a_random_draft_of_another_vocabulary_is_refused_before_its_init(no_random_init):
+    """The server's --draft_model_size random:1558M beside the bundled target: refused before the draft's
+    weights are built (about 30 s), the flag named."""
+    from gpt2np.serve.__main__ import load_engine, parse_args
+    with pytest.raises(ValueError) as refused:
+        load_engine(parse_args(["--draft_model_size", "random:1558M"]))
+    assert str(refused.value) == "--draft_model_size random:1558M: draft and target must share a vocabulary: n_vocab 50257 vs 257 (draft vs target)", refused.value
+
 
 @pytest.mark.parametrize("max_batch, told, order", [(8, "row-major", "row-major"), (8, "panels", "panels"),
                                                      (1, "row-major", "as loaded")])

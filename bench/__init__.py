@@ -60,8 +60,9 @@ One file per section:
                   (python -m bench.cache_check [--size 355M])
 run.py runs the sections and writes the JSON; common.py holds the Plan, timing and tables.
 
-The JSON (default bench/results/bench.json, git-ignored; --json's folder is checked before the run, the
-file written whole after it: a temporary file beside it, renamed), seconds and bytes throughout:
+The JSON (default bench/results/bench.json, git-ignored, its folder made if missing; --json's folder is
+checked before the run, the file written whole after it: a temporary file beside it, renamed), seconds and
+bytes throughout:
   meta        plan, sections, BLAS (threadpoolctl), threads, OPENBLAS_* env, load averages, notes
   bandwidth   methods.{sum,gemv,row_matmul}.best_gbps, best_gbps, gemm.gflops, small_m.ratio["1".."9"] (x @ w),
               small_m.pieces.ratio["1".."9"] (gpt2np.model.fast.matmul, column-major weights)

@@ -240,15 +240,18 @@ def to_json(x):
 
 
 def json_path(text):
-    """--json's file, checked before any work: not a folder nor a device, in a folder (made if missing) that takes a
-    new file. A link is followed: the file it points to is replaced."""
+    """--json's file, checked before any work: not a folder nor a device, in a folder that takes a new file (the
+    default's, bench/results/, made if missing: a fresh clone has none; any other must exist, so a mistyped
+    folder is not made). A link is followed: the file it points to is replaced."""
     path = Path(text)
     path = path.resolve() if path.is_symlink() else path
     if path.exists() and not path.is_file():
         raise SystemExit(f"--json {text}: not a file ({'a folder' if path.is_dir() else 'a device or pipe'}); "
                          "name a .json file")
+    if not path.parent.exists() and path.parent.resolve() != DEFAULT_JSON.parent.resolve():
+        raise SystemExit(f"--json {text}: the folder {path.parent} does not exist")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         os.unlink(probe)

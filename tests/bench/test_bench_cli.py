@@ -89,8 +89,10 @@ def test_the_policy_context_check_follows_the_sections(no_work, capsys, tmp_path
 def test_json_and_compare_are_checked_before_the_run(no_work, capsys, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    for where, says in [(tmp_path, "not a file (a folder)"), (a_file / "b.json", "cannot write a file there")]:
+    for where, says in [(tmp_path, "not a file (a folder)"), (a_file / "b.json", "cannot write a file there"),
+                        (tmp_path / "typo" / "b.json", f"the folder {tmp_path / 'typo'} does not exist")]:
         assert f"--json {where}: {says}" in refused(["--sections", "decode", "--json", str(where)], capsys)
+    assert not (tmp_path / "typo").exists()  # a mistyped folder is not made (only the default's, bench/results/)
     truncated = tmp_path / "old.json"
     truncated.write_text('{"meta": {')
     foreign = tmp_path / "list.json"
@@ -100,6 +102,15 @@ def test_json_and_compare_are_checked_before_the_run(no_work, capsys, tmp_path):
         err = refused(["--sections", "decode", "--json", str(tmp_path / "b.json"), "--compare", str(old)], capsys)
         assert f"--compare {old}: {says}" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "list.json", "old.json"]  # nothing written
+
+
+def test_the_default_json_folder_is_made_where_missing(monkeypatch, tmp_path):
+    """A fresh clone has no bench/results/ (git-ignored): the default --json's folder is made, no other."""
+    monkeypatch.setattr(cli, "DEFAULT_JSON", tmp_path / "results" / "bench.json")
+    assert cli.json_path(str(tmp_path / "results" / "bench.json")) == tmp_path / "results" / "bench.json"
+    assert (tmp_path / "results").is_dir()
+    with pytest.raises(SystemExit, match="the folder .* does not exist"):
+        cli.json_path(str(tmp_path / "other" / "bench.json"))
 
 
 def test_the_results_are_written_whole_or_not_at_all(tmp_path, monkeypatch):

@@ -168,6 +168,7 @@ def load_engine(args):
         for model in [target] + [d.model for d in drafters.values() if isinstance(d, gpt2np.ModelDrafter)]:
             gpt2np.order_for_batches(model)
     return Engine(target, drafters, max_queue=args.max_queue, max_batch=args.max_batch,
+                  target_alone_by_default=draft == NO_DRAFTER,
                   prefill_chunk=args.prefill_chunk)  # a folder's name, never its path (names.py)
 
 

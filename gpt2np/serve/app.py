@@ -164,8 +164,14 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_sto
 def generation(engine, body, ids):
     """The request's fields as a Generation, checked against the model (RequestError)."""
     drafter = (body.drafter or engine.default_drafter) if body.speculative else None
-    if body.speculative and drafter is None:
-        raise RequestError("speculative", "this server has no drafter: send speculative false")
+    if body.speculative and drafter is None:  # no default drafter: the target alone, unless drafting was asked for
+        asked = [name for name in ("speculative", "K", "gamma", "K_max", "tree") if name in body.model_fields_set]
+        if asked and engine.drafters:
+            raise RequestError(asked[0], f"{asked[0]}: this server drafts only with a drafter the request names (it "
+                                         f"serves the target alone by default): send drafter "
+                                         f"{' or '.join(map(repr, engine.drafters))}")
+        if asked:
+            raise RequestError(asked[0], "this server has no drafter: send speculative false")
     g = Generation(prompt_ids=tuple(ids), max_tokens=body.new_tokens(len(ids)), temperature=body.temperature,
                    top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
                    seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,

@@ -51,9 +51,11 @@ BATCH_K_MAX = 8  # a drafting batch's bound on K="auto" (the requests' default K
 class Engine:
     """The served target, its drafters by name, and the worker that runs up to max_batch generations."""
 
-    def __init__(self, target, drafters, model_id=None, max_queue=16, max_batch=8, prefill_chunk=256):
-        """drafters: name -> drafter. Models loaded from a folder are served by the folder's name
-        (names.py): the ids, the drafter names and the statistics never show a local path.
+    def __init__(self, target, drafters, model_id=None, max_queue=16, max_batch=8, prefill_chunk=256,
+                 target_alone_by_default=False):
+        """drafters: name -> drafter, the first the default (target_alone_by_default: none, a request drafts only
+        with the drafter it names: --draft_model_size none). Models loaded from a folder are served by the
+        folder's name (names.py): the ids, the drafter names and the statistics never show a local path.
         max_batch: generations running at once (1: one at a time); prefill_chunk: the most prompt
         rows a newcomer feeds per step (None: its whole prompt in one step)."""
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -62,7 +64,7 @@ class Engine:
         self.drafters = {served_name(name): hide_drafter_path(d) for name, d in drafters.items()}
         if len(self.drafters) < len(drafters):
             raise ValueError(f"two drafters would be served under one name: {sorted(map(str, drafters))}")
-        self.default_drafter = next(iter(self.drafters), None)
+        self.default_drafter = None if target_alone_by_default else next(iter(self.drafters), None)
         self.model_id = served_name(model_id or getattr(target, "name", "gpt2np"))
         self.tokenizer, self.n_ctx = target.tokenizer, target.n_ctx
         self.max_queue, self.max_batch, self.prefill_chunk = max_queue, max_batch, prefill_chunk

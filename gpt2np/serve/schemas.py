@@ -98,7 +98,8 @@ class SamplingFields(Strict):
                                                      "per depth ([3, 2, 1]), or 'auto' (each round's shape from the "
                                                      "run's acceptance and measured costs; a draft model only)")
     drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.drafters "
-                                                        "(default: the first)")
+                                                        "(default: its default_drafter; null there, "
+                                                        "--draft_model_size none: the target alone)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
     max_tokens: Count | None = Field(None, description="new tokens at most (fewer if <|endoftext|> or a stop "
                                                        "string comes first)")

@@ -119,6 +119,39 @@ def test_eight_clients_four_at_a_time_each_answered_as_alone(reference, caplog):
     assert not logged_errors(caplog)
 
 
+def test_draft_model_size_none_serves_the_target_alone_in_one_pass_a_step(reference, caplog):
+    """--draft_model_size none (README: "for a class, serving the target alone keeps every request in one pass a
+    step"): the server still serves prompt lookup by name, but it was every request's default, so each drafted
+    as its own stream. Now a request that names no drafter runs the target alone, packed: 4 at once in one step;
+    "drafter": "ngram" drafts; asking to draft without naming a drafter is a 400 naming the field."""
+    from gpt2np.serve.__main__ import load_engine, parse_args
+    engine = load_engine(parse_args(["--draft_model_size", "none", "--max_batch", "4"]))
+    held = HeldSteps(engine)
+    body = {"prompt": "ROMEO:\n", "max_tokens": 10, "temperature": 0}
+    with running_server(engine) as url, ThreadPoolExecutor(4) as pool:
+        served = requests.get(url + "/v1/models", timeout=10).json()["data"][0]["gpt2np"]
+        assert (served["drafters"], served["default_drafter"]) == (["ngram"], None), served
+        sent = [pool.submit(complete, url, body, i % 2 == 1) for i in range(4)]
+        assert wait_until(lambda: held.seen and engine.active + engine.queued == 4), "the 4 did not all arrive"
+        held.free()
+        answers = [f.result(timeout=60) for f in sent]
+        alone = requests.post(url + "/v1/completions", json={**body, "model": TARGET}, timeout=60).json()
+        lookup = requests.post(url + "/v1/completions", json={**body, "model": TARGET, "drafter": "ngram"},
+                               timeout=60).json()
+        refused = {field: requests.post(url + "/v1/completions", json={**body, "model": TARGET, field: value},
+                                        timeout=60) for field, value in (("speculative", True), ("K", 3))}
+    assert [(status, text) for status, text, _ in answers] == [(200, expected(reference, body["prompt"], 10))] * 4
+    assert max(active for _, active in held.seen) == 4, f"never 4 in one pass: {held.seen}"
+    assert (alone["gpt2np"]["speculative"], alone["gpt2np"]["drafter"]) == (False, None), alone["gpt2np"]
+    assert (lookup["gpt2np"]["speculative"], lookup["gpt2np"]["drafter"]) == (True, "ngram"), lookup["gpt2np"]
+    for field, answer in refused.items():
+        error = answer.json()["error"]
+        assert answer.status_code == 400 and error["param"] == field, (answer.status_code, error)
+        assert error["message"] == (f"{field}: this server drafts only with a drafter the request names (it serves "
+                                    "the target alone by default): send drafter 'ngram'"), error
+    assert not logged_errors(caplog)
+
+
 def test_a_full_queue_answers_busy_while_four_run(reference, caplog):
     """max_batch 4, max_queue 2: with 4 running and 2 waiting, the next request (streaming or not) is 429."""
     engine = batching_engine(max_queue=2)

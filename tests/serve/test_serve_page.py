@@ -100,3 +100,23 @@ def test_the_form_takes_common_values_and_a_comparison_repeats_the_run_s_setting
     assert why[0].startswith("n/a (packed") and why[1].startswith("n/a (a stop string") and why[2] == "1.23×", why
     # a stopped prompt-lookup run with a K policy has K_counts null (the K asked for is not known): said, no error
     assert json.loads(policy_row)[1] == "heuristic, rounds per K: not known (prompt lookup may draft fewer than asked)"
+
+
+def test_a_server_without_a_default_drafter_still_runs_the_page(tmp_path):
+    """--draft_model_size none: /v1/models says default_drafter null (a request that names no drafter runs the
+    target alone); the page, which shows drafting, picks the first drafter served (prompt lookup) and runs."""
+    import json
+    from gpt2np.serve.__main__ import load_engine, parse_args
+    engine = load_engine(parse_args(["--draft_model_size", "none"]))
+    with running_server(engine) as url:
+        browser = Browser(tmp_path / "profile")
+        try:
+            browser.open(url + "/?autorun=1&max_tokens=12&temperature=0&prompt=ROMEO%3A")
+            state = browser.wait_for('["done", "error"].includes(document.body.dataset.state) && '
+                                     'document.body.dataset.state', timeout=90)
+            page = json.loads(browser.evaluate(DOM_SUMMARY))
+            drafter = browser.evaluate('document.getElementById("drafter").value')
+        finally:
+            browser.close()
+    assert engine.default_drafter is None and drafter == "ngram", (engine.default_drafter, drafter)
+    assert state == "done" and sum(page["kinds"].values()) == 12, (state, page["error"], page["kinds"])

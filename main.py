@@ -2,7 +2,8 @@
 
     python main.py                                   # offline: the bundled Shakespeare pair
     python main.py --draft_model_size gpt2 --target_model_size gpt2-medium --prompt "Alan Turing" -v
-    python main.py --target_model_size random:1558M --draft_model_size random:124M   # random weights, no download
+    python main.py --target_model_size random:1558M --draft_model_size random:124M   # random weights, no weights
+                                                     # download (the tokenizer's files in a folder of --models_dir)
     python main.py --help                            # every flag, and the other repositories' spellings
 
 The command lives in gpt2np/cli/ (installed as `gpt2np` by `pip install -e .`); it only calls

@@ -25,7 +25,7 @@ def available():
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except Exception as e:  # ImportError, or a broken install raising anything else
-        return f"needs torch and transformers ({type(e).__name__}: {e})"
+        return f"needs torch and transformers: pip install -r tools/requirements-hf.txt ({type(e).__name__}: {e})"
     return None
 
 

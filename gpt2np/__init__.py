@@ -8,7 +8,7 @@ The public API (everything the notebooks, tests, benchmarks and main.py use):
     out = gpt2np.generate(model, ids, 20)              # greedy: no temperature and no rng given
     print(model.tokenizer.decode(out))
     gpt2np.generate(model, ids, 20, temperature=0.8, rng=np.random.default_rng(0))   # sampling
-    gpt2np.generate(model, ids, 20, stop_tokens=model.tokenizer.encode("\n"))      # ends at a newline
+    gpt2np.generate(model, ids, 20, stop_tokens=model.tokenizer.encode("\\n"))      # ends at a newline
 
     cache = model.new_cache()                          # preallocated KV cache
     logits = model.forward(ids, cache, n_logits=1)     # [1, n_vocab]; cache.truncate(n) rolls back

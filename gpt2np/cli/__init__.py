@@ -5,7 +5,8 @@
     python main.py --target_model_size gpt2          # one model, no draft: plain generation
     python main.py --target_model_size 355M --draft_model_size ngram --K auto   # prompt lookup
     python main.py --draft_model_size distilgpt2 --target_model_size gpt2-medium   # from the Hub
-    python main.py --target_model_size random:1558M --draft_model_size random:124M   # random weights
+    python main.py --target_model_size random:1558M --draft_model_size random:124M   # random weights: GPT-2's
+                                                     # encoder.json + vocab.bpe in a folder of --models_dir
 
 With a drafter (a draft model, or "ngram" prompt lookup), main.py runs target-only decoding, then
 speculative decoding with the same sampling settings, printing each text as it is generated, then

@@ -123,7 +123,7 @@ for K in [1, 2, 3]:
               f"{total_variation(reference, speculative):15.1e}")
 
 # %% [markdown]
-# Differences of order 10⁻¹⁶: float rounding, i.e. equal. The same check on the three broken
+# Differences of 10⁻¹⁶ or less: float rounding, i.e. equal. The same check on the three broken
 # variants of `gpt2np.teach.broken_kernels`:
 #
 # * `softmax_residual`: after a rejection, max(0, *p − q*) is normalised with a *softmax*

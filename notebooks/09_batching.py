@@ -144,25 +144,26 @@ for ax in axes:
 plt.tight_layout()
 
 # %% [markdown]
-# **Reading it.** In this run (OpenBLAS's SkylakeX kernel, one thread), `wide`'s one-row pass took
-# 2.8 ms, reading its 56 MiB at about 20 GB/s. **8 rows cost 1.60 one-row passes, 16 rows 2.65**:
-# 16 sequences get a token each for the price of under 3. Then a jump, 3.69 at 20 rows: gpt2np's
-# few-row products cover 1–16 rows (`blas_kernel()` above: its weights are in panels, "small-kernel
-# products (M 1-16)"), and past 16 OpenBLAS's sgemm first copies ("packs") its operands, which costs
-# about a one-row pass at once (notebook 07). Past the jump each further row is cheap again (64 rows:
-# 11.2).
+# **Reading it.** The figures below are the ranges over six runs of this notebook on the machine of
+# 2026-11-30 (OpenBLAS's SkylakeX kernel, one thread); the table above is one more run, and single
+# timings move by 10–30 % from run to run, while the orderings described here held in every run.
+# `wide`'s one-row pass took 2.0–2.4 ms, reading its 56 MiB at about 25 GB/s. **8 rows cost
+# 1.65–1.9 one-row passes, 16 rows 2.8–3.2**: 16 sequences get a token each for the price of about 3.
+# Then a jump, 3.9–4.6 at 20 rows: gpt2np's few-row products cover 1–16 rows (`blas_kernel()` above:
+# its weights are in panels, "small-kernel products (M 1-16)"), and past 16 OpenBLAS's sgemm first
+# copies ("packs") its operands, which costs about a one-row pass at once (notebook 07). Past the jump
+# each further row is cheap again (64 rows: 12–14.5).
 #
-# The bundled target's weights sit in the cache, so its one-row pass is short (1.4 ms here: 8 blocks
-# of small products), and its rows are **not** free as separate sequences: 16 cost 3.27 one-row
-# passes, 64 cost 9.5. The dotted line says why: the same rows fed as one sequence cost 1.97 at
-# 16 rows, about what `wide`'s do (2.31). The products are the same in both layouts; what differs
+# The bundled target's weights sit in the cache, so its one-row pass is short (0.8–1.1 ms: 8 blocks
+# of small products), and its rows are **not** free as separate sequences: 16 cost 3.5–4.7 one-row
+# passes, 64 cost 10.5–15. The dotted line says why: the same rows fed as one sequence cost 2.1–2.9 at
+# 16 rows, about what `wide`'s do (2.4–2.9). The products are the same in both layouts; what differs
 # is attention, which is each sequence's own: its scores against its own cache, their sum and its
 # weighted values, small NumPy calls for each of 16 sequences in each of 8 blocks, against a pass of
-# 1.3 ms (a step scales and exponentiates every sequence's scores in one call, `attention_together`,
-# which in the builds of 2026-11-27 took 8 sequences' decode step from 2.9 to 2.6 one-row passes).
-# `wide` has 2 blocks and a pass read from memory, and for it the two layouts cost within a sixth of
-# each other. (The timings move by 10–30 % from run to run on this machine; the orderings described
-# here held in every run.)
+# about a millisecond (a step scales and exponentiates every sequence's scores in one call,
+# `attention_together`, which in the builds of 2026-11-27 took 8 sequences' decode step from 2.9 to 2.6
+# one-row passes). `wide` has 2 blocks and a pass read from memory, and for it the two layouts cost
+# within a sixth of each other.
 
 # %% [markdown]
 # ### The weights' order depends on the kernel
@@ -203,10 +204,10 @@ for name, times in by_order.items():
     print(f"{name:>12}: 1 row {1e3 * one:6.2f} ms, 8 rows {1e3 * eight:6.2f} ms, t(8)/t(1) {eight / one:.2f}")
 
 # %% [markdown]
-# In the saved run (SkylakeX, one thread) the 8-row pass cost 1.27 times as much row-major as
-# column-major (nine earlier builds: 1.31-1.63; plain sgemm, since `pieces` needs column-major) and
-# 0.59 times as much in panels (4.7 against 8.0 ms), whose one-row pass was no dearer either (2.8
-# against 4.2 ms in this run; single passes on this shared machine move by a third): so under
+# Under SkylakeX (one thread; six runs of 2026-11-30) the 8-row pass cost 1.35–1.43 times as much
+# row-major as column-major (plain sgemm, since `pieces` needs column-major; earlier builds 1.27–1.63)
+# and 0.59–0.62 times as much in panels (3.8–4.0 against 6.2–6.5 ms), whose one-row pass was no dearer
+# either (1.9–2.1 against 2.9–3.3 ms; single passes on this shared machine move by a third): so under
 # SkylakeX a model is loaded in panels and batches keep them. The same cell under the Haswell
 # kernels (`OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512` set before Python starts, an earlier build
 # on the machine before): one row 5.8 / 5.5 ms, 8 rows 14.9 ms column-major against 12.5 ms
@@ -266,13 +267,14 @@ plt.tight_layout()
 # %% [markdown]
 # **Reading it.** Every sequence of every batch equalled its solo run (greedy, both models), and
 # 8 sampled sequences, each with its own generator, drew exactly their solo draws. On `wide`,
-# **8 sequences together gave 3.1× the tokens per second of one at a time** (2.7–3.7× in runs of
-# this notebook on the same machine). A step that cost only its pass would give
-# *B* t(1)/t(*B*) = 5.0× (section 1); the rest goes to work outside the pass: each sequence's token
-# drawn from its logits, the step's bookkeeping, and the prompts' prefill. The bundled target gains
-# less, 2.2× at *B* = 8: its passes are short, so the same per-sequence work is a larger share. At
-# *B* = 1 the batched path costs what `generate` does (1.17× and 1.00× here; 0.93–1.17× for both
-# models in nine runs): `forward_packed` hands a lone sequence to the model's own pass.
+# **8 sequences together gave about 2.8× the tokens per second of one at a time** (2.7–2.85× in six
+# runs of 2026-11-30; 2.7–3.7× in earlier builds). A step that cost only its pass would give
+# *B* t(1)/t(*B*) = 4.2–4.9× (section 1, the last column); the rest goes to work outside the pass: each
+# sequence's token drawn from its logits, the step's bookkeeping, and the prompts' prefill. The bundled
+# target gains less, 2.1–2.3× at *B* = 8: its passes are short, so the same per-sequence work is a
+# larger share. At *B* = 1 the batched path costs what `generate` does (0.94–1.03× for both models in
+# those runs; 0.93–1.17× in earlier ones): `forward_packed` hands a lone sequence to the model's own
+# pass.
 
 # %% [markdown]
 # ## 3 · With and without drafting
@@ -315,6 +317,9 @@ auto_K = {}  # B -> the K auto chose, round by round
 for B in spec_Bs:
     stream = gpt2np.speculative_batch_stream(target, draft, many[:B], N_SPEC, K="auto")
     auto_K[B] = [max(event.K for _, event in step) for step in stream]
+print("K = \"auto\": rounds at each K, by B (the run's first and last rounds included)")
+for B, Ks in auto_K.items():
+    print(f"  B = {B:>2}: " + " ".join(f"{K}:{Ks.count(K)}" for K in sorted(set(Ks))))
 fig, axes = plt.subplots(1, 2, figsize=(13, 4))
 for name, rates in speed.items():
     axes[0].plot(spec_Bs, rates, "o-" if name.startswith("K") else "k-", lw=2.5 if name.startswith("plain") else 1.5, label=name)
@@ -334,11 +339,13 @@ plt.tight_layout()
 # the batch fills the cheap rows: 0.9–1.25× at *B* = 4, and **at *B* = 8 and 16 about nothing** on
 # average (0.8–1.2× over fourteen runs: the run shown may land on either side, and its verdict line
 # with it). On this pair the crossover lies at about 8 sequences. `K="auto"` drafts
-# less once the batch is full (right, one more run of each: *K* = 7 in most drafting rounds of one
-# sequence, 3 at two and four, 2 at eight, 1 at sixteen (plain early and late), 1–7 in all; a 0 early on is a plain round that times the batch's plain pass, which auto needs beside
-# its drafting rounds' passes, and a round where no sequence drafts is the plain batched step; the
-# last rounds, as sequences finish, are short). Its *K* from eight on moves from run to run (*K* = 2
-# through most of two other runs at 8 and 16; in others, plain or *K* = 1 at sixteen). It gave 0.96–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
+# less once the batch is full (right, and the counts printed above it, one more run of each; in four
+# runs of 2026-11-30: *K* = 3 in about half the rounds of one sequence and most of two, 2–3 at four, 1
+# or 2 at eight, 1–2 at sixteen with 8–9 plain rounds; 0–5 in all; a 0 early on is a plain round that
+# times the batch's plain pass, which auto needs beside its drafting rounds' passes, and a round where
+# no sequence drafts is the plain batched step; the last rounds, as sequences finish, are short). Its
+# *K* from eight on moves from run to run (*K* = 1 through one of those runs at 8, *K* = 2 through the
+# others; in earlier builds, plain or *K* = 1 at sixteen). It gave 0.96–1.55× plain at *B* = 1–2 and about plain batched's at *B* = 8 and 16
 # (0.75–1.2×): the spread there is the machine's, as between two runs of the same rounds. (Until
 # 2026-11-27 auto priced every row count past 16 that it had not timed at full cost, as for a GPT-2
 # release, and from eight sequences on played plain or *K* = 1: this pair has no such edge, the
@@ -419,14 +426,15 @@ for ax in axes:
 plt.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Left, the bundled pair at its own α, from this run's measured passes: the best
-# drafting round gains 2.17× at *B* = 1 (*K* = 4), 1.43× at *B* = 4 (*K* = 1), 1.30× at *B* = 8
-# (*K* = 2) and 1.39× at *B* = 12 (*K* = 2): the gain falls as the batch fills, and single passes timed
-# on a shared machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at
-# α = 0.6 the best *K* falls from 1–2 to 1 and **to 0 from *B* = 9**, where even *K* = 1 puts 18 rows in
-# the pass, past the 16-row jump of section 1; at α = 0.72 drafting past the jump pays little or
-# nothing (*K* = 0 from *B* = 9 here; *K* = 0–3, 1.00–1.02× in an earlier run). At α = 0.9 the rule
-# drafts past *B* = 9 too (*K* = 2–3, 1.07–1.16×):
+# **Reading it.** Left (*B* = 1–8) and the printed rows (*B* = 1–12), the bundled pair at its own α
+# (0.72), from this run's measured passes; in six runs of 2026-11-30 the best drafting round gained
+# 1.7–2.1× at *B* = 1 (*K* = 3), 1.25–1.37× at *B* = 4 (*K* = 1), 1.11–1.18× at *B* = 8 (*K* = 1–3) and
+# 1.24–1.32× at *B* = 12 (*K* = 1–2): the gain falls as the batch fills, and single passes timed on a
+# shared machine move the peak from run to run. Right, `wide` (a draft a tenth of its cost): at α = 0.6
+# the best *K* falls from 4 at one sequence to 2 and then 1, and **to 0 from *B* = 8** (at *B* = 6 too,
+# by a hair), where even *K* = 1 puts 16 rows or more in the pass, at the 16-row jump of section 1; at
+# α = 0.72 drafting past the jump pays nothing (*K* = 0 from *B* = 9). At α = 0.9 the rule drafts past
+# *B* = 9 too (*K* = 2–3, 1.01–1.11×, or plain at 12):
 # past the jump each row is cheap again, and drafts accepted 90 % of the time pay for them.
 #
 # For the bundled pair the rule predicts too much: a gain of 1.2–1.5 at every *B* from 4 to 12 at its
@@ -451,13 +459,13 @@ for B in (1, 4, 8, 12):
     print(f"{'B = ' + str(B):>16} {round_ms:9.2f} {draft_ms:11.2f} {target_ms:11.2f} {round_ms - draft_ms - target_ms:9.2f}")
 
 # %% [markdown]
-# At *B* = 8 a round took 6.7 ms: its target pass 4.5, its two draft steps 1.5 (two draft passes
-# cost 0.7 in section 1; each step also turns *B* rows of logits into distributions and draws), and
-# 0.8 ms went to the rest: the target's *B*(*K* + 1) rows into distributions, each sequence's
-# verification and cache rollbacks. That work grows with *B* (0.2–0.5 ms at *B* = 1–4, 0.8–1.4 at
-# 8–12 here, 1.8–4.2 in an earlier run; single rounds move by a third from run to run): at *B* = 8 the
-# round spent 1.5 ms beyond its passes, over a quarter of the 5.2 ms of passes the rule counts (nearly
-# half in that earlier run). Beside a
+# At *B* = 8 a round took 5.4–6.1 ms (six runs of 2026-11-30): its target pass 3.55–3.95, its two draft
+# steps 1.1–1.3 (two draft passes cost 0.7 in section 1; each step also turns *B* rows of logits into
+# distributions and draws), and 0.5–0.9 ms went to the rest: the target's *B*(*K* + 1) rows into
+# distributions, each sequence's verification and cache rollbacks. That work grows with *B* (0.2–0.6 ms
+# at *B* = 1–4, 1.0–1.2 at 12; 1.8–4.2 at 8–12 in an earlier build; single rounds move by a third from
+# run to run): at *B* = 8 the round spent about 1.2 ms beyond its passes, over a quarter of the
+# 4.4–4.7 ms of passes the rule counts (nearly half in that earlier build). Beside a
 # pass of tens of milliseconds (a 124M–1.5B target) it would hardly count; beside this pair's 1–5 ms
 # passes it moves the crossover from "not up to 12" to about 8.
 #
@@ -549,11 +557,11 @@ plt.tight_layout()
 # `--max_batch 1` serves one request at a time).
 #
 # **Summary.** A CPU reads a model's weights once per pass whatever the rows, so while the weights
-# come from memory, rows are nearly free: 8 rows of `wide` cost about 1.6 one-row passes, 16 rows
-# 2.6–2.8 (section 1's output), until OpenBLAS's packing sets in past 16. Batching turns that into
-# tokens per second: about 3× at 8 sequences here (section 2), each sequence exactly its solo run. On
+# come from memory, rows are nearly free: 8 rows of `wide` cost 1.65–1.9 one-row passes, 16 rows
+# 2.8–3.2 (section 1's output), until OpenBLAS's packing sets in past 16. Batching turns that into
+# tokens per second: about 2.8× at 8 sequences here (section 2), each sequence exactly its solo run. On
 # the tiny bundled target, whose weights sit in the cache, rows as separate sequences are not free (16
-# cost 3.3–3.9 one-row passes), mostly through
+# cost 3.5–4.7 one-row passes), mostly through
 # each sequence's own attention beside a short pass. Speculative decoding spends the same cheap
 # rows on drafts, so inside a batch the two compete: on the bundled pair drafting's 1.1–1.8× alone
 # fell to about nothing (0.8–1.2×) from 8 sequences. The goodput rule, B·E(α, K) / (K d(B) + T(B(K + 1))) from

@@ -26,28 +26,36 @@ DOM_SUMMARY = """JSON.stringify({
   stats: Object.fromEntries(Array.from(document.querySelectorAll("[data-stat]")).map(
       e => [e.closest("section") ? e.closest("section").id + "." + e.dataset.stat : e.dataset.stat,
             e.textContent])),
-  legend: document.querySelector(".legend").textContent,
+  legend: document.querySelector(".legend").textContent, drafter: document.getElementById("drafter").value,
   colours: ["draft", "resample", "bonus"].map(k => {
       const s = document.querySelector("#spec .tok." + k); return s && getComputedStyle(s).backgroundColor; }),
 })"""
 
 
-def test_playground_streams_coloured_tokens_and_statistics(tmp_path):
+def autorun(page_url, tmp_path, screenshot=None):  # -> (the page's final state, DOM_SUMMARY)
+    """Open a ?autorun=1 page in headless Chromium and wait until its run is done or failed."""
     import json
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(page_url)
+        state = browser.wait_for('["done", "error"].includes(document.body.dataset.state) && '
+                                 'document.body.dataset.state', timeout=90)
+        page = json.loads(browser.evaluate(DOM_SUMMARY))
+        if screenshot:
+            browser.screenshot(screenshot)
+    finally:
+        browser.close()
+    return state, page
+
+
+def test_playground_streams_coloured_tokens_and_statistics(tmp_path):
     import requests
     engine = bundled_engine()
     with running_server(engine) as url:
         expected = requests.post(url + "/v1/completions", json={"prompt": "ROMEO:\nWhat light", "max_tokens": 80,
                                  "temperature": 0}, timeout=60).json()["choices"][0]["text"]
-        browser = Browser(tmp_path / "profile")
-        try:
-            browser.open(url + "/?autorun=1&compare=1&max_tokens=80&temperature=0&prompt=ROMEO%3A%0AWhat%20light")
-            state = browser.wait_for('["done", "error"].includes(document.body.dataset.state) && '
-                                     'document.body.dataset.state', timeout=90)
-            page = json.loads(browser.evaluate(DOM_SUMMARY))
-            browser.screenshot(tmp_path / "playground.png")
-        finally:
-            browser.close()
+        state, page = autorun(url + "/?autorun=1&compare=1&max_tokens=80&temperature=0&prompt=ROMEO%3A%0AWhat%20light",
+                              tmp_path, screenshot=tmp_path / "playground.png")
     assert state == "done", f"page state {state!r}, error {page['error']!r}"
     kinds, stats = page["kinds"], page["stats"]
     assert kinds["draft"] > 0 and sum(kinds.values()) == 80, kinds
@@ -105,18 +113,9 @@ def test_the_form_takes_common_values_and_a_comparison_repeats_the_run_s_setting
 def test_a_server_without_a_default_drafter_still_runs_the_page(tmp_path):
     """--draft_model_size none: /v1/models says default_drafter null (a request that names no drafter runs the
     target alone); the page, which shows drafting, picks the first drafter served (prompt lookup) and runs."""
-    import json
     from gpt2np.serve.__main__ import load_engine, parse_args
     engine = load_engine(parse_args(["--draft_model_size", "none"]))
     with running_server(engine) as url:
-        browser = Browser(tmp_path / "profile")
-        try:
-            browser.open(url + "/?autorun=1&max_tokens=12&temperature=0&prompt=ROMEO%3A")
-            state = browser.wait_for('["done", "error"].includes(document.body.dataset.state) && '
-                                     'document.body.dataset.state', timeout=90)
-            page = json.loads(browser.evaluate(DOM_SUMMARY))
-            drafter = browser.evaluate('document.getElementById("drafter").value')
-        finally:
-            browser.close()
-    assert engine.default_drafter is None and drafter == "ngram", (engine.default_drafter, drafter)
+        state, page = autorun(url + "/?autorun=1&max_tokens=12&temperature=0&prompt=ROMEO%3A", tmp_path)
+    assert engine.default_drafter is None and page["drafter"] == "ngram", (engine.default_drafter, page["drafter"])
     assert state == "done" and sum(page["kinds"].values()) == 12, (state, page["error"], page["kinds"])

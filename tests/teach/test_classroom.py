@@ -229,6 +229,27 @@ def test_python_dash_m_entry_point_runs():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""
 
 
+def test_a_closed_pipe_and_ctrl_c_end_the_command_without_a_traceback(monkeypatch, capsys):
+    """`python -m gpt2np.classroom | head -1` printed a BrokenPipeError traceback (status 1), and Ctrl-C a
+    KeyboardInterrupt one: the command now runs through report.run_command, as every other."""
+    reader = subprocess.Popen([sys.executable, "-m", "gpt2np.classroom", "--n_samples", "2000"], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = reader.stdout.readline()
+    reader.stdout.close()  # the reader leaves, as head -1 does
+    err = reader.stderr.read()
+    reader.stderr.close()
+    assert reader.wait(timeout=120) == 0 and first.startswith("Speculative decoding in the classroom"), first
+    assert "Traceback" not in err, err
+    from gpt2np import classroom
+
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(classroom, "main", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        classroom.run([])
+    assert exit_info.value.code == 130
+
+
 def test_unnormalised_residual_kernel_puts_the_missing_mass_on_the_last_token():
     """Our extra broken kernel, exactly: K = 1 and the draft always proposes token 0, which the
     target never emits, so it is always rejected and the residual is max(0, p - q) = p - q where

@@ -230,7 +230,10 @@ def load_model(name_or_dir, models_dir="weights", base_url=None, tokenizer_dir=N
     config = read_config(folder)
     if canonical_name(name_or_dir) in RELEASE_SIZES:  # a size name is a promise: refuse before writing a cache
         config.check_preset(canonical_name(name_or_dir), folder / "hparams.json")
-    params = load_hf_params(folder, config) if hf else load_params(folder, config)
+    # the bundled models load uncached: a cache would be written into the installed package, which pip does not
+    # remove, and their checkpoints load as fast (2.6M: 6 ms from its memory maps, 14 ms from the cache)
+    bundled = Path(folder).resolve().parent == BUNDLED_DIR.resolve()
+    params = load_hf_params(folder, config) if hf else load_params(folder, config, cache=not bundled)
     if tokenizer_dir is None and hf:
         tokenizer = load_hf_tokenizer(folder, fast=fast_tokenizer)
     else:

@@ -301,26 +301,34 @@ def _sweep_stale_temporaries(cache_dir):
             _remove_quietly(os.path.join(cache_dir, name))
 
 
-def load_params(model_dir, config):  # -> params
+def load_params(model_dir, config, cache=True):  # -> params
     """Load OpenAI-format weights from `model_dir` (model.ckpt.index + .data-*).
 
     The first load checks every CRC (checkpoint.read_checkpoint) and writes one .npy per
     tensor to `<model_dir>/.gpt2np-cache/`, with its CRC32C in the manifest; later loads read
     those straight into memory and check each one's shape and CRC32C (about a second for 355M),
     until the checkpoint files change. A cached tensor that fails a check makes the cache be
-    rebuilt from the checkpoint. A folder we cannot write just goes uncached.
+    rebuilt from the checkpoint. A folder we cannot write just goes uncached, and so does any with
+    cache=False (the bundled models, inside the installed package: loading.load_model).
     """
     prefix = os.path.join(model_dir, "model.ckpt")
     # memory maps: nothing is held in RAM twice
-    return load_params_cached(model_dir, config, _checkpoint_key(prefix), lambda: read_checkpoint(prefix), prefix)
+    return load_params_cached(model_dir, config, _checkpoint_key(prefix), lambda: read_checkpoint(prefix), prefix,
+                              cache=cache)
 
 
-def load_params_cached(model_dir, config, key, read_tensors, source, config_file="hparams.json"):  # -> params
+def load_params_cached(model_dir, config, key, read_tensors, source, config_file="hparams.json",
+                       cache=True):  # -> params
     """Params from the .npy cache in `<model_dir>/.gpt2np-cache/` if it was written for `key` (a dict
     that changes whenever the source's bytes do), else from read_tensors() -> {TF name: array},
-    caching them. Both checkpoint layouts (OpenAI's TF one here, Hugging Face's in hf_layout.py) load
-    this way (config_file: where `config` came from, for check_tensors' hint). Temporary files of cache
-    writers that died first are swept here (_sweep_stale_temporaries)."""
+    caching them (cache=False: never, nothing written). Both checkpoint layouts (OpenAI's TF one here,
+    Hugging Face's in hf_layout.py) load this way (config_file: where `config` came from, for
+    check_tensors' hint). Temporary files of cache writers that died first are swept here
+    (_sweep_stale_temporaries)."""
+    if not cache:
+        tensors = read_tensors()
+        check_tensors(tensors, config, source, config_file)
+        return params_from_tf(tensors, config)
     cache_dir = os.path.join(model_dir, CACHE_DIR)
     _sweep_stale_temporaries(cache_dir)
     tensors = _load_cache(cache_dir, key, config)

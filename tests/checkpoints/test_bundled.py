@@ -88,3 +88,23 @@ def test_pair_fits_the_size_budget():
     """Everything committed for the pair stays <= 15 MB (issue 4); the .npy load cache is not committed."""
     files = [p for p in BUNDLED.rglob("*") if p.is_file() and ".gpt2np-cache" not in p.parts]
     assert sum(p.stat().st_size for p in files) <= 15_000_000
+
+
+def test_the_bundled_models_load_without_writing_a_cache_into_the_package(monkeypatch, tmp_path):
+    """An installed gpt2np's first run wrote 12 MB of .npy cache into site-packages/gpt2np/bundled/, which
+    `pip uninstall` leaves behind; the bundled checkpoints load as fast without it. A copy of the same folder
+    elsewhere is cached as any model folder is (the control)."""
+    import shutil
+    from gpt2np.checkpoints import weights
+    written, write_cache = [], weights._write_cache
+    monkeypatch.setattr(weights, "_write_cache", lambda cache_dir, *a: written.append(cache_dir) or
+                        write_cache(cache_dir, *a))
+    for name in NAMES:
+        gpt2np.load_model(name)
+    assert written == [], written
+    copy = shutil.copytree(BUNDLED / DRAFT, tmp_path / DRAFT, ignore=shutil.ignore_patterns(weights.CACHE_DIR))
+    reference = gpt2np.load_model(DRAFT)
+    again = gpt2np.load_model(str(copy))
+    assert written == [str(copy / weights.CACHE_DIR)], written
+    ids = np.array([72, 101, 108])
+    assert np.array_equal(reference.forward(ids, reference.new_cache()), again.forward(ids, again.new_cache()))

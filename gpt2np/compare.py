@@ -39,7 +39,7 @@ REDRAW_SECONDS = 0.04  # the live columns are redrawn at most this often
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python -m gpt2np.compare", description=__doc__.split("\n")[0])
-    p.add_argument("target", help="target model, named as main.py names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
+    p.add_argument("target", help="target model, named as the gpt2np command (main.py) names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
                    f"bundled name ({', '.join(gpt2np.bundled_models()) or 'none'}), hf:owner/name[@revision] or a folder")
     p.add_argument("draft", help="drafter: a model named like the target, or 'ngram' (prompt lookup)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"text to continue (default: {DEFAULT_PROMPT!r})")

@@ -48,7 +48,7 @@ PROMPTS = (  # written for this command: ordinary sentences, cut where a continu
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python -m gpt2np.latency", description=__doc__.split("\n")[0])
-    p.add_argument("target", help="target model, named as main.py names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
+    p.add_argument("target", help="target model, named as the gpt2np command (main.py) names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
                    f"bundled name ({', '.join(gpt2np.bundled_models()) or 'none'}), hf:owner/name[@revision] or a folder")
     p.add_argument("draft", nargs="?", default=None,
                    help="drafter: a model named like the target, or 'ngram'; omit for target-only latency")
@@ -148,6 +148,11 @@ def timed(stream):
 def open_all(args, target, drafter):
     """The streams of the warm-up prompt, then of every prompt: every check runs here, no work yet."""
     encoded = [target.tokenizer.encode(p) for p in (WARMUP_PROMPT, *PROMPTS)]
+    models = [target] + ([drafter.model] if hasattr(drafter, "model") else [])
+    n_ctx, longest = min(m.n_ctx for m in models), max(map(len, encoded))
+    if args.n_tokens > n_ctx - longest:  # the prompts are fixed: say the largest --n_tokens that fits
+        raise ValueError(f"--n_tokens {args.n_tokens} does not fit: the longest prompt ({longest} tokens) leaves "
+                         f"room for at most {n_ctx - longest} new tokens in the context of {n_ctx}")
     return [streams(args, target, drafter, ids, i) for i, ids in enumerate(encoded)]
 
 

@@ -75,13 +75,18 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def command_name(prog, argv0=None):
     """The name a command's usage and errors give it: an installed command's own name (pip's console
-    scripts: gpt2np, gpt2np-serve, ...), else prog (how it runs from the repository).
+    scripts: gpt2np, gpt2np-serve, ...), `python -m gpt2np` for main.py's command run as the package,
+    else prog (how it runs from the repository).
 
     >>> command_name("python main.py", "/venv/bin/gpt2np"), command_name("python main.py", "main.py")
     ('gpt2np', 'python main.py')
+    >>> command_name("python main.py", "/venv/lib/site-packages/gpt2np/__main__.py")
+    'python -m gpt2np'
     """
-    invoked = os.path.basename(sys.argv[0] if argv0 is None and sys.argv else argv0 or "")
-    invoked = invoked.removesuffix(".exe").removesuffix("-script.py")  # Windows' launchers of an installed script
+    path = sys.argv[0] if argv0 is None and sys.argv else argv0 or ""
+    invoked = os.path.basename(path).removesuffix(".exe").removesuffix("-script.py")  # Windows' launchers
+    if invoked == "__main__.py" and os.path.basename(os.path.dirname(path)) == "gpt2np":
+        return "python -m gpt2np"
     return invoked if invoked.startswith("gpt2np") and not invoked.endswith(".py") else prog
 
 

@@ -115,6 +115,21 @@ def test_a_random_draft_of_another_vocabulary_is_refused_before_its_init(no_rand
     assert (out.returncode, out.stdout, out.stderr) == (2, "", "error: draft and target must share a vocabulary: n_vocab 50257 vs 257 (draft vs target)\n"), out
 
 
+def test_python_dash_m_gpt2np_is_main_py_for_an_installed_package():
+    """An installed gpt2np has no main.py: `python -m gpt2np` runs the same command, its usage and errors named
+    that way."""
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "gpt2np", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=300)
+    same = ["--n_tokens_to_generate", "4", "--num_runs", "1"]
+    here, real = run(*same), run_main(*same)
+    assert here.returncode == 0 and here.stdout.splitlines()[0] == real.stdout.splitlines()[0], (here, real)
+    assert "speculative" in here.stdout and "Traceback" not in here.stderr, here
+    bad = run("--bogus")
+    assert (bad.returncode, bad.stdout) == (2, "") and bad.stderr.startswith("python -m gpt2np: error: unrecognized "
+                                                                             "arguments: --bogus"), bad.stderr
+
+
 def test_a_refusal_in_process_is_what_the_process_writes(main_here):
     """main_here's refusals are `python main.py`'s, byte for byte: argparse's usage error and a check's."""
     for args in (["--no_such_flag"], ["--K", "3", "--K_max", "5"]):

@@ -258,7 +258,8 @@ def test_the_prompts_are_fifteen_sentences_not_taken_from_the_training_corpora()
     ("latency", [TARGET, "--K", "3"], "--K needs a drafter"),
     ("latency", [TARGET, DRAFT, "--K", "often"], "--K must be an integer >= 1, 'heuristic' or 'auto', got 'often'"),
     ("latency", [TARGET, DRAFT, "--K", "0"], "--K must be an integer >= 1, 'heuristic' or 'auto', got '0'"),
-    ("latency", [TARGET, "--n_tokens", "250"], "exceeds the context of 256 tokens"),
+    ("latency", [TARGET, "--n_tokens", "250"], "--n_tokens 250 does not fit: the longest prompt (79 tokens) leaves "
+                                                "room for at most 177 new tokens in the context of 256"),
     ("compare", ["random:tiny", DRAFT], "random:tiny has no tokenizer to encode the prompt with"),  # 64 tokens: was
     ("latency", ["random:tiny"], "random:tiny has no tokenizer to encode the prompts with"),  # a traceback
 ])

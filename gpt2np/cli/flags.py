@@ -207,7 +207,7 @@ def apply_style_defaults(args):
     args.style_defaults: the other repository's defaults that were applied (not given)."""
     if len(args.styles) > 1:
         mixed = " and ".join(f"{style}'s ({' '.join(flags)})" for style, flags in args.styles.items())
-        raise ValueError(f"the flags mix the spellings of {mixed}: use one style (or main.py's own flags)")
+        raise ValueError(f"the flags mix the spellings of {mixed}: use one style (or gpt2np's own flags)")
     check_one_name_each(args)
     args.style_defaults = {}
     for dest, value in (LLMSS_DEFAULTS.items() if LLMSS in args.styles else ()):

@@ -63,7 +63,7 @@ def parse_args(argv):
                         "are answered 429 (default: %(default)s)")
     p.add_argument("--max_body_bytes", type=int, default=256 * 1024,
                    help="larger request bodies get 413 (default: %(default)s, 256 KiB)")
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: as main.py)")
+    p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
     p.add_argument("--quiet", action="store_true",
                    help="no line per request on stderr (by default each request, once answered, gets one: time, "
                         "client, method, path, status, seconds, and a completion's tokens, how it ended and its "

@@ -15,7 +15,9 @@ options, rng and stops, and draws its token from its own logits in the order gen
 it gets exactly the tokens generate gives it alone, greedy token for token and sampled draw for draw,
 whatever joins or leaves around it (its logits differ from the solo run's only by float32 rounding,
 ~1e-5, as in batched.py). prefill_chunk=n feeds a long prompt n rows per step instead (the others'
-steps stay short; no token is drawn until the whole prompt is in).
+steps stay short; no token is drawn until the whole prompt is in). A step that raises (Ctrl-C in a
+notebook, say) changes nothing: every sequence's cache, tokens and generator are put back where the
+step found them, so the next step carries on as if it had not begun.
 
 >>> from gpt2np.decoding.autoregressive import generate
 >>> from gpt2np.teach.toy_models import random_toy_model
@@ -73,6 +75,17 @@ def check_rng_unshared(rng, options, running):
                          "sequence needs its own (np.random.default_rng(seed))")
 
 
+def generator_state(rng):  # -> what set_generator_state needs to put rng back (None: nothing to put back)
+    """An np.random.Generator's state (~1 us); None for no generator, or a stand-in without a bit_generator."""
+    bits = getattr(rng, "bit_generator", None)
+    return None if bits is None else bits.state
+
+
+def set_generator_state(rng, state):
+    if state is not None:
+        rng.bit_generator.state = state
+
+
 class Handles:
     """What both continuous batches keep by handle: the running sequences (_running, in the order they
     joined) and the finished ones' tokens until they are popped (_finished)."""
@@ -112,6 +125,24 @@ class Handles:
     def __len__(self):
         return len(self._running)
 
+    def _undoable(self, step, keep, put_back):  # -> step()'s value; on any exception, nothing has changed
+        """step(), undone if it raises (a KeyboardInterrupt between the packed pass and the last draw left
+        the sequences not yet drawn with a cache a row longer than their tokens, and the next step fed
+        their last token twice): keep(seq) -> what put_back(seq, kept) restores, for every running
+        sequence; the running and finished sets are restored in place (a policy holds _running)."""
+        running, finished = dict(self._running), set(self._finished)
+        kept = [(seq, keep(seq)) for seq in running.values()]
+        try:
+            return step()
+        except BaseException:
+            for seq, state in kept:
+                put_back(seq, state)
+            self._running.clear()
+            self._running.update(running)
+            for handle in set(self._finished) - finished:
+                del self._finished[handle]
+            raise
+
 
 class ContinuousBatch(Handles):
     """Running sequences decoded together, one packed forward pass per step; any may join or leave.
@@ -147,9 +178,13 @@ class ContinuousBatch(Handles):
 
     def step(self):  # -> [(handle, RoundEvent)]
         """One packed forward pass over every running sequence; each that has fed its whole prompt
-        draws one token; finished sequences leave before step returns."""
+        draws one token; finished sequences leave before step returns. If it raises, nothing changed."""
         if not self._running:
             return []
+        return self._undoable(self._step, lambda s: (len(s.cache), s.fed, len(s.tokens), generator_state(s.rng)),
+                              put_back)
+
+    def _step(self):
         start, handles = time.perf_counter(), list(self._running)
         feeds = [self._running[h].feed(self.prefill_chunk) for h in handles]
         logits = packed_step(self.model, [(ids, self._running[h].cache) for h, ids in zip(handles, feeds)])
@@ -175,3 +210,11 @@ class ContinuousBatch(Handles):
         """The tokens a sequence has drawn so far (running or finished and not yet popped)."""
         seq = self._running.get(handle) if self._is_handle(handle) else None
         return list(seq.tokens) if seq is not None else list(self._finished[self._finished_handle(handle, "tokens_of")])
+
+
+def put_back(seq, kept):  # a Sequence where an undone step found it (ContinuousBatch._undoable)
+    n_cached, seq.fed, n_tokens, state = kept
+    seq.cache.truncate(n_cached)
+    del seq.tokens[n_tokens:]
+    set_generator_state(seq.rng, state)
+

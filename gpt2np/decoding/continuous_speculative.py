@@ -42,7 +42,7 @@ from .autoregressive import check_model
 from .batched import check_sequence, request_cache
 from .batched_speculative import (Sequence, batch_auto_K, batch_round, check_draft_model, check_draft_room,
                                   roll_back_each, verify_each)
-from .continuous import Handles, check_rng_unshared
+from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
 
@@ -133,9 +133,20 @@ class ContinuousSpeculativeBatch(Handles):
         return self._running.pop(handle, None) is not None
 
     def step(self):  # -> [(handle, RoundEvent)]
-        """One round of every running sequence (batch_round); finished sequences leave before it returns."""
+        """One round of every running sequence (batch_round); finished sequences leave before it returns.
+        If it raises, no sequence changed (its caches, context and generator put back; the K policy keeps
+        what it saw, which the next round's K may use: K stays a function of the past)."""
         if not self._running:
             return []
+        newcomers, auto = set(self._newcomers), dict(self._auto)
+        try:
+            return self._undoable(self._round, keep, put_back)
+        except BaseException:
+            self._newcomers.update(newcomers)  # their prompts are fed again: the round is not the policy's to time
+            self._auto.update(auto)
+            raise
+
+    def _round(self):
         events = batch_round(self.target, self.draft, self._running, list(self._running), self.verify,
                              self.roll_back, self.policy)
         self._newcomers.clear()
@@ -151,3 +162,16 @@ class ContinuousSpeculativeBatch(Handles):
         if seq is not None:
             return list(seq.context[len(seq.prompt):])
         return list(self._finished[self._finished_handle(handle, "tokens_of")])
+
+
+def keep(seq):  # -> what put_back restores (ContinuousSpeculativeBatch.step)
+    return (len(seq.target_cache), len(seq.draft_cache), len(seq.context), len(seq.provenance), seq.K,
+            generator_state(seq.rng))
+
+
+def put_back(seq, kept):  # a Sequence where an undone round found it
+    n_target, n_draft, n_context, n_emitted, seq.K, state = kept
+    seq.target_cache.truncate(n_target)
+    seq.draft_cache.truncate(n_draft)
+    del seq.context[n_context:], seq.provenance[n_emitted:]
+    set_generator_state(seq.rng, state)

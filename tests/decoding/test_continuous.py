@@ -246,3 +246,45 @@ def test_a_handle_that_is_not_an_int_is_a_one_line_type_error(handle):
     with pytest.raises(TypeError, match="in batch: a handle is an int that add returned"):
         handle in batch
     assert batch.running == handles and np.int64(1) in batch and batch.cancel(np.int64(1)) and 1 not in batch
+
+
+@pytest.mark.parametrize("where", ["after the pass", "between two draws", "at the last draw"])
+def test_a_step_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(bundled, monkeypatch, where):
+    """Ctrl-C in a step (a notebook user stopping a cell) used to leave the sequences not yet drawn with a cache
+    one row longer than their tokens: the next step fed their last token twice, their text went wrong and a
+    later step overflowed a cache. Now a step that raises is undone (caches, tokens, generators), so after one
+    interrupted step, stepping on gives every sequence exactly its solo run, greedy and sampled alike."""
+    from gpt2np.decoding import continuous
+    ids = [bundled.tokenizer.encode(p) for p in PROMPTS[:3]]
+    requests = [dict(prompt=p, n=12, seed=seed, stops=None, options=dict(temperature=temperature))
+                for p, seed, temperature in zip(ids, [None, 5, 6], [None, 0.9, 1.2])]
+    calls, real_step, real_draw = {"pass": 0, "draw": 0}, continuous.packed_step, continuous.next_token
+    third_step_draws = {"after the pass": None, "between two draws": 2, "at the last draw": 3}[where]
+
+    def packed_step(*args):  # the third step's pass runs (every cache grows); then, maybe, Ctrl-C
+        out = real_step(*args)
+        calls["pass"] += 1
+        if calls["pass"] == 3 and third_step_draws is None:
+            raise KeyboardInterrupt
+        return out
+
+    def next_token(*args, **kwargs):  # the third step's n-th draw: Ctrl-C once its generator has moved
+        token = real_draw(*args, **kwargs)
+        calls["draw"] += 1
+        if calls["pass"] == 3 and calls["draw"] == 6 + third_step_draws and "raised" not in calls:
+            calls["raised"] = True
+            raise KeyboardInterrupt
+        return token
+    monkeypatch.setattr(continuous, "packed_step", packed_step)
+    monkeypatch.setattr(continuous, "next_token", next_token)
+    batch = ContinuousBatch(bundled)
+    handles = [batch.add(r["prompt"], r["n"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
+    interrupted = 0
+    while batch:
+        try:
+            batch.step()
+        except KeyboardInterrupt:
+            interrupted += 1
+    assert interrupted == 1
+    for i, (handle, r) in enumerate(zip(handles, requests)):
+        assert batch.pop_tokens(handle) == solo(bundled, r), f"request {i} differs from its solo run ({where})"

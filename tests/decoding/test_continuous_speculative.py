@@ -255,3 +255,41 @@ def test_the_models_and_shared_generators_are_refused():
     batch.add([0], 3, 2, rng=coins)
     with pytest.raises(ValueError, match="already draws from this generator"):
         batch.add([1], 3, 2, rng=coins)
+
+
+@pytest.mark.parametrize("where", ["verifying", "rolling back"])
+def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(pair, where):
+    """Ctrl-C in a round (a notebook user stopping a cell) used to leave caches and generators half moved: the
+    next round failed deep inside ("need 1 <= n_logits <= len(ids)"). Now a round that raises is undone, so
+    after one interrupted round every sequence still gets exactly its solo run, greedy and sampled alike:
+    interrupted after half the sequences drew their coins, or after the target caches were rolled back and
+    before the draft caches were."""
+    target, draft = pair
+    ids = [target.tokenizer.encode(p) for p in PROMPTS[:4]]
+    requests = [dict(prompt=p, n=14, K=k, seed=seed, stops=None, options=dict(temperature=temperature))
+                for p, k, seed, temperature in zip(ids, [3, 2, 4, 0], [None, 5, 6, 7], [None, 0.9, 1.2, 0.8])]
+    calls = {"verify": 0, "roll_back": 0}
+
+    def verify(rounds, rngs):  # the third round: half the sequences verified (their coins drawn), then Ctrl-C
+        calls["verify"] += 1
+        if where == "verifying" and calls["verify"] == 3:
+            batched_speculative.verify_each(rounds[:len(rounds) // 2], rngs[:len(rngs) // 2])
+            raise KeyboardInterrupt
+        return batched_speculative.verify_each(rounds, rngs)
+
+    def roll_back(pairs):  # the third round's second roll-back (the draft caches'): Ctrl-C before it
+        calls["roll_back"] += 1
+        if where == "rolling back" and calls["roll_back"] == 6:
+            raise KeyboardInterrupt
+        batched_speculative.roll_back_each(pairs)
+    batch = ContinuousSpeculativeBatch(target, draft, verify=verify, roll_back=roll_back)
+    handles = [batch.add(r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
+    interrupted = 0
+    while batch:
+        try:
+            batch.step()
+        except KeyboardInterrupt:
+            interrupted += 1
+    assert interrupted == 1
+    for i, (handle, r) in enumerate(zip(handles, requests)):
+        assert batch.pop_tokens(handle) == solo(target, draft, r), f"request {i} differs from its solo run ({where})"

@@ -31,6 +31,7 @@ step found them, so the next step carries on as if it had not begun.
 >>> batch.tokens_of(a) == generate(model, [0], 3), batch.tokens_of(b) == generate(model, [1, 2], 2)
 (True, True)
 """
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -86,9 +87,21 @@ def set_generator_state(rng, state):
         rng.bit_generator.state = state
 
 
+HANDLES = itertools.count()  # every batch's handles come from here: one batch's handle is never another's
+
+
 class Handles:
     """What both continuous batches keep by handle: the running sequences (_running, in the order they
-    joined) and the finished ones' tokens until they are popped (_finished)."""
+    joined) and the finished ones' tokens until they are popped (_finished). Handles are ints unique in the
+    process (HANDLES), so one batch's handle given to another finds nothing there (it read the other
+    sequence's tokens when every batch counted from 0); _first and _next bound the ones this batch gave."""
+
+    def _new_handle(self):
+        handle = next(HANDLES)
+        if self._first is None:
+            self._first = handle
+        self._next = handle + 1
+        return handle
 
     def pop_tokens(self, handle):
         """A finished sequence's tokens, forgotten afterwards (a long-running batch keeps none)."""
@@ -98,7 +111,8 @@ class Handles:
         return self._finished.pop(self._finished_handle(handle, "pop_tokens"))
 
     def _is_handle(self, handle):  # an int add() could have returned (a list, say, cannot be looked up)
-        return isinstance(handle, (int, np.integer)) and not isinstance(handle, bool) and 0 <= handle < self._next
+        return (isinstance(handle, (int, np.integer)) and not isinstance(handle, bool) and self._first is not None
+                and self._first <= handle < self._next)
 
     def _int_handle(self, handle, call):  # -> handle, or a TypeError: True would pass for handle 1
         if isinstance(handle, bool) or not isinstance(handle, (int, np.integer)):
@@ -111,8 +125,8 @@ class Handles:
         keeps no record of what it cancelled or popped, so those two are told apart from a handle it never gave."""
         if self._is_handle(handle) and handle in self._finished:
             return handle
-        why = "it was cancelled, or its tokens were already popped" if self._is_handle(handle) else \
-            "this batch never gave that handle (handles are the ints add returned)"
+        why = ("it was cancelled, or its tokens were already popped (or another batch gave it)" if self._is_handle(handle)
+               else "this batch never gave that handle (handles are the ints its add returned)")
         raise ValueError(f"{method}({handle!r}): no tokens to read: {why}")
 
     @property
@@ -157,7 +171,7 @@ class ContinuousBatch(Handles):
                                           not isinstance(prefill_chunk, (int, np.integer)) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be None (whole prompts) or an integer >= 1, got {prefill_chunk!r}")
         self.model, self.prefill_chunk = model, prefill_chunk
-        self._running, self._finished, self._next = {}, {}, 0
+        self._running, self._finished, self._first, self._next = {}, {}, None, 0
 
     def add(self, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *, stop_tokens=None):
         """Check one request as generate checks it (one-line ValueError) and put it in the batch; it
@@ -166,7 +180,7 @@ class ContinuousBatch(Handles):
                                         stop_tokens)
         check_rng_unshared(rng, options, self._running.values())
         prompt, n_tokens = checked_copy(prompt_ids), int(n_tokens)  # a copy: the prompt is fed at the next step
-        handle, self._next = self._next, self._next + 1
+        handle = self._new_handle()
         self._running[handle] = Sequence(prompt, n_tokens, options, rng, stops,
                                          request_cache(self.model, len(prompt) + n_tokens - 1))
         return handle

@@ -97,7 +97,7 @@ class ContinuousSpeculativeBatch(Handles):
         check_draft_model(target, draft, USAGE)
         self.target, self.draft, self.K_max = target, draft, checked_K_max(K_max)
         self.verify, self.roll_back = verify, roll_back
-        self._running, self._finished, self._next = {}, {}, 0
+        self._running, self._finished, self._first, self._next = {}, {}, None, 0
         self._auto, self._newcomers = {}, set()  # handle -> its K_max, for the K="auto" sequences
         self.policy = AutoKForSome(batch_auto_K(target, draft, self.K_max), self._running,
                                    self._auto, self._newcomers)
@@ -114,7 +114,7 @@ class ContinuousSpeculativeBatch(Handles):
             check_draft_room(self.draft, prompt_ids, n_tokens)  # the draft sees it too
         check_rng_unshared(rng, options, self._running.values())
         prompt = [int(t) for t in prompt_ids]
-        handle, self._next = self._next, self._next + 1
+        handle = self._new_handle()
         room = len(prompt) + int(n_tokens) - 1  # the target holds context[:-1] and at most k <= wanted - 1 drafts
         self._running[handle] = Sequence(prompt, int(n_tokens), K, options, rng, stops,
                                          request_cache(self.target, room), request_cache(self.draft, room),

@@ -102,6 +102,29 @@ def test_random_model_names_the_config_it_wants(config):
 
 
 @pytest.mark.parametrize("kind", ["plain", "speculative"])
+def test_a_handle_from_another_batch_reads_nothing_there(kind):
+    """Handles counted from 0 in every batch, so batch a's pop_tokens(handle from b) returned a's own sequence's
+    tokens (and cancel would have cancelled it): handles are unique in the process now, and a foreign one finds
+    nothing, in a one-line error."""
+    rng = np.random.default_rng(0)
+    model, draft = random_toy_model(rng, n_vocab=4), random_toy_model(rng, n_vocab=4)
+
+    def new_batch():
+        return gpt2np.ContinuousBatch(model) if kind == "plain" else gpt2np.ContinuousSpeculativeBatch(model, draft)
+    a, b = new_batch(), new_batch()
+    mine, theirs = a.add([0], 3), b.add([1], 2)
+    for batch in (a, b):
+        while batch:
+            batch.step()
+    assert mine != theirs and theirs not in a and mine not in b and not a.cancel(theirs)
+    for read in (a.pop_tokens, a.tokens_of):
+        with pytest.raises(ValueError, match=rf"\({theirs}\): no tokens to read") as info:
+            read(theirs)
+        one_line(info)
+    assert len(a.pop_tokens(mine)) == 3 and len(b.pop_tokens(theirs)) == 2
+
+
+@pytest.mark.parametrize("kind", ["plain", "speculative"])
 def test_a_handle_without_tokens_is_a_one_line_error_saying_why(kind):
     rng = np.random.default_rng(0)
     model = random_toy_model(rng, n_vocab=4)
@@ -109,15 +132,15 @@ def test_a_handle_without_tokens_is_a_one_line_error_saying_why(kind):
         model, random_toy_model(rng, n_vocab=4))
     running, cancelled = batch.add([0], 3), batch.add([1], 3)
     batch.cancel(cancelled)
-    with pytest.raises(ValueError, match=r"pop_tokens\(0\): that sequence is still running") as info:
+    with pytest.raises(ValueError, match=rf"pop_tokens\({running}\): that sequence is still running") as info:
         batch.pop_tokens(running)
     one_line(info)
     assert batch.tokens_of(running) == []  # a running sequence is read with tokens_of
     for read in (batch.pop_tokens, batch.tokens_of):
-        with pytest.raises(ValueError, match=r"\(1\): no tokens to read: it was cancelled, or its tokens were "
-                                             r"already popped"):
+        with pytest.raises(ValueError, match=rf"\({cancelled}\): no tokens to read: it was cancelled, or its tokens "
+                                             r"were already popped"):
             read(cancelled)
-        for unknown in (7, -1, [0], True):
+        for unknown in (cancelled + 5, -1, [0], True):
             with pytest.raises(ValueError, match="this batch never gave that handle") as info:
                 read(unknown)
             one_line(info)

@@ -46,12 +46,32 @@ def is_list(value):  # a list, a tuple or a 1-D array: one value per sequence
 
 def per_sequence(value, n, name, is_one=lambda v: not is_list(v)):  # -> [n] values
     """value for every one of n sequences, or its list of one value per sequence (checked later)."""
+    if isinstance(value, np.ndarray) and value.ndim > 1:  # [n, 1], say: its repr runs to hundreds of lines
+        raise ValueError(f"{name} must be one value for every sequence or a 1-D list of one per prompt ({n}), "
+                         f"got an array of shape {value.shape}")
     if is_one(value):
         return [value] * n
     if is_list(value) and len(value) == n:
         return list(value)
     raise ValueError(f"{name} must be one value for every sequence or a list of one per prompt ({n}), "
                      f"got a {type(value).__name__} of {len(value)}")
+
+
+def each_checked(n, check):  # -> [check(i) for i in range(n)]
+    """Every sequence's check; a ValueError names the first sequence that fails ("sequence 2: ..."), unless
+    every sequence fails alike (n_tokens=0 given once for all): then the error is said once, for none."""
+    results, errors = [], {}
+    for i in range(n):
+        try:
+            results.append(check(i))
+        except ValueError as error:
+            errors[i] = str(error)
+    if not errors:
+        return results
+    if len(errors) == n and len(set(errors.values())) == 1:
+        raise ValueError(errors[0])
+    first = min(errors)
+    raise ValueError(f"sequence {first}: {errors[first]}")
 
 
 def is_one_stop_list(stop_tokens):
@@ -111,15 +131,9 @@ def check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_t
                                                        (top_k, "top_k"), (top_p, "top_p"), (rng, "rng")]]
     values.append(per_sequence(stop_tokens, n, "stop_tokens", is_one_stop_list))
     n_tokens, temperature, top_k, top_p, rngs, stop_tokens = values
-    options, stops = [], []
-    for i in range(n):
-        try:
-            o, s = check_sequence(model, prompts[i], n_tokens[i], temperature[i], top_k[i], top_p[i],
-                                  rngs[i], stop_tokens[i])
-        except ValueError as error:
-            raise ValueError(f"sequence {i}: {error}") from None
-        options.append(o)
-        stops.append(s)
+    checked = each_checked(n, lambda i: check_sequence(model, prompts[i], n_tokens[i], temperature[i], top_k[i],
+                                                       top_p[i], rngs[i], stop_tokens[i]))
+    options, stops = [o for o, _ in checked], [s for _, s in checked]
     check_own_generators(rngs, options)  # after each sequence's temperature is known: only samplers draw
     return [checked_copy(p) for p in prompts], [int(n) for n in n_tokens], options, rngs, stops
 

@@ -47,7 +47,7 @@ from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import FEW_ROWS, BatchAutoK
 from .policies import checked_K_max
-from .batched import BatchStep, check_batch, per_sequence, request_cache
+from .batched import BatchStep, check_batch, each_checked, per_sequence, request_cache
 from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
@@ -93,11 +93,13 @@ def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most t
     if isinstance(K, str) and K == "auto":
         return [K_max] * n
     Ks = per_sequence(K, n, "K")
-    for i, k in enumerate(Ks):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"sequence {i}: K (draft tokens per round) must be an integer >= 0 "
-                             f"(0: plain decoding), or 'auto' for every sequence, got {k!r}")
-    return [int(k) for k in Ks]
+
+    def checked(i):
+        if isinstance(Ks[i], bool) or not isinstance(Ks[i], (int, np.integer)) or Ks[i] < 0:
+            raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding), or 'auto' "
+                             f"for every sequence, got {Ks[i]!r}")
+        return int(Ks[i])
+    return each_checked(n, checked)
 
 
 def check_draft_model(target, draft, usage=USAGE):
@@ -129,11 +131,8 @@ def check_draft_room(draft, prompt, n_tokens):
 def check_draft(target, draft, prompts, n_tokens, Ks):
     """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
     check_draft_model(target, draft)
-    for i in (i for i, k in enumerate(Ks) if k > 0):  # K = 0: the draft never sees that sequence
-        try:
-            check_draft_room(draft, prompts[i], n_tokens[i])
-        except ValueError as error:
-            raise ValueError(f"sequence {i}: {error}") from None
+    each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))  # K = 0: the
+                                                                                                 # draft never sees it
 
 
 def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):

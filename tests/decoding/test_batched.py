@@ -167,6 +167,30 @@ def test_one_dimensional_arrays_are_per_sequence_lists():
         generate_batch(model, prompts, np.array([3, 6, 1]))
 
 
+@pytest.mark.parametrize("name", ["n_tokens", "temperature", "top_k"])
+def test_a_column_of_values_is_one_line_naming_its_shape(name):
+    """np.full((300, 1), 3) as n_tokens was taken as one value for every sequence, and its error printed the
+    array: 300 lines blamed on sequence 0."""
+    model = random_toy_model(np.random.default_rng(3), n_vocab=5, order=2)
+    arguments = dict(n_tokens=3, temperature=np.full((300, 1), 0.5) if name == "temperature" else None,
+                     rng=[np.random.default_rng(s) for s in range(300)])
+    arguments[name] = np.full((300, 1), 3 if name != "temperature" else 0.5)
+    with pytest.raises(ValueError) as info:
+        generate_batch(model, [[0]] * 300, arguments.pop("n_tokens"), **arguments)
+    assert str(info.value) == (f"{name} must be one value for every sequence or a 1-D list of one per prompt (300), "
+                               "got an array of shape (300, 1)"), str(info.value)[:300]
+
+
+def test_a_value_given_once_is_blamed_on_no_sequence():
+    """n_tokens=0 once for every prompt said "sequence 0: ..."; an error every sequence shares is said once, and a
+    per-sequence one still names its sequence."""
+    model = random_toy_model(np.random.default_rng(3), n_vocab=5, order=2)
+    with pytest.raises(ValueError, match="^n_tokens must be an integer >= 1, got 0$"):
+        generate_batch(model, [[0], [1, 2]], 0)
+    with pytest.raises(ValueError, match="^sequence 1: n_tokens must be an integer >= 1, got 0$"):
+        generate_batch(model, [[0], [1, 2]], [2, 0])
+
+
 def test_the_stop_rule_a_flat_list_stops_every_sequence_lists_are_per_sequence():
     """The rule of the module docstring: [a, b] is one stop set for all, whatever the number of prompts."""
     model = random_toy_model(np.random.default_rng(3), n_vocab=5, order=2)

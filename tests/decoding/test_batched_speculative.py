@@ -255,7 +255,7 @@ def test_stream_events_add_up_to_the_tokens_and_sequences_leave_when_done():
     (dict(K=[1, 2]), "K must be one value for every sequence or a list of one per prompt \\(3\\)"),
     (dict(K=[1, -1, 2]), "sequence 1: K \\(draft tokens per round\\) must be an integer >= 0"),
     (dict(K=[1, 2, True]), "sequence 2: K .* got True"),
-    (dict(K="heuristic"), "sequence 0: K .* got 'heuristic'"),
+    (dict(K="heuristic"), "^K .* got 'heuristic'"),  # given once, for all: said once, no sequence named
     (dict(temperature=[0, 0, 0.5]), "sequence 2: sampling \\(temperature 0.5 > 0\\) needs rng"),
     (dict(n_tokens=[3, 3, 9]), "sequence 2: prompt \\(2 tokens\\) \\+ n_tokens \\(9\\) = 11 exceeds"),
     (dict(n_tokens=[3, 7, 3]), "sequence 1: draft: prompt \\(2 tokens\\) \\+ n_tokens \\(7\\) = 9 exceeds .* of 8 .*"

@@ -33,7 +33,8 @@ RESET = "\033[0m"
 TREE_MAX_WIDTH, TREE_MAX_NODES = 8, 64
 # a library message names the environment variable; a command names its flag too (every command has both)
 COMMAND_HINTS = ((download.HINT, download.mirror_hint(f"--mirror (or ${download.MIRROR_ENV})")),
-                 (hub.HINT, hub.hub_hint(f"--hf_endpoint (or ${hub.ENDPOINT_ENV})")))
+                 (hub.HINT, hub.hub_hint(f"--hf_endpoint (or ${hub.ENDPOINT_ENV})")),
+                 ("(models_dir)", "(--models_dir)"))  # download.py: where to download instead
 # a library error that starts with its argument's name (loading.check_models_dir) names the command's flag
 LIBRARY_ARGUMENTS = ("models_dir ",)
 

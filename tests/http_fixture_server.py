@@ -34,6 +34,9 @@ TRANSFER_FAULTS = {
     "nolength_reset": "no Content-Length, send half, then reset the connection",
     "nolength": "no Content-Length, send the whole body, close",
     "bare416": "answer 416 without the Content-Range that says the file's size",
+    "flip": "send the whole body with one byte changed half-way (a transfer the byte count cannot catch)",
+    "hold": "send half, then wait for server.release (an Event) before the rest: a download in progress",
+    "loop": "redirect to itself, for ever",
 }
 FAULTS = ("ignore_range", *TRANSFER_FAULTS, *ERROR_REPLIES)
 
@@ -43,6 +46,7 @@ class FixtureServer:
         self.root = Path(root).resolve()
         self.faults = {}    # file name -> one of FAULTS
         self.requests = []  # (path, Range header or None), in arrival order
+        self.release = threading.Event()  # lets a "hold" transfer finish
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler or _Handler)  # port 0: any free port
         self._httpd.daemon_threads = True
         self._httpd.fixture = self
@@ -69,6 +73,12 @@ class _Handler(BaseHTTPRequestHandler):
         path = (fixture.root / self.path.lstrip("/")).resolve()
         if fault in ERROR_REPLIES:
             return self._reply(*ERROR_REPLIES[fault])
+        if fault == "loop":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if not path.is_relative_to(fixture.root) or not path.is_file():
             return self._reply(404, "text/plain", b"Not Found")
         data = path.read_bytes()
@@ -91,6 +101,13 @@ class _Handler(BaseHTTPRequestHandler):
         if content_range:
             self.send_header("Content-Range", content_range)
         self.end_headers()
+        if fault == "flip":
+            body = body[:len(body) // 2] + bytes([body[len(body) // 2] ^ 0xFF]) + body[len(body) // 2 + 1:]
+        if fault == "hold":
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.server.fixture.release.wait(timeout=30)
+            body = body[len(body) // 2:]
         self.wfile.write(body[:len(body) // 2] if cut else body)
         self.close_connection = True  # a cut transfer ends here, half-way through the body
         if fault in ("reset", "nolength_reset"):  # linger 0: close() sends RST, not FIN

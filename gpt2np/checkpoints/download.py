@@ -22,20 +22,30 @@ The design makes a download safe to interrupt at any moment, and never gives a b
    location answers with a small XML body that naive downloaders saved as the checkpoint.
 5. A size name is a promise: `download_model("124M")` refuses an hparams.json that is not
    PRESETS["124M"] before anything else is fetched, and leaves the folder as it was.
+6. The data file is checked against the index (fetched before it): every tensor's CRC32C, so a byte
+   changed in transit is caught before the file gets its name, not at the first load.
+7. One download of a folder at a time: a second process downloading into it waits for the first
+   (an exclusive lock on `<folder>/.download.lock`, held while it downloads), then finds its files
+   complete. Two at once resumed each other's .part and both failed, losing the data file.
+8. A file of known size is refused before a byte is written when its folder's disk cannot hold it.
 
 Fetching 124M needs the internet (about 500 MB), so this example is not run as a test:
 
 >>> download_model("124M")  # doctest: +SKIP
 PosixPath('weights/124M')
 """
+import errno
 import hashlib
 import itertools
 import json
 import os
 import re
+import shutil
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
-from .tf_reader import check_meta_graph, read_index
+from .tf_reader import check_data_file, check_meta_graph, read_index
 from ..model.config import PRESETS, GPT2Config
 from ..tokenizer.bpe import OPENAI_SHA256
 
@@ -43,12 +53,14 @@ DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
 MIRROR_ENV = "GPT2NP_MIRROR"
 SIZES = tuple(name for name in PRESETS if name != "tiny")  # the sizes OpenAI released
 DATA_FILE = "model.ckpt.data-00000-of-00001"
-RELEASE_FILES = ("checkpoint", "encoder.json", "hparams.json", DATA_FILE,
-                 "model.ckpt.index", "model.ckpt.meta", "vocab.bpe")
+RELEASE_FILES = ("checkpoint", "encoder.json", "hparams.json", "model.ckpt.index", DATA_FILE,  # the index first:
+                 "model.ckpt.meta", "vocab.bpe")                                             # it checks the data
+LOCK_FILE = ".download.lock"  # in the folder being downloaded: held while a process downloads into it
 # The tokenizer files are the same for every size; tiktoken pins these hashes (openai_public.py).
 KNOWN_SHA256 = dict(OPENAI_SHA256)
 TIMEOUT = (10, 60)   # seconds: (connect, wait between bytes)
-CHUNK = 1 << 20      # bytes per read and per progress-bar update
+CHUNK = 1 << 20      # bytes per read of a file on disk (file_sha256)
+READ_CHUNK = 1 << 16  # bytes per read of a download and per progress-bar update (a cut loses less than this)
 ERROR_CONTENT_TYPES = ("text/html", "application/xml", "text/xml")
 ERROR_PREFIXES = (b"<?xml", b"<!doctype", b"<html", b"<error")  # compared lowercased
 
@@ -93,25 +105,68 @@ def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True, p
     model_dir = Path(model_dir)
     created = make_folders(model_dir)
     try:
-        config = _fetch_hparams(f"{url}/hparams.json", model_dir / "hparams.json", preset, progress)
-        for name in RELEASE_FILES:
-            if name != "hparams.json":
-                size = 4 * config.n_params() if name == DATA_FILE else None  # raw float32, no header
-                fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress,
-                           size=size, check=FORMAT_CHECKS.get(name))
+        with folder_lock(model_dir, progress):
+            config = _fetch_hparams(f"{url}/hparams.json", model_dir / "hparams.json", preset, progress)
+            for name in RELEASE_FILES:
+                if name != "hparams.json":
+                    size = 4 * config.n_params() if name == DATA_FILE else None  # raw float32, no header
+                    check = (lambda path: check_data_file(model_dir / "model.ckpt.index", path)) \
+                        if name == DATA_FILE else FORMAT_CHECKS.get(name)
+                    fetch_file(f"{url}/{name}", model_dir / name, known_sha256.get(name), progress,
+                               size=size, check=check)
     except BaseException:
         remove_empty_folders(created)  # refused before anything was kept: no trace left
         raise
     return model_dir
 
 
+@contextmanager
+def folder_lock(folder, progress=True):
+    """Hold `<folder>/.download.lock` exclusively (fcntl.flock: released by the system if the process dies),
+    waiting for a process that holds it; the file is removed on the way out. A lock taken on a file another
+    process removed meanwhile is taken again on the new one. Without fcntl (Windows): no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path, said = Path(folder) / LOCK_FILE, False
+    while True:
+        f = open(path, "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress and not said:
+                print(f"waiting for another download into {folder} to finish", file=sys.stderr, flush=True)
+                said = True
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:  # its holder removed it while we waited: lock the new one
+            same = False
+        if same:
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        os.unlink(path)  # before the lock is released: a waiter then finds it gone and locks a new file
+        f.close()
+
+
 def make_folders(folder):  # -> the folders this call created, deepest first
-    """mkdir -p folder, remembering which folders did not exist, for remove_empty_folders."""
+    """mkdir -p folder, remembering which folders did not exist, for remove_empty_folders; a folder that
+    cannot be made (read-only, no permission) is a DownloadError that says which."""
     created, missing = [], Path(folder)
     while not missing.exists() and missing != missing.parent:
         created.append(missing)
         missing = missing.parent
-    Path(folder).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        remove_empty_folders([f for f in created if f.exists()])  # the ones made before the one that failed
+        raise DownloadError(f"cannot make the folder {folder} ({e.strerror or e}): download into a folder you "
+                            f"can write (models_dir)") from None
     return created
 
 
@@ -223,6 +278,8 @@ def _get(url, start, extra_headers=None):
     import requests  # here, not at the top: with tqdm, a tenth of a second at every start of gpt2np
     try:
         response = requests.get(url, headers=headers, stream=True, timeout=TIMEOUT)
+    except requests.TooManyRedirects as e:
+        raise DownloadError(f"{url} redirects in a loop ({e}); check the URL, or {HINT}") from e
     except requests.RequestException as e:
         cause = _root_cause(e)  # e.g. "[Errno 111] Connection refused"
         raise DownloadError(f"cannot reach {url} ({cause}); check the network, or {HINT}") from e
@@ -260,13 +317,15 @@ def _stream(response, part, offset, total, url, progress, size=None):
     import requests  # here, as in _get: only a download needs them
     from tqdm import tqdm
     name = part.name.removesuffix(".part")
-    chunks = response.iter_content(CHUNK)
+    chunks = response.iter_content(READ_CHUNK)
     try:
         first = next(chunks, b"")
         head = first if offset == 0 else b""  # a resumed body starts mid-file: nothing to sniff
         _refuse_error_page(url, response.headers.get("Content-Type", ""), head)
         if total is not None and size is not None and total != size:  # the wrong file, not a cut
             raise DownloadError(f"{url} is {total:,} bytes but {size:,} were expected; {HINT}")
+        if total is not None:
+            _check_room(part, total - offset)
         with open(part, "ab" if offset else "wb") as f, tqdm(
                 desc=name + (" (resumed)" if offset else ""), total=total, initial=offset,
                 unit="B", unit_scale=True, unit_divisor=1024, disable=not progress) as bar:
@@ -275,6 +334,21 @@ def _stream(response, part, offset, total, url, progress, size=None):
                 bar.update(len(chunk))  # the bytes really written, not the chunk size asked for
     except requests.RequestException as e:
         raise _interrupted(url, part, total, _root_cause(e)) from e
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise DownloadError(f"no space left on the disk of {part.parent} after {part.stat().st_size:,} bytes of "
+                            f"{name}: free some space and run again to resume (or delete {part}), or download "
+                            f"into another folder (models_dir)") from None
+
+
+def _check_room(part, needed):
+    """A DownloadError, before a byte is written, when the disk of part's folder has less than `needed` free."""
+    free = shutil.disk_usage(part.parent).free
+    if free < needed:
+        raise DownloadError(f"{part.name.removesuffix('.part')} needs {needed:,} more bytes but the disk of "
+                            f"{part.parent} has {free:,} free: free some space, or download into another folder "
+                            f"(models_dir)")
 
 
 def _refuse_error_page(url, content_type, head):
@@ -288,8 +362,8 @@ def _refuse_error_page(url, content_type, head):
 def _interrupted(url, part, total, cause):
     size = part.stat().st_size if part.exists() else 0
     of_total = f" of {total:,}" if total is not None else ""
-    return DownloadError(f"download of {url} stopped at {size:,}{of_total} bytes ({cause}); "
-                         f"run again to resume from {part}")
+    again = f"run again to resume from {part}" if size else "run again to download it"  # cut before a byte was kept
+    return DownloadError(f"download of {url} stopped at {size:,}{of_total} bytes ({cause}); {again}")
 
 
 def _root_cause(e):

@@ -84,13 +84,16 @@ def download_hub_model(name, models_dir="weights", endpoint=None, progress=True)
     created = download.make_folders(folder)
     endpoint, headers = resolve_endpoint(endpoint), auth_headers()
     try:
-        for file in missing:
-            url = file_url(endpoint, repo, revision, file)
-            sha256, size = server_file_info(url, headers)
-            try:
-                fetch_file(url, folder / file, sha256, progress, headers=headers, size=size, check=HUB_CHECKS[file])
-            except DownloadError as e:  # download.py's messages point at OpenAI's release; point at the Hub
-                raise DownloadError(str(e).replace(download.HINT, HINT).replace("OpenAI's", "the server's")) from None
+        with download.folder_lock(folder, progress):  # one download of a folder at a time (download.py, 7.)
+            for file in [f for f in missing if not (folder / f).is_file()]:  # what another download left to do
+                url = file_url(endpoint, repo, revision, file)
+                sha256, size = server_file_info(url, headers)
+                try:
+                    fetch_file(url, folder / file, sha256, progress, headers=headers, size=size,
+                               check=HUB_CHECKS[file])
+                except DownloadError as e:  # download.py's messages point at OpenAI's release; point at the Hub
+                    raise DownloadError(str(e).replace(download.HINT, HINT).replace("OpenAI's", "the server's")) \
+                        from None
     except BaseException:
         download.remove_empty_folders(created)  # nothing fetched: no empty <models_dir>/owner/name/ left
         raise

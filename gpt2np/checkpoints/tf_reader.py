@@ -297,6 +297,16 @@ def _tensor(data_path, data, name, entry):  # -> float32 array of entry.shape (a
     return raw.view("<f4").reshape(entry.shape)  # the bytes are little-endian, C order
 
 
+def check_data_file(index_path, data_path):
+    """Every tensor the index lists checked in data_path (a one-shard bundle's data file under any name, as a
+    download's .part): its extent and its CRC32C; a CheckpointError names the first that fails."""
+    _, entries = read_index(index_path)
+    data = _open_data(data_path)
+    for name, entry in entries.items():
+        _check_entry(index_path, name, entry)
+        _tensor(data_path, data, name, entry)
+
+
 def read_checkpoint(prefix):  # -> {TF name: float32 array}
     """Read every tensor of the bundle `<prefix>.index` + `<prefix>.data-*`, checking every CRC.
 

@@ -205,7 +205,7 @@ def test_interrupted_transfer_never_gets_the_final_name_and_the_next_run_resumes
     """Without Content-Length a cut looks like a normal end of body: only the data file's size from
     hparams.json, the sha256 or a parse check can tell, and each file has one of them."""
     server.faults[name] = fault
-    with pytest.raises(DownloadError, match="run again to resume|cannot reach"):
+    with pytest.raises(DownloadError, match="run again to (resume|download it)|cannot reach"):
         fetch(server, tmp_path)
     assert not (tmp_path / name).exists(), f"a cut {name} got its final name"
     part = tmp_path / (name + ".part")
@@ -308,3 +308,121 @@ def test_main_refuses_a_mirrors_fake_size_in_one_line(server, tmp_path):
     assert out.returncode == 2 and len(errors) == 1 and out.stderr.endswith(errors[0] + "\n"), out.stderr
     assert "n_layer=2" in out.stderr and "n_layer=12" in out.stderr and "Traceback" not in out.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_byte_changed_in_transit_is_caught_by_the_index_before_the_data_file_gets_its_name(
+        server, release_root, tmp_path):
+    """A data file of the right size with one byte changed got its name, and every later load failed its CRC
+    until the user deleted it: the index (fetched first) now checks every tensor before the rename."""
+    server.faults[DATA_FILE] = "flip"
+    with pytest.raises(DownloadError, match=r"is corrupt: tensor .* fails its CRC32C check.*deleted the download"):
+        fetch(server, tmp_path)
+    assert not (tmp_path / DATA_FILE).exists() and not (tmp_path / (DATA_FILE + ".part")).exists()
+    assert (tmp_path / "model.ckpt.index").is_file()  # fetched before the data, and kept
+    server.faults.clear()
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+
+
+def test_a_second_download_into_the_same_folder_waits_for_the_first(server, release_root, tmp_path):
+    """Two processes downloading one model into one folder resumed each other's .part: both failed and the data
+    file was lost. The second now waits on the folder's lock, then finds every file complete."""
+    import threading
+    import time
+    server.faults[DATA_FILE] = "hold"  # the first download stops half-way through the data file
+    errors, first = [], threading.Thread(target=lambda: fetch(server, tmp_path))
+    first.start()
+    assert wait_for(lambda: any(path.endswith(DATA_FILE) for path, _ in server.requests)), "no data request"
+    asked = len(server.requests)
+
+    def second_download():
+        try:
+            fetch(server, tmp_path)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    second = threading.Thread(target=second_download)
+    second.start()
+    time.sleep(0.5)
+    assert len(server.requests) == asked, f"the second download asked {server.requests[asked:]} while the first ran"
+    server.release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert not errors and not first.is_alive() and not second.is_alive(), errors
+    paths = sorted(path.rsplit("/", 1)[-1] for path, _ in server.requests)
+    assert paths == sorted(RELEASE_FILES), f"each file asked once, by the first download: {paths}"
+    assert_same_files(tmp_path, release_root / "tiny-a")
+    assert not (tmp_path / download.LOCK_FILE).exists()
+
+
+def wait_for(condition, seconds=10):
+    import time
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_file_the_disk_cannot_hold_is_refused_before_a_byte_is_written(server, tmp_path, monkeypatch):
+    """A full disk was a bare "[Errno 28] No space left on device" after a .part had filled it."""
+    real = shutil.disk_usage
+    monkeypatch.setattr(download.shutil, "disk_usage", lambda path: real(path)._replace(free=0))
+    with pytest.raises(DownloadError, match=r"^hparams.json needs \d+ more bytes but the disk of .* has 0 free: "
+                                            r"free some space, or download into another folder \(models_dir\)$"):
+        fetch(server, tmp_path / "m")
+    assert not (tmp_path / "m").exists()  # nothing written, and the folder it made removed
+
+
+def test_a_disk_that_fills_during_a_download_is_one_line_that_keeps_the_part(server, tmp_path, monkeypatch):
+    import errno
+
+    class FullDisk:  # a file whose disk fills after 10 bytes
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            if self.n + len(data) > 10:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.n += len(data)
+            return self.f.write(data)
+
+        def fileno(self):  # the folder's lock file is opened here too
+            return self.f.fileno()
+
+        def close(self):
+            self.f.close()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+    monkeypatch.setattr(download, "open", lambda *a, **k: FullDisk(open(*a, **k)), raising=False)
+    with pytest.raises(DownloadError, match=r"^no space left on the disk of .* after 0 bytes of hparams.json: free "
+                                            r"some space and run again to resume \(or delete .*hparams.json.part\)"):
+        fetch(server, tmp_path)
+
+
+def test_a_folder_that_cannot_be_made_is_one_line_naming_it(server, tmp_path, monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(DownloadError, match=r"^cannot make the folder .*/a/b \(Permission denied\): download into a "
+                                            r"folder you can write \(models_dir\)$"):
+        fetch(server, tmp_path / "a" / "b")
+
+
+def test_a_redirect_loop_is_said_as_one(server, tmp_path):
+    """It said "cannot reach ... check the network" where the server answered every time."""
+    server.faults["hparams.json"] = "loop"
+    with pytest.raises(DownloadError, match=r"hparams.json redirects in a loop \(.*\); check the URL, or point"):
+        fetch(server, tmp_path)
+
+
+def test_main_names_its_flag_where_the_library_says_models_dir(server, tmp_path, monkeypatch, main_here):
+    real = shutil.disk_usage
+    monkeypatch.setattr(download.shutil, "disk_usage", lambda path: real(path)._replace(free=0))
+    out = main_here("--mirror", server.url, "--target_model_size", "124M", "--models_dir", str(tmp_path / "m"))
+    assert out.returncode == 2 and out.stderr.startswith("error: hparams.json needs ") and out.stderr.endswith(
+        "free: free some space, or download into another folder (--models_dir)\n"), out.stderr

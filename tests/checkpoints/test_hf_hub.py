@@ -112,6 +112,24 @@ def test_download_loads_the_model_and_a_second_load_asks_nothing(server, tmp_pat
     assert len(server.seen) == n
 
 
+def test_a_hub_download_holds_its_folders_lock_and_skips_what_another_finished(server, tmp_path, monkeypatch):
+    """download.py's rule 7 for hf: names too: the folder's lock is held while it downloads, and once it has it
+    the files another download completed meanwhile are not fetched again."""
+    from contextlib import contextmanager
+    from gpt2np.checkpoints import download
+    folder, locked = tmp_path / "owner" / "tiny", []
+
+    @contextmanager
+    def lock(where, progress=True):  # as if another process finished the first file while this one waited
+        locked.append(where)
+        (where / HUB_FILES[0]).write_bytes((FIXTURE / HUB_FILES[0]).read_bytes())
+        yield
+    monkeypatch.setattr(download, "folder_lock", lock)
+    gpt2np.load_model("hf:owner/tiny", tmp_path, hf_endpoint=server.url)
+    assert locked == [folder]
+    assert sorted(gets(server)) == sorted(f"/owner/tiny/resolve/main/{f}" for f in HUB_FILES[1:])
+
+
 def test_revision_goes_into_the_url_and_its_own_folder(server, tmp_path):
     folder = download_hub_model("hf:owner/tiny@v1", tmp_path, server.url, progress=False)
     assert folder == tmp_path / "owner" / "tiny@v1" and (folder / LFS).is_file()

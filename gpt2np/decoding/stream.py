@@ -60,12 +60,15 @@ class Stream:
 
     `close()` stops the decoder where it is (a client left, the user pressed Ctrl-C): nothing
     after the last yielded round runs, and `.result` stays None. Once done, iterating again yields
-    nothing and keeps `.result`; run() returns it again.
+    nothing and keeps `.result`; run() returns it again. A stream closed, or whose decoder raised
+    (Ctrl-C in a round), cannot go on: iterating or run() is a one-line ValueError saying so (it
+    ended as if done, with `.result` None); `.tokens` keeps what it emitted.
     """
 
     def __init__(self, rounds):
         self._rounds = rounds
         self.tokens, self.provenance, self.result, self.done = [], [], None, False
+        self.stopped = None  # why it cannot go on: "closed", or the exception its decoder raised
 
     def __iter__(self):
         return self
@@ -73,16 +76,24 @@ class Stream:
     def __next__(self):
         if self.done:  # iterated again: an exhausted generator would end with None and lose the result
             raise StopIteration(self.result)
+        if self.stopped is not None:
+            raise ValueError(f"this stream {self.stopped} before it finished and cannot go on: start a new one "
+                             f"(.tokens holds the {len(self.tokens)} tokens it emitted)")
         try:
             event = next(self._rounds)
         except StopIteration as stop:
             self.result, self.done = stop.value, True
+            raise
+        except BaseException as e:
+            self.stopped = f"stopped with {type(e).__name__}"
             raise
         self.tokens += event.tokens
         self.provenance += event.provenance
         return event
 
     def close(self):
+        if not self.done and self.stopped is None:
+            self.stopped = "was closed"
         self._rounds.close()
 
     def run(self):

@@ -298,3 +298,32 @@ def test_the_statistics_say_whether_the_run_drafted_trees(pair):
                                                                    "trie": True}
     assert [is_tree_run(run.stats) for run in runs.values()] == [False, True, True, True]
     assert "fixed K=3" in K_usage(runs["chain"].stats) and "nodes/tree" in K_usage(runs["tree"].stats)
+
+
+@pytest.mark.parametrize("how", ["closed", "interrupted"])
+def test_a_stream_that_cannot_go_on_says_so_instead_of_ending_with_no_result(how):
+    """A closed stream's run(), or the next run() after Ctrl-C inside a round, returned None and set done, as if
+    the decoder had finished with nothing: now a one-line ValueError, .tokens kept; a finished stream's run()
+    still returns its result again."""
+    model = gpt2np.load_model("shakespeare-260K")
+    ids = model.tokenizer.encode("ROMEO:")
+    stream = gpt2np.batch_stream(model, [ids, ids], 5)
+    next(stream)
+    if how == "closed":
+        stream.close()
+    else:
+        def interrupted():  # the decoder's next round raises, as Ctrl-C inside it would; then it is finished
+            raise KeyboardInterrupt
+            yield
+        stream._rounds = interrupted()
+        with pytest.raises(KeyboardInterrupt):
+            stream.run()
+    for again in (stream.run, lambda: next(stream)):
+        with pytest.raises(ValueError) as info:
+            again()
+        said = "was closed" if how == "closed" else "stopped with KeyboardInterrupt"
+        assert one_line(info) == (f"this stream {said} before it finished and cannot go on: start a new one (.tokens "
+                                  "holds the 2 tokens it emitted)")
+    assert not stream.done and stream.result is None and len(stream.tokens) == 2
+    finished = gpt2np.plain_stream(model, ids, 3)
+    assert finished.run() == finished.run() and finished.done  # finished: its result again

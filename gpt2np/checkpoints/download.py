@@ -45,7 +45,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from .tf_reader import check_data_file, check_meta_graph, read_index
+from .tf_reader import REDOWNLOAD, check_data_file, check_meta_graph, read_index
 from ..model.config import PRESETS, GPT2Config
 from ..tokenizer.bpe import OPENAI_SHA256
 
@@ -264,8 +264,14 @@ def _content_problem(path, sha256, size, check):  # -> (None, or why path fails;
     except WrongFile as e:
         return str(e).splitlines()[0], True
     except ValueError as e:  # CheckpointError, JSONDecodeError, UnicodeDecodeError are ValueErrors
-        return str(e).splitlines()[0], False
+        return said_of_download(str(e).splitlines()[0], path), False
     return None, False
+
+
+def said_of_download(problem, path):
+    """A format check's words about a download: the file's name, not its .part's path, and not the reader's
+    advice to delete and download it again (fetch_file says what it did: deleted it, or kept it to resume)."""
+    return problem.replace(str(path), path.name.removesuffix(".part")).replace(f"; {REDOWNLOAD}", "")
 
 
 def _get(url, start, extra_headers=None):

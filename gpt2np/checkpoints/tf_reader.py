@@ -218,7 +218,7 @@ def parse_entry(value):
 DT_FLOAT = 1
 _DTYPE_NAMES = {1: "DT_FLOAT", 2: "DT_DOUBLE", 3: "DT_INT32", 7: "DT_STRING", 9: "DT_INT64",
                 10: "DT_BOOL", 14: "DT_BFLOAT16", 19: "DT_HALF"}
-_REDOWNLOAD = "delete it and download it again"
+REDOWNLOAD = "delete it and download it again"
 
 
 def _missing(path):
@@ -240,7 +240,7 @@ def read_index(path):  # -> (header fields, {tensor name: TensorEntry} in key or
         header = parse_proto(items[0][1])
         entries = {key.decode("utf-8"): parse_entry(value) for key, value in items[1:]}
     except (_Corrupt, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is damaged: {e}; {_REDOWNLOAD}") from None
+        raise CheckpointError(f"{path} is damaged: {e}; {REDOWNLOAD}") from None
     if _scalar(header, 2) != 0:  # field 2 endianness: 0 = LITTLE, the only one we read
         raise CheckpointError(f"{path}: the tensors are big-endian; gpt2np reads little-endian only")
     return header, entries
@@ -279,7 +279,7 @@ def _check_entry(index_path, name, entry):
     if entry.sliced:
         raise CheckpointError(f"{where} is stored in slices (partitioned); gpt2np does not read those")
     if entry.size != 4 * math.prod(entry.shape):
-        raise CheckpointError(f"{where} has shape {entry.shape} but {entry.size} bytes; {_REDOWNLOAD}")
+        raise CheckpointError(f"{where} has shape {entry.shape} but {entry.size} bytes; {REDOWNLOAD}")
 
 
 def _tensor(data_path, data, name, entry):  # -> float32 array of entry.shape (a view of `data`)
@@ -287,13 +287,13 @@ def _tensor(data_path, data, name, entry):  # -> float32 array of entry.shape (a
     start, end = entry.offset, entry.offset + entry.size
     if end > len(data):
         raise CheckpointError(f"{data_path} is truncated: tensor {name!r} needs bytes [{start}, {end}) "
-                              f"but the file has {len(data)} bytes; {_REDOWNLOAD}")
+                              f"but the file has {len(data)} bytes; {REDOWNLOAD}")
     raw = data[start:end]
     computed = mask_crc(crc32c(raw))
     if computed != entry.crc32c:
         raise CheckpointError(f"{data_path} is corrupt: tensor {name!r} (bytes [{start}, {end})) fails "
                               f"its CRC32C check (stored {entry.crc32c:#010x}, computed "
-                              f"{computed:#010x}); {_REDOWNLOAD}")
+                              f"{computed:#010x}); {REDOWNLOAD}")
     return raw.view("<f4").reshape(entry.shape)  # the bytes are little-endian, C order
 
 

@@ -426,3 +426,21 @@ def test_main_names_its_flag_where_the_library_says_models_dir(server, tmp_path,
     out = main_here("--mirror", server.url, "--target_model_size", "124M", "--models_dir", str(tmp_path / "m"))
     assert out.returncode == 2 and out.stderr.startswith("error: hparams.json needs ") and out.stderr.endswith(
         "free: free some space, or download into another folder (--models_dir)\n"), out.stderr
+
+
+def test_a_damaged_index_is_said_of_the_file_with_what_was_done(server, tmp_path, monkeypatch):
+    """A whole but damaged index said both "delete it and download it again" (the reader's advice) and "deleted
+    the download", and named the .part's path: now the file's name and what fetch_file did."""
+    index = (FIXTURE / "model.ckpt.index").read_bytes()
+    damaged = tmp_path / "served"
+    copy_fixture(FIXTURE, damaged / "tiny-a", ignore=["reference.npz"])
+    for name, body in STANDINS.items():
+        (damaged / "tiny-a" / name).write_bytes(body)
+    middle = len(index) // 2  # inside a block: its CRC fails
+    (damaged / "tiny-a" / "model.ckpt.index").write_bytes(index[:middle] + bytes([index[middle] ^ 0xFF]) +
+                                                          index[middle + 1:])
+    with FixtureServer(damaged) as bad, pytest.raises(DownloadError) as info:
+        fetch(bad, tmp_path / "m")
+    said = str(info.value)
+    assert "model.ckpt.index: model.ckpt.index " in said and "deleted the download" in said, said
+    assert ".part" not in said and "download it again" not in said, said

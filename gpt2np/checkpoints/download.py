@@ -340,6 +340,10 @@ def _stream(response, part, offset, total, url, progress, size=None):
                 bar.update(len(chunk))  # the bytes really written, not the chunk size asked for
     except requests.RequestException as e:
         raise _interrupted(url, part, total, _root_cause(e)) from e
+    except KeyboardInterrupt:  # Ctrl-C: beside the progress bar, where the bytes are and what to do next
+        if progress and part.exists():
+            print(f"interrupted: {part} keeps {part.stat().st_size:,} bytes; run again to resume", file=sys.stderr)
+        raise
     except OSError as e:
         if e.errno != errno.ENOSPC:
             raise

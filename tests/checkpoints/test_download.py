@@ -444,3 +444,37 @@ def test_a_damaged_index_is_said_of_the_file_with_what_was_done(server, tmp_path
     said = str(info.value)
     assert "model.ckpt.index: model.ckpt.index " in said and "deleted the download" in said, said
     assert ".part" not in said and "download it again" not in said, said
+
+
+def test_ctrl_c_in_a_download_says_where_the_bytes_are(server, tmp_path, monkeypatch, capsys):
+    """Ctrl-C mid-file exited 130 with nothing said: beside the progress bar, the .part and how to go on."""
+    class Interrupted:  # a file whose second write is cut by Ctrl-C
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += 1
+            if self.n > 1:
+                raise KeyboardInterrupt
+            return self.f.write(data)
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def close(self):
+            self.f.close()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+    monkeypatch.setattr(download, "READ_CHUNK", 64)  # the data file in several writes
+    monkeypatch.setattr(download, "open", lambda *a, **k: Interrupted(open(*a, **k)), raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        fetch(server, tmp_path, progress=True)
+    part = tmp_path / "hparams.json.part"
+    assert capsys.readouterr().err.endswith(f"interrupted: {part} keeps 64 bytes; run again to resume\n")
+    monkeypatch.undo()
+    fetch(server, tmp_path)  # and it does
+    assert (tmp_path / DATA_FILE).is_file() and not part.exists()

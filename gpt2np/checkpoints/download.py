@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import sys
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -124,7 +125,8 @@ def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True, p
 def folder_lock(folder, progress=True):
     """Hold `<folder>/.download.lock` exclusively (fcntl.flock: released by the system if the process dies),
     waiting for a process that holds it; the file is removed on the way out. A lock taken on a file another
-    process removed meanwhile is taken again on the new one. Without fcntl (Windows): no lock."""
+    process removed meanwhile is taken again on the new one. Without fcntl (Windows), or on a file system
+    that refuses locks (some network ones: ENOLCK), no lock: downloads run as before."""
     try:
         import fcntl
     except ImportError:
@@ -140,6 +142,12 @@ def folder_lock(folder, progress=True):
                 print(f"waiting for another download into {folder} to finish", file=sys.stderr, flush=True)
                 said = True
             fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError:  # no locks on this file system
+            f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            yield
+            return
         try:
             same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
         except FileNotFoundError:  # its holder removed it while we waited: lock the new one

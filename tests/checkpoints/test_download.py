@@ -478,3 +478,16 @@ def test_ctrl_c_in_a_download_says_where_the_bytes_are(server, tmp_path, monkeyp
     monkeypatch.undo()
     fetch(server, tmp_path)  # and it does
     assert (tmp_path / DATA_FILE).is_file() and not part.exists()
+
+
+def test_a_file_system_without_locks_downloads_as_before(server, release_root, tmp_path, monkeypatch):
+    """flock refused (ENOLCK on some network file systems): no lock, the download runs, no lock file is left."""
+    import errno
+    import fcntl
+
+    def flock(f, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(fcntl, "flock", flock)
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+    assert not (tmp_path / download.LOCK_FILE).exists()

@@ -377,28 +377,9 @@ def test_a_file_the_disk_cannot_hold_is_refused_before_a_byte_is_written(server,
 def test_a_disk_that_fills_during_a_download_is_one_line_that_keeps_the_part(server, tmp_path, monkeypatch):
     import errno
 
-    class FullDisk:  # a file whose disk fills after 10 bytes
-        def __init__(self, f):
-            self.f, self.n = f, 0
-
-        def write(self, data):
-            if self.n + len(data) > 10:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            self.n += len(data)
-            return self.f.write(data)
-
-        def fileno(self):  # the folder's lock file is opened here too
-            return self.f.fileno()
-
-        def close(self):
-            self.f.close()
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-    monkeypatch.setattr(download, "open", lambda *a, **k: FullDisk(open(*a, **k)), raising=False)
+    def full(writes, written, data):  # the disk fills after 10 bytes
+        return OSError(errno.ENOSPC, "No space left on device") if written + len(data) > 10 else None
+    failing_writes(monkeypatch, full)
     with pytest.raises(DownloadError, match=r"^no space left on the disk of .* after 0 bytes of hparams.json: free "
                                             r"some space and run again to resume \(or delete .*hparams.json.part\)"):
         fetch(server, tmp_path)
@@ -448,29 +429,8 @@ def test_a_damaged_index_is_said_of_the_file_with_what_was_done(server, tmp_path
 
 def test_ctrl_c_in_a_download_says_where_the_bytes_are(server, tmp_path, monkeypatch, capsys):
     """Ctrl-C mid-file exited 130 with nothing said: beside the progress bar, the .part and how to go on."""
-    class Interrupted:  # a file whose second write is cut by Ctrl-C
-        def __init__(self, f):
-            self.f, self.n = f, 0
-
-        def write(self, data):
-            self.n += 1
-            if self.n > 1:
-                raise KeyboardInterrupt
-            return self.f.write(data)
-
-        def fileno(self):
-            return self.f.fileno()
-
-        def close(self):
-            self.f.close()
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
     monkeypatch.setattr(download, "READ_CHUNK", 64)  # the data file in several writes
-    monkeypatch.setattr(download, "open", lambda *a, **k: Interrupted(open(*a, **k)), raising=False)
+    failing_writes(monkeypatch, lambda writes, written, data: KeyboardInterrupt() if writes >= 1 else None)
     with pytest.raises(KeyboardInterrupt):
         fetch(server, tmp_path, progress=True)
     part = tmp_path / "hparams.json.part"
@@ -491,3 +451,31 @@ def test_a_file_system_without_locks_downloads_as_before(server, release_root, t
     fetch(server, tmp_path)
     assert_same_files(tmp_path, release_root / "tiny-a")
     assert not (tmp_path / download.LOCK_FILE).exists()
+
+
+def failing_writes(monkeypatch, fails):
+    """Files download.py opens write until fails(writes so far, bytes so far, data) returns an exception, raised
+    in place of that write (a disk that fills, a Ctrl-C mid-file); the lock file's fileno still works."""
+    class Failing:
+        def __init__(self, f):
+            self.f, self.writes, self.written = f, 0, 0
+
+        def write(self, data):
+            error = fails(self.writes, self.written, data)
+            if error is not None:
+                raise error
+            self.writes, self.written = self.writes + 1, self.written + len(data)
+            return self.f.write(data)
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def close(self):
+            self.f.close()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+    monkeypatch.setattr(download, "open", lambda *a, **k: Failing(open(*a, **k)), raising=False)

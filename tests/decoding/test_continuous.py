@@ -280,12 +280,17 @@ def test_a_step_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(bu
     monkeypatch.setattr(continuous, "next_token", next_token)
     batch = ContinuousBatch(bundled)
     handles = [batch.add(r["prompt"], r["n"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
+    assert steps_through_interrupts(batch) == 1
+    for i, (handle, r) in enumerate(zip(handles, requests)):
+        assert batch.pop_tokens(handle) == solo(bundled, r), f"request {i} differs from its solo run ({where})"
+
+
+def steps_through_interrupts(batch):  # -> how many steps raised KeyboardInterrupt before the batch emptied
+    """Step a continuous batch to its end as a notebook user would, stepping on after each Ctrl-C."""
     interrupted = 0
     while batch:
         try:
             batch.step()
         except KeyboardInterrupt:
             interrupted += 1
-    assert interrupted == 1
-    for i, (handle, r) in enumerate(zip(handles, requests)):
-        assert batch.pop_tokens(handle) == solo(bundled, r), f"request {i} differs from its solo run ({where})"
+    return interrupted

@@ -24,6 +24,7 @@ from gpt2np.teach.broken_batch_kernels import BROKEN_BATCH_VARIANTS
 from gpt2np.teach.exact import exact_distribution, exact_target_distribution, max_abs_difference, total_variation
 from gpt2np.teach.toy_models import random_toy_model
 from test_batched_speculative import EXACT, PROMPTS, SMALL, RngView, recording_choices, rng_of
+from test_continuous import steps_through_interrupts
 from test_drafters_policies import ScriptedClock
 
 
@@ -284,12 +285,6 @@ def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(p
         batched_speculative.roll_back_each(pairs)
     batch = ContinuousSpeculativeBatch(target, draft, verify=verify, roll_back=roll_back)
     handles = [batch.add(r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
-    interrupted = 0
-    while batch:
-        try:
-            batch.step()
-        except KeyboardInterrupt:
-            interrupted += 1
-    assert interrupted == 1
+    assert steps_through_interrupts(batch) == 1
     for i, (handle, r) in enumerate(zip(handles, requests)):
         assert batch.pop_tokens(handle) == solo(target, draft, r), f"request {i} differs from its solo run ({where})"

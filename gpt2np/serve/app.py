@@ -124,10 +124,25 @@ async def invalid(request, exc):
     return error(400, message, param=field)
 
 
+ROUTES = "POST /v1/completions, POST /predict, GET /v1/models, GET /health (GET /docs)"
+
+
 async def http_error(request, exc):
-    if exc.status_code == 400:  # FastAPI's one 400 of its own: a body json.loads could not decode at all
-        return error(400, f"the request body must be UTF-8 JSON ({exc.detail})")
-    return error(exc.status_code, str(exc.detail), kind="not_found" if exc.status_code == 404 else "http_error")
+    """FastAPI's own errors, said so that a client knows what to do: a body it could not parse, a path it does not
+    serve (/v1/chat/completions: GPT-2 has no chat format), a method a path does not take (with its Allow header)."""
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 400:  # FastAPI's one 400 of its own: a body json.loads could not read at all
+        return error(400, f"the request body could not be parsed ({exc.detail}): send a UTF-8 JSON object (not "
+                          f"nested thousands deep, no number of thousands of digits)", headers=exc.headers)
+    if exc.status_code == 404:
+        chat = " (GPT-2 has no chat format: send the text to continue as a prompt)" if "chat" in where else ""
+        return error(404, f"{where} is not served here{chat}; this server serves {ROUTES}", kind="not_found",
+                     headers=exc.headers)
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        return error(405, f"{where}: method not allowed{f' (allowed: {allowed})' if allowed else ''}",
+                     kind="http_error", headers=exc.headers)
+    return error(exc.status_code, str(exc.detail), kind="http_error", headers=exc.headers)
 
 
 async def crashed(request, exc):  # a bug, never the client's fault: logged here, not sent
@@ -223,8 +238,10 @@ def stop_early(job, completion):
         job.cancel()
 
 
-async def events(engine, job, completion):
-    """The streaming answer: one server-sent event per round, then [DONE]."""
+async def events(engine, job, completion, include_usage=False):
+    """The streaming answer: one server-sent event per round, then (include_usage) one with no choices and the
+    usage, as OpenAI's stream_options, then [DONE]."""
+    finished = False  # the last text event sent (not an error's)
     try:
         while True:
             message = await job.messages.get()
@@ -232,10 +249,12 @@ async def events(engine, job, completion):
                 text, entries = completion.add_round(*message[1:], engine.target.eot_id)
                 if completion.done:
                     yield sse(completion.last_chunk(text, entries))
+                    finished = True
                     break
                 yield sse(completion.chunk(text, entries, completion.rounds[-1]))
             elif message[0] == "done":
                 yield sse(completion.last_chunk(completion.finish(*message[1:])))
+                finished = True
                 break
             elif message[0] == "error":
                 yield sse({"error": {"message": without_paths(message[2]), "type": "server_error", "param": None,
@@ -243,6 +262,8 @@ async def events(engine, job, completion):
                 break
             else:
                 return
+        if include_usage and finished:
+            yield sse(completion.usage_chunk())
         yield SSE_DONE
     finally:
         stop_early(job, completion)
@@ -271,7 +292,8 @@ async def completions(body: CompletionRequest, request: Request):
         note(request, completion, body.stream)
         if body.stream:
             job = engine.submit(g, asyncio.get_running_loop())
-            return ClosingStreamingResponse(events(engine, job, completion), media_type="text/event-stream",
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return ClosingStreamingResponse(events(engine, job, completion, include_usage), media_type="text/event-stream",
                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         failed = await run(engine, g, completion, request)
     except (RequestError, QueueFull) as e:
@@ -302,11 +324,22 @@ async def predict(body: PredictRequest, request: Request):
 
 @routes.get("/v1/models", summary="The served model (OpenAI's list), with its drafters")
 async def models(request: Request):
+    return {"object": "list", "data": [model_object(request.app.state.engine)]}
+
+
+@routes.get("/v1/models/{model_id:path}", summary="The served model, by its id (OpenAI's retrieve)")
+async def model(model_id: str, request: Request):
     engine = request.app.state.engine
-    return {"object": "list", "data": [{
-        "id": engine.model_id, "object": "model", "created": 0, "owned_by": "gpt2np",
-        "gpt2np": {"n_ctx": engine.n_ctx, "n_vocab": engine.target.n_vocab,
-                   "drafters": list(engine.drafters), "default_drafter": engine.default_drafter}}]}
+    if model_id != engine.model_id:
+        return error(404, f"model: the model {model_id!r} is not served here; this server serves "
+                          f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
+    return model_object(engine)
+
+
+def model_object(engine):  # OpenAI's model object, with gpt2np's own fields
+    return {"id": engine.model_id, "object": "model", "created": 0, "owned_by": "gpt2np",
+            "gpt2np": {"n_ctx": engine.n_ctx, "n_vocab": engine.target.n_vocab,
+                       "drafters": list(engine.drafters), "default_drafter": engine.default_drafter}}
 
 
 @routes.get("/health", summary="Liveness: the worker is running; generations active and queued")

@@ -179,6 +179,11 @@ class Completion:
             body["gpt2np"]["tokens"] = entries
         return body
 
+    def usage_chunk(self):
+        """stream_options include_usage's last event (OpenAI's): no choices, the usage."""
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
+                "choices": [], "usage": self.usage()}
+
     def final(self):
         """The whole completion (non-streaming), with every token and round."""
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,

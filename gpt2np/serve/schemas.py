@@ -36,7 +36,7 @@ TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=TREE_MAX_WIDTH)]]
 # <the value sent>" (app.validation_message), never pydantic's own wording ("Input should be greater than or
 # equal to 0"); the sampling fields are worded as main.py's flags (cli/flags.py: check_sampling_flags)
 FIELD_HELP = {
-    "prompt": "must be a string or a list of token ids (integers >= 0)",
+    "prompt": "must be a string, or a list of at least one token id (integers >= 0), or a list of one of these",
     "K": "must be an integer from 1 to 32, 'heuristic' or 'auto'",
     "gamma": "must be an integer from 1 to 32, 'heuristic' or 'auto' (gamma is another name of K)",
     "stop": "must be a string or a list of at most 4 non-empty strings",
@@ -52,12 +52,13 @@ FIELD_HELP = {
     "max_length": "must be a positive integer (prompt tokens + new tokens, as in Hugging Face)",
     "speculative": "must be true or false (false: the target alone)",
     "stream": "must be true or false",
-    "drafter": "must be a string: one of GET /v1/models' gpt2np.drafters",
+    "drafter": "must be one of GET /v1/models' gpt2np.drafters (a non-empty string)",
     "model": "must be a string: the served model's id (GET /v1/models)",
     "user": "must be a string",
-    "n": "not supported by this server (leave it out, or send 1)",
-    "best_of": "not supported by this server (leave it out, or send 1)",
+    "n": "must be the integer 1 (several choices a request are not supported)",
+    "best_of": "must be the integer 1 (several choices a request are not supported)",
     "echo": "not supported by this server (leave it out, or send false)",
+    "suffix": "not supported by this server (leave it out, or send null or \"\")",
     "frequency_penalty": "not supported by this server (leave it out, or send 0)",
     "presence_penalty": "not supported by this server (leave it out, or send 0)",
 }
@@ -67,6 +68,7 @@ EMPTY_PROMPT = ('"" starts from <|endoftext|>, unconditionally, as GPT-2 samples
 # other repositories' names for our fields (Leviathan et al.'s gamma; Hugging Face's max_new_tokens);
 # max_length (prompt + new tokens, Hugging Face's meaning) needs the prompt's length: new_tokens()
 ALIASES = {"gamma": "K", "max_new_tokens": "max_tokens"}
+DEFAULT_MAX_TOKENS = 16  # /v1/completions' max_tokens left out, as OpenAI's completions API (and vLLM) default
 
 
 def unsupported(field, allowed):
@@ -97,7 +99,8 @@ class SamplingFields(Strict):
     tree: TreeValue | None = Field(None, description="draft a token tree each round instead of K drafts: children "
                                                      "per depth ([3, 2, 1]), or 'auto' (each round's shape from the "
                                                      "run's acceptance and measured costs; a draft model only)")
-    drafter: StrictStr | None = Field(None, description="one of GET /v1/models' gpt2np.drafters "
+    drafter: Annotated[StrictStr, Field(min_length=1)] | None = Field(None, description="one of GET /v1/models' "
+                                                                      "gpt2np.drafters "
                                                         "(default: its default_drafter; null there, "
                                                         "--draft_model_size none: the target alone)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
@@ -158,16 +161,20 @@ class PredictRequest(SamplingFields):
 
 
 class StreamOptions(Strict):
-    include_usage: StrictBool | None = Field(None, description="the last event carries usage (always)")
+    include_usage: StrictBool | None = Field(None, description="true: one more event before [DONE], its choices "
+                                             "empty, with usage (OpenAI's); every run's last text event carries "
+                                             "usage too")
 
 
 class CompletionRequest(SamplingFields):
     """POST /v1/completions, OpenAI's legacy completions API (one prompt, one choice)."""
     model: StrictStr | None = Field(None, description="must be the served model's id (GET /v1/models)")
     prompt: StrictStr | Annotated[TokenIds, Field(min_length=1)] = Field(
-        description=f"the text to continue, or its token ids ({EMPTY_PROMPT})")
-    max_tokens: Count | None = Field(None, description="required (or max_new_tokens, or max_length): new "
-                                     "tokens at most (fewer if <|endoftext|> or a stop string comes first)")
+        description=f"the text to continue, or its token ids ({EMPTY_PROMPT}); a list holding one of these is "
+                    f"that one prompt (as clients that batch send it)")
+    max_tokens: Count | None = Field(None, description=f"new tokens at most (fewer if <|endoftext|> or a stop string "
+                                     f"comes first); default {DEFAULT_MAX_TOKENS}, as OpenAI's, unless max_new_tokens "
+                                     f"or max_length says it")
     stop: StrictStr | Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=4)] | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
@@ -176,10 +183,22 @@ class CompletionRequest(SamplingFields):
     best_of: StrictInt = Field(1, description="must be 1")
     echo: StrictBool = Field(False, description="must be false")
     logprobs: None = Field(None, description="not supported")
-    suffix: None = Field(None, description="not supported")
+    suffix: Literal[""] | None = Field(None, description="not supported (\"\" is: it appends nothing)")
     frequency_penalty: Float = Field(0.0, description="must be 0")
     presence_penalty: Float = Field(0.0, description="must be 0")
     logit_bias: dict[StrictStr, Float] = Field({}, description="must be empty")
+
+    @model_validator(mode="before")
+    @classmethod
+    def one_prompt(cls, data):
+        """["text"] or [[ids]] (the batch form OpenAI takes, with one prompt): that prompt; several: refused."""
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            if len(prompt) > 1:
+                raise ValueError(f"prompt: one prompt a request, got a list of {len(prompt)}: send one request "
+                                 f"each (they run together, up to the server's --max_batch)")
+            data = {**data, "prompt": prompt[0]}
+        return data
 
     @model_validator(mode="after")
     def supported(self):
@@ -195,8 +214,7 @@ class CompletionRequest(SamplingFields):
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options: only allowed with stream true")
         if self.max_tokens is None and self.max_new_tokens is None and self.max_length is None:
-            raise ValueError("max_tokens: required (or its other names max_new_tokens, or max_length = prompt "
-                             "tokens + new tokens)")
+            self.max_tokens = DEFAULT_MAX_TOKENS  # OpenAI's default; the aliases above fill it when sent
         return self
 
     def stops(self):

@@ -190,3 +190,71 @@ def test_an_empty_prompt_is_documented_as_starting_from_endoftext(server):
         assert '"" starts from <|endoftext|>' in said and "1 prompt token" in said, (name, said)
     status, body = post(server, "/v1/completions", prompt="", max_tokens=3, temperature=0)
     assert status == 200 and body["usage"]["prompt_tokens"] == 1, body
+
+
+# ---- what clients of OpenAI-compatible servers send (an audit with the openai package, session 62) ----------
+
+def test_a_prompt_in_a_list_of_one_is_that_prompt_and_several_are_refused_by_name(client, server, local):
+    """LangChain's OpenAI LLM and other batching clients send prompt=[...]: a list of one string (or of one list
+    of ids) was a 400; it is that prompt. Several prompts in one request stay refused, saying what to do."""
+    target, _, ids = local
+    want = target.tokenizer.decode(gpt2np.generate(target, ids, 8))
+    for prompt in ([PROMPT], [ids], PROMPT):
+        completion = client.completions.create(model=TARGET, prompt=prompt, max_tokens=8, temperature=0)
+        assert completion.choices[0].text == want and completion.usage.prompt_tokens == len(ids), prompt
+    status, body = post(server, "/v1/completions", prompt=[PROMPT, "JULIET:"], max_tokens=8)
+    assert (status, body["error"]["param"]) == (400, "prompt") and body["error"]["message"] == (
+        "prompt: one prompt a request, got a list of 2: send one request each (they run together, up to the "
+        "server's --max_batch)"), body
+    status, body = post(server, "/v1/completions", prompt=[], max_tokens=8)
+    assert status == 400 and "a list of at least one token id" in body["error"]["message"], body
+
+
+def test_max_tokens_left_out_is_openais_16(client):
+    """It was a 400 ("required"), so client.completions.create(model=..., prompt=...) failed; OpenAI's and vLLM's
+    completions default to 16."""
+    completion = client.completions.create(model=TARGET, prompt=PROMPT, temperature=0)
+    assert (completion.usage.completion_tokens, completion.choices[0].finish_reason) == (16, "length"), completion
+
+
+def test_include_usage_sends_openais_last_event_with_no_choices(client):
+    """stream_options include_usage: OpenAI sends one more event before [DONE], its choices empty, with usage;
+    clients read usage there (`if not chunk.choices`). Without it no such event comes."""
+    chunks = list(client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=5, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5, chunks[-1]
+    assert all(chunk.choices for chunk in chunks[:-1]) and chunks[-2].choices[0].finish_reason == "length"
+    plain = list(client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=5, temperature=0, stream=True))
+    assert all(chunk.choices for chunk in plain) and len(plain) == len(chunks) - 1
+
+
+def test_routes_it_does_not_serve_say_what_it_serves(client, server):
+    """/v1/chat/completions was a bare 404 "Not Found" (a wrong base_url or a route not served?), a 405 had no
+    Allow header, and client.models.retrieve failed: each now says what is served, and retrieve works."""
+    chat = requests.post(server + "/v1/chat/completions", json={"model": TARGET, "messages": []}, timeout=60)
+    assert chat.status_code == 404 and chat.json()["error"]["message"] == (
+        "POST /v1/chat/completions is not served here (GPT-2 has no chat format: send the text to continue as a "
+        "prompt); this server serves POST /v1/completions, POST /predict, GET /v1/models, GET /health (GET /docs)")
+    wrong_method = requests.get(server + "/v1/completions", timeout=60)
+    assert wrong_method.status_code == 405 and wrong_method.headers["Allow"] == "POST", wrong_method.headers
+    assert wrong_method.json()["error"]["message"] == "GET /v1/completions: method not allowed (allowed: POST)"
+    assert client.models.retrieve(TARGET).id == TARGET
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-4")
+    assert missing.value.body["code"] == "model_not_found"
+
+
+def test_neutral_values_pass_and_wrong_ones_say_what_they_must_be(server):
+    """suffix "" appends nothing (accepted, as the other neutral values); drafter "" fell back to the default
+    drafter where any other unknown name is refused; n 1.0 was told to "send 1"; a body nested 50,000 deep was
+    said not to be UTF-8."""
+    status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=3, suffix="")
+    assert status == 200, body
+    for field, value, said in (("drafter", "", "drafter: must be one of GET /v1/models' gpt2np.drafters"),
+                               ("n", 1.0, "n: must be the integer 1 (several choices a request are not supported)")):
+        status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=3, **{field: value})
+        assert status == 400 and body["error"]["param"] == field and body["error"]["message"].startswith(said), body
+    deep = requests.post(server + "/v1/completions", data=b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+                         headers={"Content-Type": "application/json"}, timeout=60)
+    assert deep.status_code == 400 and deep.json()["error"]["message"].startswith(
+        "the request body could not be parsed"), deep.text[:300]

@@ -147,9 +147,9 @@ def set_K(s, args):
     if not 1 <= len(args) <= 2:
         raise CommandError("usage: :K N | heuristic [K_max] | auto [K_max]")
     s = replace(s, tree=None)
-    if args[0] in ("heuristic", "auto"):
+    if args[0].lower() in ("heuristic", "auto"):  # as :tree AUTO and :trace ON: any case
         K_max = integer(args[1], "K_max", 1) if len(args) == 2 else s.K_max
-        return replace(s, K=args[0], K_max=K_max)
+        return replace(s, K=args[0].lower(), K_max=K_max)
     if len(args) == 2:
         raise CommandError("K_max bounds :K heuristic or :K auto only (a fixed K is its own bound)")
     return replace(s, K=K_value(args[0], ":K"))
@@ -171,10 +171,22 @@ def tree_widths(text):
         raise CommandError(str(e)) from None
 
 
+TREE_NEEDS_CACHE = "a token tree runs with the KV cache only (its rows are kept per path)"
+
+
 def set_tree(s, args):
     tree = tree_widths(exactly(args, 1, ":tree W1,W2,...|auto|off")[0])
     check_tree_drafter(tree, s.drafter, lambda name: f":{name}")
+    if tree is not None and not s.cache:  # refused now, not at every prompt
+        raise CommandError(f":tree with :cache off: {TREE_NEEDS_CACHE}: :cache on first")
     return replace(s, tree=tree)
+
+
+def set_cache(s, args):
+    on = switch(args, s.cache, ":cache")
+    if not on and s.tree is not None:
+        raise CommandError(f":cache off with a tree: {TREE_NEEDS_CACHE}: :tree off first")
+    return replace(s, cache=on)
 
 
 def optional(args, name, parse):
@@ -262,7 +274,7 @@ COMMANDS = {
     "draft": (":draft [on|off]", "run draft-only (a draft model alone)", set_generator("draft")),
     "compare": (":compare [on|off]", "target-only beside speculative, whatever :target says", set_compare),
     "trace": (":trace [on|off]", "per round: drafts, p(x), q(x), min(1, p/q)", set_switch("trace")),
-    "cache": (":cache [on|off]", "KV cache; off: each run again, recomputing all", set_switch("cache")),
+    "cache": (":cache [on|off]", "KV cache; off: each run again, recomputing all", set_cache),
 }
 ACTIONS = {
     "drafter": (":drafter ngram|MODEL", "switch: prompt lookup, a model or folder"),
@@ -306,10 +318,19 @@ def compare_note(s, name):
 
 
 def with_drafter(settings, name):
-    """Settings after switching to drafter `name`; draft-only goes off for prompt lookup (no model)."""
-    new = replace(settings, drafter=name, draft=settings.draft and name != "ngram")
-    note = " (draft-only off: prompt lookup has no model to write alone)" if settings.draft and not new.draft else ""
-    return new, f"drafter: {name}{note}"
+    """Settings after switching to drafter `name`; draft-only goes off for prompt lookup (no model). From no
+    drafter (`:drafter none` turned speculative off), speculative decoding comes back on: that is what a
+    drafter is for; from another drafter it stays as it was, and the line says when it is off."""
+    new = replace(settings, drafter=name, draft=settings.draft and name != "ngram",
+                  speculative=settings.speculative or settings.drafter is None)
+    notes = []
+    if settings.draft and not new.draft:
+        notes.append("draft-only off: prompt lookup has no model to write alone")
+    if new.speculative and not settings.speculative:
+        notes.append("speculative on")
+    elif not new.speculative:
+        notes.append("speculative off: :speculative on")
+    return new, f"drafter: {name}" + "".join(f" ({note})" for note in notes)
 
 
 # ---- showing settings -----------------------------------------------------------------------------

@@ -116,10 +116,16 @@ class Console:
                                     target=True)
             self.write("drafter: none (target-only on; speculative, compare and draft-only off)")
             return
+        current = self.settings.drafter or NO_DRAFTER
         try:
+            if name not in self.drafters and name != "ngram":  # a download or a large model takes a while
+                self.write(f"loading drafter {name} ... (Ctrl-C: keep {current})")
             self.drafter_named(name)
         except LOAD_ERRORS as e:
             self.warn(f"drafter {name!r} not loaded: {one_line(e)}")
+            return
+        except KeyboardInterrupt:  # the console stays, and so does its drafter
+            self.warn(f"interrupted: drafter {name!r} not loaded; the drafter is still {current}")
             return
         self.settings, message = with_drafter(self.settings, name)
         self.write(message)
@@ -191,7 +197,8 @@ def no_drafts_why(s):
 def summary_line(run, runs, provenance, colour, use_cache):
     """'label: N tokens in s, tokens/s', then a speculative run's statistics against target-only
     (with the same cache setting), then what the KV cache bought (runs without it)."""
-    line = f"{run.label}: {len(run.tokens)} tokens in {run.seconds:.3f} s, {run.tokens_per_second:.1f} tokens/s"
+    line = (f"{run.label}: {len(run.tokens)} token{'' if len(run.tokens) == 1 else 's'} in {run.seconds:.3f} s, "
+            f"{run.tokens_per_second:.1f} tokens/s")
     by_label = {r.label: r for r in runs}
     if run.stats is not None:
         base = by_label.get(GENERATOR_LABELS["target"] + ("" if use_cache else NO_CACHE))
@@ -200,8 +207,9 @@ def summary_line(run, runs, provenance, colour, use_cache):
         line += " | " + stats_summary(run.stats, measured_speedup=speedup)
         line += "" if speedup or run.stats.predicted_speedup_refined is None else " (:compare on measures it)"
     cached = by_label.get(run.label.removesuffix(NO_CACHE))
-    if not use_cache and cached is not None:
-        line += f"; the KV cache is {cached.tokens_per_second / run.tokens_per_second:.2f}x faster"
+    if not use_cache and cached is not None:  # with one token there is nothing to reuse: it may lose
+        ratio = cached.tokens_per_second / run.tokens_per_second
+        line += f"; the KV cache is {ratio:.2f}x faster" if ratio >= 1 else f"; the KV cache is {1 / ratio:.2f}x slower"
     return line
 
 

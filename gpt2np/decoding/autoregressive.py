@@ -93,9 +93,10 @@ def check_generation_request(model, prompt_ids, n_tokens, whose="the"):
     if len(prompt_ids) == 0:
         raise ValueError("the prompt is empty: GPT-2 needs at least one token to condition on")
     if len(prompt_ids) + n_tokens > model.n_ctx:
+        fix = ("shorten the prompt or ask for fewer tokens" if len(prompt_ids) < model.n_ctx else
+               f"the prompt alone fills it: shorten the prompt to at most {model.n_ctx - 1} tokens")  # no n_tokens can
         raise ValueError(f"prompt ({len(prompt_ids)} tokens) + n_tokens ({n_tokens}) = "
-                         f"{len(prompt_ids) + n_tokens} exceeds {whose} context of {model.n_ctx} tokens; "
-                         f"shorten the prompt or ask for fewer tokens")
+                         f"{len(prompt_ids) + n_tokens} exceeds {whose} context of {model.n_ctx} tokens; {fix}")
     return prompt_ids
 
 

@@ -119,7 +119,8 @@ def test_every_setting_command_answers_with_what_changed_and_help_shows_it():
     assert out.returncode == 0 and out.stderr == "", out.stderr
     lines = out.stdout.splitlines()
     assert lines[:len(commands)] == [answer for _, answer in commands]
-    assert lines[len(commands)] == "drafter: ngram (draft-only off: prompt lookup has no model to write alone)"
+    assert lines[len(commands)] == ("drafter: ngram (draft-only off: prompt lookup has no model to write alone) "
+                                    "(speculative off: :speculative on)")  # :speculative off above: said
     now = {line.split()[0]: line for line in lines[len(commands) + 2:]}  # help: command, value now, what
     for command, value in [(":K", "heuristic <= 12"), (":temperature", "1"), (":top_p", "0.8"), (":seed", "3"),
                            (":sampling", "nucleus 0.8 T=1"), (":tokens", "17"), (":trace", "on"),

@@ -227,15 +227,20 @@ def test_seeded_speculative_runs_repeat_with_and_without_the_cache(pair):
 
 def test_tree_command_and_flag_draft_token_trees_and_keep_the_greedy_text(pair):
     """:tree 3,2 and --tree auto (issue 28, item 6): the target's greedy text, the tree named in the
-    run's header; bad shapes and a tree without the KV cache are one-line errors."""
+    run's header; bad shapes and a tree without the KV cache are one-line errors, the latter refused when set
+    (either order), not at every prompt after it (which then ran nothing at all)."""
     target, _ = pair
     want = text_of(target, gpt2np.generate(target, target.tokenizer.encode(PROMPT), 24, temperature=0))
-    out = run_console(f":tokens 24\n:tree 3,2\n{PROMPT}\n:tree x\n:cache off\n{PROMPT}\n:tree off\n:help\n")
-    assert out.returncode == 0 and sections(out.stdout)["speculative"][0] == want, out.stdout
+    out = run_console(f":tokens 24\n:tree 3,2\n{PROMPT}\n:tree x\n:cache off\n{PROMPT}\n:tree off\n:cache off\n"
+                      f":tree 3,2\n:help\n")
+    assert out.returncode == 0 and sections(out.stdout)["speculative"] == [want, want], out.stdout  # cache kept on
     assert "tree: 3,2" in out.stdout and "tree 3,2" in out.stdout.split("=== speculative")[1].split("\n")[0]
     assert out.stderr.splitlines() == [
         "error: tree must be children per depth, comma-separated integers >= 1 (e.g. 3,2,1), auto or off, got 'x'",
-        "error: a token tree runs with the KV cache only (its rows are kept per path): :cache on, or :tree off"]
+        "error: :cache off with a tree: a token tree runs with the KV cache only (its rows are kept per path): "
+        ":tree off first",
+        "error: :tree with :cache off: a token tree runs with the KV cache only (its rows are kept per path): "
+        ":cache on first"]
     assert re.search(r":tree W1,W2,...\|auto\|off\s+off\s+draft a token tree", out.stdout), out.stdout
     auto = run_console(f"{PROMPT}\n", "--tree", "auto", "--n_tokens_to_generate", "24")
     assert auto.returncode == 0 and sections(auto.stdout) == {"speculative": [want]}, auto.stderr
@@ -257,3 +262,43 @@ def test_without_the_cache_auto_reads_no_cost_shape_a_block_s_curve_is_not_a_rec
     assert reads == [] and off.stats.probe_seconds == 0.0, reads
     on = open_stream("speculative", target, gpt2np.ModelDrafter(pair[1]), ids, settings).run()
     assert reads == [9] and on.stats.probe_seconds > 0 and on.tokens == off.tokens, reads
+
+
+# ---- an audit of the console as a user drives it (session 62) ------------------------------------------------
+
+def test_a_drafter_switched_back_in_drafts_again_and_ctrl_c_while_loading_keeps_the_console(pair):
+    """After :drafter none, :drafter NAME left speculative decoding off with nothing said (only target-only ran);
+    Ctrl-C while a drafter loaded (a slow download) quit the whole console. Now the drafter comes back drafting,
+    a load says it is loading, and Ctrl-C there keeps the console and its drafter."""
+    import io
+    from gpt2np.console.repl import Console
+    target, draft = pair
+    calls = []
+
+    def load_drafter(name):  # the second load is interrupted, as Ctrl-C during a download
+        calls.append(name)
+        if name == "slow":
+            raise KeyboardInterrupt
+        return gpt2np.ModelDrafter(draft)
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(target, Settings(drafter=None, speculative=False), load_drafter, out=out, err=err)
+    console.switch_drafter("shakespeare-260K")
+    assert console.settings.speculative and console.settings.drafter == "shakespeare-260K"
+    console.switch_drafter("slow")
+    assert console.settings.drafter == "shakespeare-260K" and calls == ["shakespeare-260K", "slow"]
+    assert out.getvalue().splitlines() == ["loading drafter shakespeare-260K ... (Ctrl-C: keep none)",
+                                           "drafter: shakespeare-260K (speculative on)",
+                                           "loading drafter slow ... (Ctrl-C: keep shakespeare-260K)"]
+    assert err.getvalue() == "error: interrupted: drafter 'slow' not loaded; the drafter is still shakespeare-260K\n"
+    out = run_console(f":drafter none\n:drafter shakespeare-260K\n:tokens 5\n{PROMPT}\n")
+    assert out.returncode == 0 and "speculative" in sections(out.stdout), out.stdout
+
+
+def test_policy_names_in_any_case_and_a_slower_cache_said_so(pair):
+    """:K Auto was refused where :tree AUTO and :trace ON are taken; one token without the cache printed "the
+    KV cache is 0.71x faster"."""
+    assert parse_command(":K Auto 6", Settings(drafter="ngram")).settings.K == "auto"
+    out = run_console(f":tokens 1\n:speculative off\n:target on\n:cache off\n{PROMPT}\n")
+    said = re.search(r"the KV cache is ([\d.]+)x (faster|slower)$", out.stdout, re.M)
+    assert out.returncode == 0 and said and float(said[1]) >= 1, out.stdout
+    assert re.search(r"^target-only: 1 token in ", out.stdout, re.M), out.stdout  # not "1 tokens"

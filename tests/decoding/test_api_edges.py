@@ -327,3 +327,13 @@ def test_a_stream_that_cannot_go_on_says_so_instead_of_ending_with_no_result(how
     assert not stream.done and stream.result is None and len(stream.tokens) == 2
     finished = gpt2np.plain_stream(model, ids, 3)
     assert finished.run() == finished.run() and finished.done  # finished: its result again
+
+
+def test_a_prompt_that_fills_the_context_alone_is_told_to_shorten():
+    """"Shorten the prompt or ask for fewer tokens" cannot help when the prompt alone fills the context: it says
+    how long the prompt may be."""
+    model = gpt2np.load_model("shakespeare-260K")  # context 256
+    with pytest.raises(ValueError) as info:
+        gpt2np.generate(model, [1] * 300, 5)
+    assert one_line(info) == ("prompt (300 tokens) + n_tokens (5) = 305 exceeds the context of 256 tokens; the prompt "
+                              "alone fills it: shorten the prompt to at most 255 tokens")

@@ -67,12 +67,15 @@ class Console:
         return self.drafters[name]
 
     def handle(self, line):
-        """Do what one typed line says; False means quit."""
-        line = line.strip()
+        """Do what one typed line says; False means quit. A prompt is encoded as typed, its spaces kept (as
+        main.py's --prompt: on the bundled byte-level vocabulary "ROMEO: " continues otherwise than "ROMEO:");
+        a line of spaces alone is nothing, and a command's own spaces do not matter."""
+        text, line = line.rstrip("\r\n"), line.strip()
         if line.startswith((":", "/")) and not line.startswith(("::", "//")):
             return self.command(line)
         if line:
-            self.generate(line[1:] if line.startswith(("::", "//")) else line)
+            escaped = text.index(line[0]) if line.startswith(("::", "//")) else None  # "::x" is the prompt ":x"
+            self.generate(text if escaped is None else text[:escaped] + text[escaped + 1:])
         return True
 
     def command(self, line):

@@ -302,3 +302,13 @@ def test_policy_names_in_any_case_and_a_slower_cache_said_so(pair):
     said = re.search(r"the KV cache is ([\d.]+)x (faster|slower)$", out.stdout, re.M)
     assert out.returncode == 0 and said and float(said[1]) >= 1, out.stdout
     assert re.search(r"^target-only: 1 token in ", out.stdout, re.M), out.stdout  # not "1 tokens"
+
+
+def test_a_prompt_is_encoded_as_typed_spaces_kept(pair):
+    """"ROMEO: " was stripped to "ROMEO:", which continues otherwise on the byte-level vocabulary than main.py's
+    --prompt "ROMEO: " does; spaces are kept now (a line of spaces alone is still nothing)."""
+    target, _ = pair
+    for prompt in ("ROMEO: ", " ROMEO:"):
+        want = text_of(target, gpt2np.generate(target, target.tokenizer.encode(prompt), 6, temperature=0), prompt)
+        out = run_console(f"   \n{prompt}\n", "--n_tokens_to_generate", "6", "--draft_model_size", "none")
+        assert out.returncode == 0 and sections(out.stdout)["target-only"] == [want], (prompt, out.stdout)

@@ -347,6 +347,9 @@ def read_stream(answer, record):
         if "error" in event:  # the status was already 200: the generation failed on the way
             record["message"] = f"streamed error: {event['error'].get('message')}"
             return
+        if not event.get("choices"):  # include_usage's last event (OpenAI's): no choices, the usage
+            record["n_out"] = (event.get("usage") or {}).get("completion_tokens", record["n_out"])
+            continue
         extension = event.get("gpt2np") or {}
         n = len(extension.get("tokens") or []) if "tokens" in extension else int(bool(event["choices"][0]["text"]))
         if n:

@@ -34,6 +34,7 @@ Fetching 124M needs the internet (about 500 MB), so this example is not run as a
 >>> download_model("124M")  # doctest: +SKIP
 PosixPath('weights/124M')
 """
+import contextlib
 import errno
 import hashlib
 import itertools
@@ -42,8 +43,6 @@ import os
 import re
 import shutil
 import sys
-import contextlib
-from contextlib import contextmanager
 from pathlib import Path
 
 from .tf_reader import REDOWNLOAD, check_data_file, check_meta_graph, read_index
@@ -121,7 +120,7 @@ def download_release(url, model_dir, known_sha256=KNOWN_SHA256, progress=True, p
     return model_dir
 
 
-@contextmanager
+@contextlib.contextmanager
 def folder_lock(folder, progress=True):
     """Hold `<folder>/.download.lock` exclusively (fcntl.flock: released by the system if the process dies),
     waiting for a process that holds it; the file is removed on the way out. A lock taken on a file another
@@ -158,7 +157,8 @@ def folder_lock(folder, progress=True):
     try:
         yield
     finally:
-        os.unlink(path)  # before the lock is released: a waiter then finds it gone and locks a new file
+        with contextlib.suppress(FileNotFoundError):  # someone removed it: the lock held all the same
+            os.unlink(path)  # before the lock is released: a waiter then finds it gone and locks a new file
         f.close()
 
 

@@ -10,7 +10,7 @@ No field is ever dropped silently. Each one is
     `max_new_tokens` and `max_length` for max_tokens); two spellings with different values -> 400;
   * refused with a 400 that names it, when it would change the output and is not implemented
     (logprobs, echo, suffix, non-zero penalties, a non-empty logit_bias, n or best_of above 1);
-  * accepted and ignored only where ignoring it cannot change the output (`user`);
+  * accepted and ignored only where ignoring it cannot change the output (`user`, `suffix: ""`);
   * or unknown: 400 naming it (extra="forbid").
 Limits that depend on the model (context length, token ids) are engine.py's.
 """
@@ -99,10 +99,9 @@ class SamplingFields(Strict):
     tree: TreeValue | None = Field(None, description="draft a token tree each round instead of K drafts: children "
                                                      "per depth ([3, 2, 1]), or 'auto' (each round's shape from the "
                                                      "run's acceptance and measured costs; a draft model only)")
-    drafter: Annotated[StrictStr, Field(min_length=1)] | None = Field(None, description="one of GET /v1/models' "
-                                                                      "gpt2np.drafters "
-                                                        "(default: its default_drafter; null there, "
-                                                        "--draft_model_size none: the target alone)")
+    drafter: Annotated[StrictStr, Field(min_length=1)] | None = Field(
+        None, description="one of GET /v1/models' gpt2np.drafters (default: its default_drafter; where that is "
+                          "null, --draft_model_size none, the target alone)")
     speculative: StrictBool = Field(True, description="false: the target alone (for comparison)")
     max_tokens: Count | None = Field(None, description="new tokens at most (fewer if <|endoftext|> or a stop "
                                                        "string comes first)")

@@ -131,8 +131,8 @@ def check_draft_room(draft, prompt, n_tokens):
 def check_draft(target, draft, prompts, n_tokens, Ks):
     """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
     check_draft_model(target, draft)
-    each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))  # K = 0: the
-                                                                                                 # draft never sees it
+    # K = 0: the draft never sees that sequence
+    each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))
 
 
 def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):

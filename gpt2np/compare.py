@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (K_from_text, OneLineErrorParser, TokenTexts, add_loading_flags, by_position, check_json_path,
                            check_model_names, check_tokenizer, colour_allowed, coloured, drafter_errors,
-                           provenance_legend, run_command, stats_summary, write_flag_file)
+                           provenance_legend, run_command, stats_summary, target_help, write_flag_file)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
 WARMUP_TOKENS = 16   # untimed first: the first calls of each size pay one-time costs (threads, buffers)
@@ -39,8 +39,7 @@ REDRAW_SECONDS = 0.04  # the live columns are redrawn at most this often
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python -m gpt2np.compare", description=__doc__.split("\n")[0])
-    p.add_argument("target", help="target model, named as the gpt2np command (main.py) names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
-                   f"bundled name ({', '.join(gpt2np.bundled_models()) or 'none'}), hf:owner/name[@revision] or a folder")
+    p.add_argument("target", help=target_help())
     p.add_argument("draft", help="drafter: a model named like the target, or 'ngram' (prompt lookup)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"text to continue (default: {DEFAULT_PROMPT!r})")
     p.add_argument("--n_tokens", type=int, default=100, help="new tokens per run (default: 100)")

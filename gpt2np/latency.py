@@ -24,7 +24,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, check_model_names,
-                           check_tokenizer, drafter_errors, run_command, write_flag_file)
+                           check_tokenizer, drafter_errors, run_command, target_help, write_flag_file)
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -48,8 +48,7 @@ PROMPTS = (  # written for this command: ordinary sentences, cut where a continu
 
 def parse_args(argv):
     p = OneLineErrorParser(prog="python -m gpt2np.latency", description=__doc__.split("\n")[0])
-    p.add_argument("target", help="target model, named as the gpt2np command (main.py) names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
-                   f"bundled name ({', '.join(gpt2np.bundled_models()) or 'none'}), hf:owner/name[@revision] or a folder")
+    p.add_argument("target", help=target_help())
     p.add_argument("draft", nargs="?", default=None,
                    help="drafter: a model named like the target, or 'ngram'; omit for target-only latency")
     p.add_argument("--n_tokens", type=int, default=64, help="new tokens per prompt (default: 64, llama-ssp's)")

@@ -165,6 +165,14 @@ def command_error_line(error):
     return "--" + line if line.startswith(LIBRARY_ARGUMENTS) else line
 
 
+THREADS_HELP = "BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)"  # console, server
+
+
+def target_help():  # compare's and latency's TARGET: named as main.py's --target_model_size
+    return (f"target model, named as the gpt2np command (main.py) names one: 124M ... 1558M (gpt2 ... gpt2-xl), a "
+            f"bundled name ({', '.join(loading.bundled_models()) or 'none'}), hf:owner/name[@revision] or a folder")
+
+
 def add_loading_flags(p):
     """--models_dir, --mirror, --hf_endpoint: where every command finds or downloads its models."""
     p.add_argument("--models_dir", default="weights",

@@ -20,6 +20,8 @@ from gpt2np import check_sampling_options, is_greedy, make_policy
 from gpt2np import report
 from gpt2np.report import check_typed_tree, tree_from_text
 
+from .runs import TREE_NEEDS_CACHE
+
 # the order generators run in: speculative last, so its speedup over target-only is known when it ends
 GENERATORS = ("target", "draft", "speculative")
 COMPARED = ("target", "speculative")  # what :compare runs
@@ -169,9 +171,6 @@ def tree_widths(text):
         return tree if tree == "auto" else check_typed_tree(tree, text)
     except ValueError as e:
         raise CommandError(str(e)) from None
-
-
-TREE_NEEDS_CACHE = "a token tree runs with the KV cache only (its rows are kept per path)"
 
 
 def set_tree(s, args):

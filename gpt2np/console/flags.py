@@ -3,7 +3,7 @@
 
 from .commands import Settings, K_value, check_tree_drafter, checked, tree_widths
 from gpt2np import bundled_models
-from ..report import (DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given, chosen_drafter,
+from ..report import (THREADS_HELP, DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given, chosen_drafter,
                       default_n_tokens)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -36,8 +36,7 @@ def parse_args(argv):
     p.add_argument("--n_tokens_to_generate", type=int, default=None,
                    help=f"new tokens per run; at most the target's context less one (default: 200 when the target "
                         f"is a bundled model ({bundled}), named or not; 40 for any other target)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     return p.parse_args(argv)
 
 

@@ -17,6 +17,8 @@ import numpy as np
 
 from gpt2np import ModelDrafter, plain_stream, request_cache, speculative_stream
 
+TREE_NEEDS_CACHE = "a token tree runs with the KV cache only (its rows are kept per path)"
+
 
 @dataclass(frozen=True)
 class Run:
@@ -87,8 +89,7 @@ def open_stream(generator, target, drafter, prompt_ids, settings, use_cache=True
     if generator == "speculative":
         if not use_cache:
             if settings.tree is not None:
-                raise ValueError("a token tree runs with the KV cache only (its rows are kept per path): "
-                                 ":cache on, or :tree off")
+                raise ValueError(f"{TREE_NEEDS_CACHE}: :cache on, or :tree off")  # :tree and :cache refuse it first
             target, drafter = Recomputing(target), without_cache(drafter)
         K = dict(tree=settings.tree) if settings.tree is not None else dict(K=settings.K)  # a tree fixes K
         return speculative_stream(target, drafter, prompt_ids, settings.n_tokens, K_max=settings.K_max, rng=rng,

@@ -29,7 +29,7 @@ import socket
 import sys
 
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
-from gpt2np.report import (NO_DRAFTER, OneLineErrorParser, add_loading_flags, check_model_names, check_tokenizer,
+from gpt2np.report import (NO_DRAFTER, THREADS_HELP, OneLineErrorParser, add_loading_flags, check_model_names, check_tokenizer,
                            command_error_line, command_name, drafter_errors, run_command)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"
@@ -63,7 +63,7 @@ def parse_args(argv):
                         "are answered 429 (default: %(default)s)")
     p.add_argument("--max_body_bytes", type=int, default=256 * 1024,
                    help="larger request bodies get 413 (default: %(default)s, 256 KiB)")
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads (default: 1 for models narrower than n_embd 512, else the BLAS default)")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--quiet", action="store_true",
                    help="no line per request on stderr (by default each request, once answered, gets one: time, "
                         "client, method, path, status, seconds, and a completion's tokens, how it ended and its "

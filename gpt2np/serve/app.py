@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 
 import gpt2np
 
-from .completions import SSE_DONE, Completion, sse
+from .completions import SSE_DONE, Completion, final_of, new_id, sse, usage_chunk_of
 from .engine import Generation, QueueFull, RequestError, new_seed
 from .names import without_paths
 from .requestlog import RequestLog, note
@@ -203,30 +203,38 @@ def generation(engine, body, ids):
     return g
 
 
-async def run(engine, g, completion, request):
-    """Queue g and collect its rounds into completion (non-streaming); stop if the client leaves."""
-    loop = asyncio.get_running_loop()
-    job, checked = engine.submit(g, loop), loop.time()
+async def run(engine, jobs, completions, request):
+    """Collect every job's rounds into its completion (non-streaming); stop if the client leaves. Returns
+    None, or an error response (a job's error: the others are stopped)."""
+    loop, ended = asyncio.get_running_loop(), set()
+    checked = loop.time()
     try:
-        while not completion.done:
+        while len(ended) < len(jobs):
             try:
-                message = await asyncio.wait_for(job.messages.get(), timeout=0.25)
+                i, message = await asyncio.wait_for(jobs[0].inbox.get(), timeout=0.25)
             except asyncio.TimeoutError:
-                message = ("wait",)
+                i, message = None, ("wait",)
             if loop.time() - checked > 0.25:  # a few times a second: has the client gone?
                 if await request.is_disconnected():
                     return None  # nobody to answer: the finally below frees the worker
                 checked = loop.time()
+            if i in ended:
+                continue  # what a job sent after its stop string, before the worker saw finish()
+            completion = completions[i] if i is not None else None
             if message[0] == "round":
                 completion.add_round(*message[1:], engine.target.eot_id)
+                if completion.done:  # a stop string: this prompt has its answer
+                    stop_early(jobs[i], completion)
+                    ended.add(i)
             elif message[0] == "done":
                 completion.finish(*message[1:])
-                return None
+                ended.add(i)
             elif message[0] == "error":
                 return error(message[1], message[2], kind="server_error" if message[1] >= 500 else
                              "invalid_request_error")
     finally:
-        stop_early(job, completion)  # done, stopped by a stop string, or the request was cancelled
+        for job, completion in zip(jobs, completions):  # done, stopped by a stop string, or cancelled
+            stop_early(job, completion)
 
 
 def stop_early(job, completion):
@@ -238,35 +246,40 @@ def stop_early(job, completion):
         job.cancel()
 
 
-async def events(engine, job, completion, include_usage=False):
-    """The streaming answer: one server-sent event per round, then (include_usage) one with no choices and the
-    usage, as OpenAI's stream_options, then [DONE]."""
-    finished = False  # the last text event sent (not an error's)
+async def events(engine, jobs, completions, include_usage=False):
+    """The streaming answer: one server-sent event per round of each prompt (its choice's index tells them
+    apart), each prompt's last with its finish_reason; then (include_usage) one with no choices and the
+    usage of them all, as OpenAI's stream_options, then [DONE]."""
+    ended = set()  # prompts whose last text event was sent
     try:
-        while True:
-            message = await job.messages.get()
+        while len(ended) < len(jobs):
+            i, message = await jobs[0].inbox.get()
+            if i in ended:
+                continue
+            completion = completions[i]
             if message[0] == "round":
                 text, entries = completion.add_round(*message[1:], engine.target.eot_id)
                 if completion.done:
                     yield sse(completion.last_chunk(text, entries))
-                    finished = True
-                    break
-                yield sse(completion.chunk(text, entries, completion.rounds[-1]))
+                    stop_early(jobs[i], completion)
+                    ended.add(i)
+                else:
+                    yield sse(completion.chunk(text, entries, completion.rounds[-1]))
             elif message[0] == "done":
                 yield sse(completion.last_chunk(completion.finish(*message[1:])))
-                finished = True
-                break
+                ended.add(i)
             elif message[0] == "error":
                 yield sse({"error": {"message": without_paths(message[2]), "type": "server_error", "param": None,
                                      "code": None}})
                 break
             else:
                 return
-        if include_usage and finished:
-            yield sse(completion.usage_chunk())
+        if include_usage and len(ended) == len(jobs):
+            yield sse(usage_chunk_of(completions))
         yield SSE_DONE
     finally:
-        stop_early(job, completion)
+        for job, completion in zip(jobs, completions):
+            stop_early(job, completion)
 
 
 def refused(e):
@@ -286,19 +299,41 @@ async def completions(body: CompletionRequest, request: Request):
         return error(404, f"model: the model {body.model!r} is not served here; this server serves "
                           f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
     try:
-        ids = engine.encode(body.prompt)
-        g = generation(engine, body, ids)
-        completion = Completion(engine.model_id, g, len(ids), body.stops())
-        note(request, completion, body.stream)
+        gs = generations(engine, body)
+        cid = new_id()
+        completions = [Completion(engine.model_id, g, len(g.prompt_ids), body.stops(), index=i, id=cid)
+                       for i, g in enumerate(gs)]
+        note(request, completions, body.stream)
+        jobs = engine.submit_all(gs, asyncio.get_running_loop())
         if body.stream:
-            job = engine.submit(g, asyncio.get_running_loop())
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return ClosingStreamingResponse(events(engine, job, completion, include_usage), media_type="text/event-stream",
+            return ClosingStreamingResponse(events(engine, jobs, completions, include_usage),
+                                            media_type="text/event-stream",
                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        failed = await run(engine, g, completion, request)
+        failed = await run(engine, jobs, completions, request)
     except (RequestError, QueueFull) as e:
         return refused(e)
-    return failed or completion.final()
+    return failed or final_of(completions)
+
+
+def generations(engine, body):
+    """A request's prompts as Generations, each checked (RequestError); a fault in one of several prompts
+    says which (prompt[i], counted from 0 as the choices' index), and several prompts must fit the server
+    at once (max_batch + max_queue: more would never be served together)."""
+    prompts = body.prompts()
+    if len(prompts) > engine.capacity:
+        raise RequestError("prompt", f"prompt: {len(prompts)} prompts, more than this server takes at once "
+                                     f"({engine.capacity}: --max_batch {engine.max_batch} + --max_queue "
+                                     f"{engine.max_queue}): send at most {engine.capacity} a request")
+    gs = []
+    for i, prompt in enumerate(prompts):
+        try:
+            gs.append(generation(engine, body, engine.encode(prompt)))
+        except RequestError as e:
+            if len(prompts) == 1:
+                raise
+            raise RequestError(e.param, f"prompt[{i}]: {e}") from None
+    return gs
 
 
 @routes.post("/predict", summary="The seed's interface: {\"prompt\": ...} -> text and statistics")
@@ -308,8 +343,8 @@ async def predict(body: PredictRequest, request: Request):
         ids = engine.encode(body.prompt)
         g = generation(engine, body, ids)
         completion = Completion(engine.model_id, g, len(ids))
-        note(request, completion)
-        failed = await run(engine, g, completion, request)
+        note(request, [completion])
+        failed = await run(engine, [engine.submit(g, asyncio.get_running_loop())], [completion], request)
     except (RequestError, QueueFull) as e:
         return refused(e)
     if failed:

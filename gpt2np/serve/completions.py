@@ -8,6 +8,10 @@ openai client reads). gpt2np adds one object, "gpt2np", with where each token ca
 (provenance: draft / resample / bonus / target) and the round statistics.
 
 finish_reason: "length" when max_tokens were generated, "stop" for <|endoftext|> or a stop string.
+
+A request of several prompts is one Completion per prompt, sharing the request's id: final_of joins them
+(a choice each, in the prompts' order, usage summed, "gpt2np" a list of each choice's object); streamed,
+each event is one prompt's, told apart by its choice's index.
 """
 import json
 import math
@@ -107,8 +111,10 @@ def round_entry(event):
 class Completion:
     """One request's completion, built up round by round; chunk() and final() give OpenAI objects."""
 
-    def __init__(self, model_id, generation, prompt_tokens, stops=()):
-        self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    def __init__(self, model_id, generation, prompt_tokens, stops=(), index=0, id=None):
+        """index: its place among the request's prompts (choices[].index); id: the request's completion id,
+        shared by the completions of one request's prompts (None: a new one)."""
+        self.id, self.created, self.index = id or new_id(), int(time.time()), index
         self.model_id, self.generation, self.prompt_tokens = model_id, generation, prompt_tokens
         self.text, self.stop = StopText(stops), bool(stops)
         self.tokens, self.provenance, self.entries, self.rounds = [], [], [], []
@@ -164,7 +170,7 @@ class Completion:
     def chunk(self, text, entries, round_):
         """One streamed event: the new text and the round's tokens with their provenance."""
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
-                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}],
+                "choices": [{"text": text, "index": self.index, "logprobs": None, "finish_reason": None}],
                 "gpt2np": self.extension(tokens=entries, round=round_)}
 
     def last_chunk(self, text, entries=None):
@@ -187,10 +193,33 @@ class Completion:
     def final(self):
         """The whole completion (non-streaming), with every token and round."""
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
-                "choices": [{"text": self.text.text, "index": 0, "logprobs": None,
+                "choices": [{"text": self.text.text, "index": self.index, "logprobs": None,
                              "finish_reason": self.finish_reason}],
                 "usage": self.usage(),
                 "gpt2np": self.extension(tokens=self.entries, rounds=self.rounds, stats=self.stats)}
+
+
+def new_id():
+    return f"cmpl-{uuid.uuid4().hex}"
+
+
+def final_of(completions):
+    """The answer to a request of several prompts (non-streaming): one choice per prompt, in the prompts'
+    order, their usage summed, and gpt2np's object of each choice in a list in the same order; one
+    prompt: that completion's own (final)."""
+    if len(completions) == 1:
+        return completions[0].final()
+    bodies = [c.final() for c in completions]
+    usage = {key: sum(b["usage"][key] for b in bodies) for key in bodies[0]["usage"]}
+    return {**bodies[0], "choices": [b["choices"][0] for b in bodies], "usage": usage,
+            "gpt2np": [b["gpt2np"] for b in bodies]}
+
+
+def usage_chunk_of(completions):
+    """stream_options include_usage's last event for a request of one or several prompts: their usage summed."""
+    chunk = completions[0].usage_chunk()
+    chunk["usage"] = {key: sum(c.usage()[key] for c in completions) for key in chunk["usage"]}
+    return chunk
 
 
 def sse(payload):

@@ -28,6 +28,8 @@ Each round becomes a message for the request that asked for it, as it comes. Eve
 tokens it would get alone: each sequence of the packed pass keeps its own cache, options and rng.
 `open_stream` (speculative, alone) and `_add_to_batch` (packed) are the places that call the decoders.
 """
+import asyncio
+import collections
 import copy
 import logging
 import queue
@@ -68,8 +70,10 @@ class Engine:
         self.model_id = served_name(model_id or getattr(target, "name", "gpt2np"))
         self.tokenizer, self.n_ctx = target.tokenizer, target.n_ctx
         self.max_queue, self.max_batch, self.prefill_chunk = max_queue, max_batch, prefill_chunk
-        self._waiting = queue.Queue()  # unbounded: submit() bounds running + waiting (self._taken)
+        self._waiting = queue.Queue()  # each request's jobs, one item; unbounded: submit_all() bounds self._taken
+        self._held = collections.deque()  # jobs of a request taken from the queue that found no free slot yet
         self._taken, self._lock = 0, threading.Lock()  # jobs submitted and not yet gone: at most capacity
+        self._n_waiting = 0  # jobs submitted and not yet admitted (queued), under self._lock
         self._thread, self._stopping = None, False
         self._active, self._members = {}, {}  # job -> Active; (batch, handle) -> its job
         self._new_batches()
@@ -90,7 +94,7 @@ class Engine:
         costs (c, v, the predicted speedup) and runs the single-sequence K policies."""
         if g.drafter is None:
             return self._batch
-        alone = not self._active and self._waiting.empty()
+        alone = not self._active and self._waiting.empty() and not self._held
         if g.tree is None and (g.K == "auto" or not isinstance(g.K, str)) and not alone:
             return self._drafting.get(g.drafter)
         return None
@@ -123,13 +127,10 @@ class Engine:
         """Refuse what still waits (503), let the running generations end, stop the worker."""
         while True:
             try:
-                job = self._waiting.get_nowait()
+                jobs = self._waiting.get_nowait()
             except queue.Empty:
                 break
-            if job is not None:
-                job.cancel()
-                job.put(("error", 503, "the server is shutting down"))
-                self._release()
+            self._refuse(jobs or ())
         if self._thread is not None:
             self._waiting.put(None)
             self._thread.join(timeout=10)
@@ -141,7 +142,7 @@ class Engine:
 
     @property
     def queued(self):
-        return self._waiting.qsize()
+        return self._n_waiting
 
     @property
     def active(self):
@@ -195,20 +196,29 @@ class Engine:
         """Queue a checked generation; returns its Job. QueueFull when max_batch + max_queue generations
         are running or waiting already: a free batch slot is room, even before the worker's next step
         boundary admits the job into it."""
-        job = Job(generation, loop)
+        return self.submit_all([generation], loop)[0]
+
+    def submit_all(self, generations, loop):
+        """Queue one request's checked generations (its prompts) together, all or none; returns their Jobs,
+        which share one inbox. They wait side by side, so free slots admit them at the same step boundary."""
+        inbox = asyncio.Queue()
+        jobs = [Job(g, loop, inbox, i) for i, g in enumerate(generations)]
         if not self.alive:
             raise QueueFull(self.retry_after(), status=503)
         with self._lock:  # request threads submit, the worker releases: one count for both
-            if self._taken >= self.capacity:
+            if self._taken + len(jobs) > self.capacity:
                 raise QueueFull(self.retry_after())
-            self._taken += 1
-        self._waiting.put(job)
-        return job
+            self._taken += len(jobs)
+            self._n_waiting += len(jobs)
+        self._waiting.put(tuple(jobs))  # one item: the worker admits them at one step boundary, as slots allow
+        return jobs
 
-    def _release(self):
-        """A submitted job is gone (answered, cancelled, failed or refused at shutdown): its room is free."""
+    def _release(self, waiting=False):
+        """A submitted job is gone (answered, cancelled, failed or refused at shutdown): its room is free;
+        waiting: it had not been admitted (refused at shutdown)."""
         with self._lock:
             self._taken -= 1
+            self._n_waiting -= waiting
 
     def retry_after(self):
         """Whole seconds until a slot is likely free (max_batch jobs end per mean job time): at least 1."""
@@ -235,16 +245,30 @@ class Engine:
                     self._leave(job, ("error", 500, "internal error while generating"))
                 self._new_batches()
 
+    def _refuse(self, jobs):
+        """Jobs that waited, at shutdown: 503 each."""
+        for job in jobs:
+            job.cancel()
+            job.put(("error", 503, "the server is shutting down"))
+            self._release(waiting=True)
+
     def _admit(self):  # -> False once stopping and nothing is left to run
-        """At a step boundary: jobs that waited join, up to max_batch active; waits only when idle."""
+        """At a step boundary: jobs that waited join, up to max_batch active; waits only when idle. A
+        request's jobs come as one item: those that find no slot are held for the next boundary."""
         while len(self._active) < self.max_batch and not self._stopping:
-            try:
-                job = self._waiting.get(block=not self._active)
-            except queue.Empty:
-                break
-            if job is None:
-                self._stopping = True  # stop(): finish what runs, admit nothing more
-            elif job.cancelled.is_set():  # its client left while it waited
+            if not self._held:
+                try:
+                    jobs = self._waiting.get(block=not self._active)
+                except queue.Empty:
+                    break
+                if jobs is None:
+                    self._stopping = True  # stop(): finish what runs, admit nothing more
+                    break
+                self._held.extend(jobs)
+            job = self._held.popleft()
+            with self._lock:
+                self._n_waiting -= 1
+            if job.cancelled.is_set():  # its client left while it waited
                 self.cancelled += 1
                 self._release()
             else:

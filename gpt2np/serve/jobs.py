@@ -46,7 +46,8 @@ class Generation:
 
 
 class Job:
-    """A generation and the channel its messages go back on (an asyncio queue of the request's loop).
+    """A generation and the channel its messages go back on (an asyncio queue of the request's loop,
+    `inbox`, which the jobs of one request's several prompts share: each message comes as (index, message)).
 
     Messages: ("round", event, pieces, live) per round, then ("done", result, tail, live), or
     ("error", status, message), or ("cancelled",) / ("stopped",) (after cancel() / finish()).
@@ -56,15 +57,15 @@ class Job:
     string: counted as served).
     """
 
-    def __init__(self, generation, loop):
-        self.generation, self.loop = generation, loop
-        self.messages = asyncio.Queue()
+    def __init__(self, generation, loop, inbox=None, index=0):
+        self.generation, self.loop, self.index = generation, loop, index
+        self.inbox = asyncio.Queue() if inbox is None else inbox
         self.cancelled = threading.Event()
         self.satisfied = False
 
     def put(self, message):
         try:
-            self.loop.call_soon_threadsafe(self.messages.put_nowait, message)
+            self.loop.call_soon_threadsafe(self.inbox.put_nowait, (self.index, message))
         except RuntimeError:  # the request's event loop is closed: nobody is listening
             self.cancelled.set()
 

@@ -11,8 +11,8 @@ the status, the seconds until the answer's last byte (a stream's whole length), 
 its tokens, how it ended and how it was decoded; for an error, its message. uvicorn's own access log
 (off: the command runs uvicorn at log level "warning") knows neither the tokens nor the seconds.
 
-RequestLog is ASGI middleware: a route hands it the request's Completion with `note(request,
-completion)`, and the line is logged to the logger "gpt2np.serve.requests" at INFO.
+RequestLog is ASGI middleware: a route hands it the request's Completions (one per prompt) with
+`note(request, completions)`, and the line is logged to the logger "gpt2np.serve.requests" at INFO.
 """
 import json
 import logging
@@ -23,12 +23,12 @@ KEY = "gpt2np.request_log"  # the scope entry a route writes its completion into
 MOST_ERROR_BYTES = 4096     # an error's body kept to read its message (they are one line)
 
 
-def note(request, completion, stream=False):
-    """Tell the request's log line about its completion (tokens, finish_reason, drafter) and whether it
-    is streamed."""
+def note(request, completions, stream=False):
+    """Tell the request's log line about its completions, one per prompt (tokens, finish_reason, drafter),
+    and whether they are streamed."""
     record = request.scope.get(KEY)
     if record is not None:
-        record.update(completion=completion, stream=stream)
+        record.update(completions=completions, stream=stream)
 
 
 class RequestLog:
@@ -57,16 +57,16 @@ class RequestLog:
             answer["status"] = answer["status"] or 500  # the error handler outside answers 500
             raise
         finally:
-            log.info(line(scope, answer, record.get("completion"), time.perf_counter() - start,
+            log.info(line(scope, answer, record.get("completions"), time.perf_counter() - start,
                           record.get("stream", False)))
 
 
-def line(scope, answer, completion, seconds, stream=False):
+def line(scope, answer, completions, seconds, stream=False):
     """The log line (without the time of day, which the handler's format adds)."""
     client = (scope.get("client") or ("-",))[0]
     status = answer["status"] or "-"  # no status: the client left before an answer began
     head = f"{client} {scope.get('method', '-')} {scope.get('path', '-')} {status} {seconds:.3f} s"
-    said = completion_said(completion, answer["status"], stream) if completion is not None else None
+    said = completion_said(completions, answer["status"], stream) if completions else None
     if said is None and answer["status"] is None:
         said = "client left before an answer"
     if said is None and answer["status"] >= 400:
@@ -74,17 +74,21 @@ def line(scope, answer, completion, seconds, stream=False):
     return f"{head}: {said}" if said else head
 
 
-def completion_said(completion, status, stream):
-    """Its tokens, how it ended and how it was decoded; None if it never ran (an error answered)."""
+def completion_said(completions, status, stream):
+    """Their tokens, how they ended and how they were decoded; None if they never ran (an error answered).
+    Several prompts: "3 prompts:", the tokens summed, each one's ending in order."""
     if status is None or status >= 400:
         return None
-    usage, g = completion.usage(), completion.generation
-    ended = completion.finish_reason
+    usages, g = [c.usage() for c in completions], completions[0].generation
+    ended = [c.finish_reason for c in completions]
     how = f"drafter {g.drafter} " + (f"tree {list(g.tree) if isinstance(g.tree, tuple) else g.tree}"
                                      if g.tree is not None else f"K {g.K}") if g.drafter else "target only"
-    parts = [f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
-             + (f" ({ended})" if ended else ""), how] + (["streamed"] if stream else [])
-    if ended is None:
+    head = f"{len(completions)} prompts: " if len(completions) > 1 else ""
+    endings = ", ".join(e or "unfinished" for e in ended) if any(ended) else ""
+    parts = [f"{head}{sum(u['prompt_tokens'] for u in usages)} prompt + "
+             f"{sum(u['completion_tokens'] for u in usages)} completion tokens" + (f" ({endings})" if endings else ""),
+             how] + (["streamed"] if stream else [])
+    if not all(ended):
         parts.append("client left")
     return ", ".join(parts)
 

@@ -27,6 +27,7 @@ from .engine import RequestError
 Float = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 MIN_TEMPERATURE = 1e-6  # below it (but above 0) logits / t overflow float64 for subnormal t: NaN probabilities
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
+Prompt = StrictStr | Annotated[TokenIds, Field(min_length=1)]
 KValue = Annotated[StrictInt, Field(ge=1, le=K_MAX_LIMIT)] | Literal["heuristic", "auto"]
 Count = Annotated[StrictInt, Field(ge=1)]
 TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=TREE_MAX_WIDTH)]], Field(min_length=1, max_length=8)] \
@@ -36,7 +37,8 @@ TreeValue = Annotated[list[Annotated[StrictInt, Field(ge=1, le=TREE_MAX_WIDTH)]]
 # <the value sent>" (app.validation_message), never pydantic's own wording ("Input should be greater than or
 # equal to 0"); the sampling fields are worded as main.py's flags (cli/flags.py: check_sampling_flags)
 FIELD_HELP = {
-    "prompt": "must be a string, or a list of at least one token id (integers >= 0), or a list of one of these",
+    "prompt": "must be a string, or a list of at least one token id (integers >= 0), or a non-empty list of these "
+              "(several prompts, a choice each)",
     "K": "must be an integer from 1 to 32, 'heuristic' or 'auto'",
     "gamma": "must be an integer from 1 to 32, 'heuristic' or 'auto' (gamma is another name of K)",
     "stop": "must be a string or a list of at most 4 non-empty strings",
@@ -55,8 +57,8 @@ FIELD_HELP = {
     "drafter": "must be one of GET /v1/models' gpt2np.drafters (a non-empty string)",
     "model": "must be a string: the served model's id (GET /v1/models)",
     "user": "must be a string",
-    "n": "must be the integer 1 (several choices a request are not supported)",
-    "best_of": "must be the integer 1 (several choices a request are not supported)",
+    "n": "must be the integer 1 (one choice a prompt: send several prompts in a list for several choices)",
+    "best_of": "must be the integer 1 (one choice a prompt: send several prompts in a list for several choices)",
     "echo": "not supported by this server (leave it out, or send false)",
     "suffix": "not supported by this server (leave it out, or send null or \"\")",
     "frequency_penalty": "not supported by this server (leave it out, or send 0)",
@@ -166,11 +168,12 @@ class StreamOptions(Strict):
 
 
 class CompletionRequest(SamplingFields):
-    """POST /v1/completions, OpenAI's legacy completions API (one prompt, one choice)."""
+    """POST /v1/completions, OpenAI's legacy completions API (one choice a prompt; several prompts in a list)."""
     model: StrictStr | None = Field(None, description="must be the served model's id (GET /v1/models)")
-    prompt: StrictStr | Annotated[TokenIds, Field(min_length=1)] = Field(
-        description=f"the text to continue, or its token ids ({EMPTY_PROMPT}); a list holding one of these is "
-                    f"that one prompt (as clients that batch send it)")
+    prompt: Prompt | Annotated[list[Prompt], Field(min_length=1)] = Field(
+        description=f"the text to continue, or its token ids ({EMPTY_PROMPT}); or a list of these, several "
+                    f"prompts: choices[i] continues prompt i, as the same request with that prompt alone would "
+                    f"(a seed seeds each), and they run together in the server's batch")
     max_tokens: Count | None = Field(None, description=f"new tokens at most (fewer if <|endoftext|> or a stop string "
                                      f"comes first); default {DEFAULT_MAX_TOKENS}, as OpenAI's, unless max_new_tokens "
                                      f"or max_length says it")
@@ -186,18 +189,6 @@ class CompletionRequest(SamplingFields):
     frequency_penalty: Float = Field(0.0, description="must be 0")
     presence_penalty: Float = Field(0.0, description="must be 0")
     logit_bias: dict[StrictStr, Float] = Field({}, description="must be empty")
-
-    @model_validator(mode="before")
-    @classmethod
-    def one_prompt(cls, data):
-        """["text"] or [[ids]] (the batch form OpenAI takes, with one prompt): that prompt; several: refused."""
-        prompt = data.get("prompt") if isinstance(data, dict) else None
-        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-            if len(prompt) > 1:
-                raise ValueError(f"prompt: one prompt a request, got a list of {len(prompt)}: send one request "
-                                 f"each (they run together, up to the server's --max_batch)")
-            data = {**data, "prompt": prompt[0]}
-        return data
 
     @model_validator(mode="after")
     def supported(self):
@@ -215,6 +206,11 @@ class CompletionRequest(SamplingFields):
         if self.max_tokens is None and self.max_new_tokens is None and self.max_length is None:
             self.max_tokens = DEFAULT_MAX_TOKENS  # OpenAI's default; the aliases above fill it when sent
         return self
+
+    def prompts(self):
+        """The request's prompts: one (a string or token ids), or each of a list of them."""
+        several = isinstance(self.prompt, list) and isinstance(self.prompt[0], (str, list))
+        return list(self.prompt) if several else [self.prompt]
 
     def stops(self):
         return () if self.stop is None else (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)

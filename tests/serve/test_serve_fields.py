@@ -194,18 +194,15 @@ def test_an_empty_prompt_is_documented_as_starting_from_endoftext(server):
 
 # ---- what clients of OpenAI-compatible servers send (an audit with the openai package, session 62) ----------
 
-def test_a_prompt_in_a_list_of_one_is_that_prompt_and_several_are_refused_by_name(client, server, local):
+def test_a_prompt_in_a_list_of_one_is_that_prompt(client, server, local):
     """LangChain's OpenAI LLM and other batching clients send prompt=[...]: a list of one string (or of one list
-    of ids) was a 400; it is that prompt. Several prompts in one request stay refused, saying what to do."""
+    of ids) was a 400; it is that prompt, answered as the prompt itself is (several: test_serve_prompts.py)."""
     target, _, ids = local
     want = target.tokenizer.decode(gpt2np.generate(target, ids, 8))
     for prompt in ([PROMPT], [ids], PROMPT):
         completion = client.completions.create(model=TARGET, prompt=prompt, max_tokens=8, temperature=0)
         assert completion.choices[0].text == want and completion.usage.prompt_tokens == len(ids), prompt
-    status, body = post(server, "/v1/completions", prompt=[PROMPT, "JULIET:"], max_tokens=8)
-    assert (status, body["error"]["param"]) == (400, "prompt") and body["error"]["message"] == (
-        "prompt: one prompt a request, got a list of 2: send one request each (they run together, up to the "
-        "server's --max_batch)"), body
+        assert isinstance(completion.model_extra["gpt2np"], dict), "one prompt keeps gpt2np's object as it was"
     status, body = post(server, "/v1/completions", prompt=[], max_tokens=8)
     assert status == 400 and "a list of at least one token id" in body["error"]["message"], body
 
@@ -251,7 +248,7 @@ def test_neutral_values_pass_and_wrong_ones_say_what_they_must_be(server):
     status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=3, suffix="")
     assert status == 200, body
     for field, value, said in (("drafter", "", "drafter: must be one of GET /v1/models' gpt2np.drafters"),
-                               ("n", 1.0, "n: must be the integer 1 (several choices a request are not supported)")):
+                               ("n", 1.0, "n: must be the integer 1 (one choice a prompt: send several prompts in a list for several choices)")):
         status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=3, **{field: value})
         assert status == 400 and body["error"]["param"] == field and body["error"]["message"].startswith(said), body
     deep = requests.post(server + "/v1/completions", data=b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",

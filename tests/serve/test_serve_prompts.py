@@ -1,0 +1,225 @@
+"""Several prompts in one request (OpenAI's `prompt: [...]`, as lm-evaluation-harness and other batching clients
+send them): one choice per prompt, choices[i] continuing prompt i exactly as the same request with that prompt
+alone, the prompts run side by side in the server's packed batch, and refused or busy as one request.
+
+A real uvicorn server on 127.0.0.1 (tests/serve_helpers.py), reached with requests and the official openai
+package; the expected texts come from gpt2np.generate on separately loaded models, or from the same server
+asked one prompt at a time. HeldSteps (test_serve_batching.py) records the packed batch at every step.
+"""
+import json
+import logging
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
+pytest.importorskip("uvicorn", reason="the server needs uvicorn (pip install -r requirements-serve.txt)")
+openai = pytest.importorskip("openai", reason="the client tests need the openai package (requirements-dev.txt)")
+import requests  # noqa: E402
+
+import gpt2np  # noqa: E402
+from serve_helpers import TARGET, running_server  # noqa: E402
+from test_serve_batching import PROMPTS, HeldSteps, batching_engine, expected, logged_errors  # noqa: E402
+from test_serve_load import complete, wait_until  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return gpt2np.load_model(TARGET)
+
+
+def client_of(url):
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def post(url, **body):
+    answer = requests.post(url + "/v1/completions", json={"model": TARGET, **body}, timeout=120)
+    return answer.status_code, answer.json()
+
+
+def streamed(url, **body):
+    """A streamed request's events over HTTP -> ({index: text}, {index: [finish_reason of each event]}, events)."""
+    answer = requests.post(url + "/v1/completions", json={"model": TARGET, "stream": True, **body}, stream=True,
+                           timeout=120)
+    assert answer.status_code == 200, answer.text
+    texts, reasons, events = defaultdict(str), defaultdict(list), []
+    said = [line for line in answer.iter_lines(decode_unicode=True) if line]
+    for line in said[:-1]:
+        if line.startswith("data: "):
+            events.append(json.loads(line[6:]))
+            for choice in events[-1]["choices"]:
+                texts[choice["index"]] += choice["text"]
+                reasons[choice["index"]].append(choice["finish_reason"])
+    assert said[-1] == "data: [DONE]", f"the stream ended with {said[-1]!r}"
+    return dict(texts), dict(reasons), events
+
+
+def test_several_prompts_are_one_choice_each_in_order_as_alone_in_one_packed_step(reference, caplog):
+    """Four prompts (strings and token ids) in one request through the openai client: four choices, index
+    0..3, each the greedy text generate gives its prompt alone; usage summed; gpt2np's object a list, one per
+    choice; the four were admitted at one step boundary (the first packed step holds all four)."""
+    engine = batching_engine(max_batch=4)
+    held = HeldSteps(engine)
+    held.free()
+    prompts = PROMPTS[:3] + [reference.tokenizer.encode(PROMPTS[3])]
+    with running_server(engine) as url:
+        answer = client_of(url).completions.create(model=TARGET, prompt=prompts, max_tokens=9, temperature=0,
+                                                   extra_body={"speculative": False})
+    texts = [expected(reference, p, 9) for p in PROMPTS[:4]]
+    assert [c.index for c in answer.choices] == [0, 1, 2, 3], answer.choices
+    assert [c.text for c in answer.choices] == texts, [(c.text, t) for c, t in zip(answer.choices, texts)]
+    own = answer.model_extra["gpt2np"]
+    assert isinstance(own, list) and len(own) == 4, own
+    n_tokens = [len(o["tokens"]) for o in own]
+    assert answer.usage.completion_tokens == sum(n_tokens) and set(n_tokens) <= set(range(1, 10)), n_tokens
+    assert answer.usage.prompt_tokens == sum(len(reference.tokenizer.encode(p)) for p in PROMPTS[:4]), answer.usage
+    assert held.seen[0] == (4, 4), f"the four did not start in one packed step: {held.seen[:3]}"
+    assert not logged_errors(caplog)
+
+
+def test_more_prompts_than_free_slots_wait_their_turn_and_stay_exact(reference):
+    """max_batch 2, three prompts: two start, the third waits (/health: 2 active, 1 queued) and joins when a
+    slot frees, each text still as alone; the engine's counts go back to nothing."""
+    engine = batching_engine(max_batch=2)
+    held = HeldSteps(engine)
+    lengths = {"max_tokens": 6, "temperature": 0, "speculative": False}
+    with running_server(engine) as url, ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(post, url, prompt=PROMPTS[4:7], **lengths)
+        assert wait_until(lambda: held.seen and engine.active + engine.queued == 3), "the 3 prompts did not arrive"
+        health = requests.get(url + "/health", timeout=10).json()
+        held.free()
+        status, body = sent.result(timeout=60)
+        after = requests.get(url + "/health", timeout=10).json()
+    assert (health["active"], health["queued"]) == (2, 1), health
+    assert status == 200 and [c["text"] for c in body["choices"]] == [expected(reference, p, 6) for p in PROMPTS[4:7]]
+    assert (after["active"], after["queued"], after["served"]) == (0, 0, 3), after
+    assert (engine._taken, engine.queued) == (0, 0)
+
+
+def test_sampled_prompts_are_each_the_request_alone_with_its_seed():
+    """temperature 0.9 and a seed: choice i equals the same request with prompt i alone (the seed seeds each
+    prompt's draws, so one prompt twice gives one text twice); without a seed each prompt gets its own, reported
+    in its gpt2np object, and the texts of a prompt twice differ."""
+    engine = batching_engine(max_batch=4)
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0]]
+    sampling = {"max_tokens": 12, "temperature": 0.9}
+    with running_server(engine) as url:
+        status, together = post(url, prompt=prompts, seed=11, **sampling)
+        alone = [post(url, prompt=p, seed=11, **sampling)[1]["choices"][0]["text"] for p in prompts[:2]]
+        _, unseeded = post(url, prompt=[PROMPTS[0]] * 3, max_tokens=24, temperature=1.0)
+    assert status == 200 and [c["text"] for c in together["choices"]] == alone + alone[:1], (together, alone)
+    assert [o["seed"] for o in together["gpt2np"]] == [11] * 3
+    seeds = [o["seed"] for o in unseeded["gpt2np"]]
+    assert len(set(seeds)) == 3, seeds
+    assert len({c["text"] for c in unseeded["choices"]}) > 1, "three unseeded samples of 24 tokens were equal"
+
+
+def test_a_stream_of_several_prompts_tells_them_apart_by_index(reference):
+    """stream true (requests, and the openai client with include_usage): each prompt's events carry its index,
+    its text joins to the non-streamed text, exactly its last event has a finish_reason; the include_usage
+    event sums every prompt's usage. Drafting prompts (the bundled draft, K 2) too: greedy, the same text."""
+    engine = batching_engine(max_batch=4)
+    prompts = PROMPTS[:3]
+    with running_server(engine) as url:
+        _, whole = post(url, prompt=prompts, max_tokens=10, temperature=0)
+        for drafting in ({"speculative": False}, {"K": 2}):
+            texts, reasons, _ = streamed(url, prompt=prompts, max_tokens=10, temperature=0, **drafting)
+            assert texts == {i: c["text"] for i, c in enumerate(whole["choices"])}, (drafting, texts)
+            assert all(r[-1] is not None and r[:-1] == [None] * (len(r) - 1) for r in reasons.values()), reasons
+        chunks = list(client_of(url).completions.create(model=TARGET, prompt=prompts, max_tokens=10, temperature=0,
+                                                        stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump(exclude_none=True) == whole["usage"], (chunks[-1], whole["usage"])
+    assert whole["choices"][0]["text"] == expected(reference, prompts[0], 10)
+
+
+def test_a_stop_string_ends_its_own_prompt_only(reference):
+    """A stop string met early in one prompt's text ends that choice ("stop", the text before it), while the
+    others run to max_tokens, streamed or not; each choice equals its prompt's request alone."""
+    n = 20
+    texts = [expected(reference, p, n) for p in PROMPTS[:3]]
+    stop = next(texts[0][i:i + 3] for i in range(2, n) if all(texts[0][i:i + 3] not in t for t in texts[1:]))
+    engine = batching_engine(max_batch=4)
+    with running_server(engine) as url:
+        alone = [post(url, prompt=p, max_tokens=n, temperature=0, stop=stop)[1]["choices"][0] for p in PROMPTS[:3]]
+        status, together = post(url, prompt=PROMPTS[:3], max_tokens=n, temperature=0, stop=stop)
+        streamed_texts, reasons, _ = streamed(url, prompt=PROMPTS[:3], max_tokens=n, temperature=0, stop=stop)
+    assert alone[0]["finish_reason"] == "stop" and alone[0]["text"] == texts[0][:texts[0].index(stop)], alone[0]
+    assert status == 200 and together["choices"] == [{**c, "index": i} for i, c in enumerate(alone)], together
+    assert streamed_texts == {i: c["text"] for i, c in enumerate(alone)}
+    assert [r[-1] for _, r in sorted(reasons.items())] == [c["finish_reason"] for c in alone], reasons
+
+
+def test_a_fault_in_one_prompt_is_named_by_its_index_and_nothing_runs(reference):
+    """A token id out of the vocabulary in prompt[1], a prompt too long for max_tokens in prompt[2], more prompts
+    than the server takes at once: each a 400 that says which, and no prompt of the request is queued."""
+    engine = batching_engine(max_batch=2, max_queue=2)
+    too_long = "ROMEO: " * 34  # 238 tokens (bytes): room for 18
+    with running_server(engine) as url:
+        answers = [post(url, prompt=["ROMEO:", [1, 9999]], max_tokens=5),
+                   post(url, prompt=["ROMEO:", "JULIET:", too_long], max_tokens=30),
+                   post(url, prompt=["ROMEO:"] * 5, max_tokens=5)]
+        health = requests.get(url + "/health", timeout=10).json()
+    room = reference.n_ctx - len(reference.tokenizer.encode(too_long))
+    said = [(status, body["error"]["param"], body["error"]["message"]) for status, body in answers]
+    assert said == [
+        (400, "prompt", "prompt[1]: prompt: token ids must be in [0, 257)"),
+        (400, "max_tokens", f"prompt[2]: prompt ({len(reference.tokenizer.encode(too_long))} tokens) + max_tokens "
+                            f"(30) exceeds the context of 256 tokens: ask for at most {room}"),
+        (400, "prompt", "prompt: 5 prompts, more than this server takes at once (4: --max_batch 2 + --max_queue 2): "
+                        "send at most 4 a request")], said
+    assert (health["active"], health["queued"], health["served"], engine._taken) == (0, 0, 0, 0), health
+
+
+def test_a_busy_server_refuses_the_whole_request_or_takes_it_whole(reference):
+    """max_batch 1, max_queue 2, one request running (its step held): three prompts would need three places
+    and two are free: 429, none of them queued; two prompts fit, wait, and are answered."""
+    engine = batching_engine(max_batch=1, max_queue=2)
+    held = HeldSteps(engine)
+    body = {"max_tokens": 4, "temperature": 0, "speculative": False}
+    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(post, url, prompt=PROMPTS[0], **body)
+        assert wait_until(lambda: len(held.seen) == 1)
+        status, refused = post(url, prompt=PROMPTS[1:4], **body)
+        queued_after_refusal = engine.queued
+        second = pool.submit(post, url, prompt=PROMPTS[1:3], **body)
+        assert wait_until(lambda: engine.queued == 2)
+        held.free()
+        answers = [first.result(timeout=60), second.result(timeout=60)]
+    assert (status, refused["error"]["code"], queued_after_refusal) == (429, "queue_full", 0), refused
+    assert [c["text"] for c in answers[1][1]["choices"]] == [expected(reference, p, 4) for p in PROMPTS[1:3]]
+
+
+def test_a_client_leaving_a_stream_of_several_prompts_stops_them_all():
+    """A client that reads one event of a three-prompt stream and leaves: the worker stops all three (counted
+    as cancelled), and the server serves the next request."""
+    engine = batching_engine(max_batch=4)
+    held = HeldSteps(engine)
+    with running_server(engine) as url:
+        answer = requests.post(url + "/v1/completions", json={"model": TARGET, "prompt": PROMPTS[:3], "stream": True,
+                                                              "max_tokens": 200, "temperature": 0,
+                                                              "speculative": False},
+                               stream=True, timeout=60)
+        held.allow(2)
+        lines = answer.iter_lines(decode_unicode=True)
+        assert next(line for line in lines if line.startswith("data: "))
+        answer.close()
+        held.free()
+        assert wait_until(lambda: engine.cancelled == 3 and engine.active == 0), (engine.cancelled, engine.active)
+        assert complete(url, {"prompt": "KING:", "max_tokens": 3, "temperature": 0, "speculative": False}, stream=False)[0] == 200
+    assert engine.served == 1 and engine._taken == 0
+
+
+def test_the_log_line_of_several_prompts_sums_them(caplog):
+    """--log_requests: a request of three prompts is one line, "3 prompts:", the tokens summed, each prompt's
+    ending in order."""
+    caplog.set_level(logging.INFO, logger="gpt2np.serve.requests")
+    engine = batching_engine(max_batch=4)
+    with running_server(engine, log_requests=True) as url:
+        status, body = post(url, prompt=PROMPTS[:3], max_tokens=5, temperature=0, speculative=False)
+        assert wait_until(lambda: any("/v1/completions" in r.getMessage() for r in caplog.records))
+    said = [r.getMessage() for r in caplog.records if r.name == "gpt2np.serve.requests"][-1]
+    usage, reasons = body["usage"], ", ".join(c["finish_reason"] for c in body["choices"])
+    assert status == 200 and said.endswith(
+        f"200 {said.split(' 200 ')[1].split(' s:')[0]} s: 3 prompts: {usage['prompt_tokens']} prompt + "
+        f"{usage['completion_tokens']} completion tokens ({reasons}), target only"), said

@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (K_from_text, OneLineErrorParser, TokenTexts, add_loading_flags, by_position, check_json_path,
                            check_model_names, check_tokenizer, colour_allowed, coloured, drafter_errors,
-                           provenance_legend, run_command, stats_summary, target_help, write_flag_file)
+                           provenance_legend, run_command, seed_error, stats_summary, target_help, write_flag_file)
 
 DEFAULT_PROMPT = "The night train left the city a little after ten, and"  # written for this command
 WARMUP_TOKENS = 16   # untimed first: the first calls of each size pay one-time costs (threads, buffers)
@@ -64,8 +64,8 @@ def check_args(args):
     check_model_names(args, str.upper, ("target", "draft"))  # "" would read the current folder
     if args.n_tokens < 1:
         raise ValueError(f"--n_tokens must be at least 1, got {args.n_tokens}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    if message := seed_error(args.seed):
+        raise ValueError(message)
     typed, args.K = args.K, K_value(args.K)
     try:
         gpt2np.make_policy(args.K)

@@ -24,7 +24,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from gpt2np.report import (OneLineErrorParser, add_loading_flags, by_position, check_json_path, check_model_names,
-                           check_tokenizer, drafter_errors, run_command, target_help, write_flag_file)
+                           check_tokenizer, drafter_errors, run_command, seed_error, target_help, write_flag_file)
 
 WARMUP_PROMPT = "Before the bakery opened, the street smelled of bread and rain, and"
 PROMPTS = (  # written for this command: ordinary sentences, cut where a continuation is natural
@@ -66,8 +66,8 @@ def check_args(args):
     check_model_names(args, str.upper, ("target", "draft"))  # "" would read the current folder
     if args.n_tokens < 1:
         raise ValueError(f"--n_tokens must be at least 1, got {args.n_tokens}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    if message := seed_error(args.seed):
+        raise ValueError(message)
     if args.draft is None and args.K is not None:
         raise ValueError("--K needs a drafter: name a DRAFT after the TARGET")
     typed = args.K or "4"

@@ -396,6 +396,16 @@ def format_stats(stats, measured_speedup=None):
     return "\n".join(lines)
 
 
+def seed_error(seed, flag="--seed"):  # -> a negative seed's one-line refusal, or None
+    """Every command's --seed check, before any work: np.random.default_rng refuses a negative seed only
+    when a run starts, in NumPy's words and a traceback. flag: the flag as the user spelled it.
+
+    >>> seed_error(-1), seed_error(0)
+    ('--seed must be a non-negative integer, got -1', None)
+    """
+    return f"{flag} must be a non-negative integer, got {seed}" if seed < 0 else None
+
+
 def check_json_path(path, example="out.json"):
     """A command's --json path, before any work: a folder, a missing folder or one nothing can be written in
     is a one-line ValueError naming --json. The folder is tried by making and removing a temporary file

@@ -153,6 +153,14 @@ def test_bad_seed_and_empty_model_names_are_refused_before_loading(args, message
     assert not list(tmp_path.iterdir())
 
 
+def test_every_command_s_seed_refusal_is_worded_in_one_place():
+    """Seven commands (main.py, the console, compare, latency, three tools) each spelled it out; now report.seed_error
+    does, and they say its words (their tests assert them)."""
+    sources = [*(REPO / "gpt2np").rglob("*.py"), *(REPO / "tools").glob("*.py"), REPO / "main.py"]
+    worded = [p.relative_to(REPO).as_posix() for p in sources if "must be a non-negative integer, got" in p.read_text()]
+    assert worded == ["gpt2np/report.py"], worded
+
+
 def test_prompt_too_long_for_the_context_is_refused(release_dirs):
     out = run_main("--target_model_size", release_dirs["gpt2-tiny-a"], "--prompt", "word " * 60,
                    "--n_tokens_to_generate", "10")

@@ -52,7 +52,7 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 from gpt2np.decoding.batched import batch_stream  # noqa: E402
 from gpt2np import set_weights_order  # noqa: E402
-from gpt2np.report import DefaultsHelpFormatter, OneLineErrorParser  # noqa: E402
+from gpt2np.report import DefaultsHelpFormatter, OneLineErrorParser, seed_error  # noqa: E402
 from gpt2np.model.batch import cached_attention, forward_packed  # noqa: E402
 from gpt2np.model.fast.layout import conv1d_weights  # noqa: E402
 from gpt2np.model.fast.layout import fitting  # noqa: E402
@@ -292,8 +292,8 @@ def check_args(args, sizes):  # -> the first problem, naming its flag as typed, 
     for flag in ("context", "n_tokens", "repeats") + (("threads",) if args.threads is not None else ()):
         if getattr(args, flag) < 1:
             return f"--{flag} must be at least 1, got {getattr(args, flag)}"
-    if args.seed < 0:  # np.random.default_rng's ValueError, in a traceback
-        return f"--seed must be a non-negative integer, got {args.seed}"
+    if message := seed_error(args.seed):  # np.random.default_rng's ValueError, in a traceback
+        return message
     for flag in ("step_pairs", "anatomy"):
         if getattr(args, flag) < 0:
             return f"--{flag.replace('_', '-')} must be at least 0, got {getattr(args, flag)}"

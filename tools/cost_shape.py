@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gpt2np from this checkout
 import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeout (gpt2np/__init__.py)
 import numpy as np  # noqa: E402
-from gpt2np.report import OneLineErrorParser  # noqa: E402
+from gpt2np.report import OneLineErrorParser, seed_error  # noqa: E402
 
 
 def measure(model, M_max, context, rounds, rng):  # -> ({M: [pass seconds]}, [probe {M: v_shape}])
@@ -68,8 +68,8 @@ def main(argv=None):
         parser.error(f"--size must be 'bundled' or one of {sorted(gpt2np.PRESETS)}, got {args.size!r}")
     if min(args.M_max, args.context, args.rounds) < 1:
         parser.error("--M_max, --context and --rounds must be at least 1")
-    if args.seed < 0:  # np.random.default_rng's ValueError, in a traceback
-        parser.error(f"--seed must be a non-negative integer, got {args.seed}")
+    if message := seed_error(args.seed):  # np.random.default_rng's ValueError, in a traceback
+        parser.error(message)
     model = (gpt2np.load_model("shakespeare-2.6M") if args.size == "bundled"
              else gpt2np.random_model(gpt2np.PRESETS[args.size], tokenizer=None))
     if args.context + args.M_max > model.n_ctx:

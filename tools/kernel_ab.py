@@ -19,7 +19,6 @@ v(M) against its own one-row pass, the median and quartiles of table / plain ove
 fraction of a second apart, so this VM's drift between runs cancels), and the largest difference between
 the two sides' logits (float32 sums in another order: ~1e-6 of the logits' scale, never more than 1e-4).
 """
-import argparse
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ import gpt2np  # noqa: E402  before NumPy loads OpenBLAS: sets its thread timeou
 import numpy as np  # noqa: E402
 from gpt2np.model.fast import matmul as mm  # noqa: E402
 from gpt2np.model.fast.layout import ORDERS, panels_fit  # noqa: E402
-from gpt2np.report import DefaultsHelpFormatter, OneLineErrorParser  # noqa: E402
+from gpt2np.report import DefaultsHelpFormatter, OneLineErrorParser, seed_error  # noqa: E402
 
 
 def with_table(table, run):  # -> run()'s result with METHODS[the running kernel] = table (None: no entry, plain)
@@ -113,8 +112,8 @@ def main(argv=None):
         parser.error(f"--size must be 'bundled' or one of {sorted(gpt2np.PRESETS)}, got {args.size!r}")
     if min(args.rows) < 1 or args.context < 1 or args.pairs < 1 or (args.threads is not None and args.threads < 1):
         parser.error("rows, context, pairs and threads must be at least 1")
-    if args.seed < 0:  # np.random.default_rng's ValueError, in a traceback
-        parser.error(f"--seed must be a non-negative integer, got {args.seed}")
+    if message := seed_error(args.seed):  # np.random.default_rng's ValueError, in a traceback
+        parser.error(message)
     if mm.BLAS is None:
         parser.error("NumPy's BLAS is not OpenBLAS (or threadpoolctl is missing): every product is plain x @ w here")
     name = args.candidate or mm.KERNEL

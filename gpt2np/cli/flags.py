@@ -20,7 +20,7 @@ from gpt2np import K_MAX_LIMIT, POLICIES
 from gpt2np.report import (TREE_MAX_NODES, TREE_MAX_WIDTH, DefaultsHelpFormatter, K_from_text, OneLineErrorParser,
                            add_loading_flags, check_drafts_given, check_json_path,
                            check_model_names, check_tree_drafter, check_typed_tree, chosen_drafter,
-                           default_n_tokens, tree_from_text)
+                           default_n_tokens, seed_error, tree_from_text)
 
 DESCRIPTION = "Generate text with GPT-2 in NumPy, autoregressively and with speculative decoding."
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
@@ -257,8 +257,8 @@ def check_args(args):
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.num_runs < 1:
         raise ValueError(f"{flag(args, 'num_runs')} must be at least 1, got {args.num_runs}")
-    if args.seed < 0:  # np.random.default_rng refuses it too, but only after the models are loaded
-        raise ValueError(f"{flag(args, 'seed')} must be a non-negative integer, got {args.seed}")
+    if message := seed_error(args.seed, flag(args, "seed")):  # default_rng refuses it only after the models load
+        raise ValueError(message)
     check_model_names(args, lambda dest: flag(args, dest))
     check_sampling_flags(args)
     if args.json is not None:

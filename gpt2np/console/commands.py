@@ -13,6 +13,7 @@ Traceback (most recent call last):
 gpt2np.console.commands.CommandError: temperature must be a finite number >= 0 (0 means greedy), got -1.0
 """
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 
@@ -298,7 +299,7 @@ def parse_command(line, settings):
     if name in ACTIONS:
         if name == "drafter":  # the rest of the line: a folder's name may hold spaces
             exactly(args[:1], 1, ACTIONS[name][0])
-            drafter = line[1:].split(None, 1)[1].strip()
+            drafter = drafter_name(line[1:].split(None, 1)[1].strip())
             check_tree_drafter(settings.tree, drafter, lambda name: f":{name}")  # before loading it
             return Outcome(settings, action=name, argument=drafter)
         exactly(args, 0, ACTIONS[name][0])
@@ -307,6 +308,18 @@ def parse_command(line, settings):
         raise CommandError(f"unknown command :{words[0]}: type :help for the list")
     new = checked(COMMANDS[name][2](settings, args))
     return Outcome(new, message=describe_change(settings, new, name) + compare_note(new, name))
+
+
+def drafter_name(text):
+    """A drafter as :drafter takes it: ngram and none in any case (as :K AUTO), a folder's ~ expanded as a
+    shell would (the library takes paths as they are), anything else as typed.
+
+    >>> drafter_name("NGRAM"), drafter_name("None"), drafter_name("~/m") == os.path.expanduser("~/m")
+    ('ngram', 'none', True)
+    """
+    if text.lower() in ("ngram", report.NO_DRAFTER):
+        return text.lower()
+    return os.path.expanduser(text)
 
 
 def compare_note(s, name):

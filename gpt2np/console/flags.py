@@ -4,7 +4,7 @@
 from .commands import Settings, K_value, check_tree_drafter, checked, tree_widths
 from gpt2np import bundled_models
 from ..report import (THREADS_HELP, DefaultsHelpFormatter, OneLineErrorParser, add_loading_flags, check_drafts_given, chosen_drafter,
-                      default_n_tokens)
+                      default_n_tokens, seed_error)
 
 DEFAULT_TARGET, DEFAULT_DRAFT = "shakespeare-2.6M", "shakespeare-260K"  # gpt2np/bundled/
 
@@ -51,8 +51,8 @@ def initial_settings(args):
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.ngram_max < 1:
         raise ValueError(f"--ngram_max must be at least 1, got {args.ngram_max}")
-    if args.seed < 0:  # np.random.default_rng refuses it too, but only at the first prompt, in NumPy's words
-        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    if message := seed_error(args.seed):  # np.random.default_rng refuses it only at the first prompt
+        raise ValueError(message)
     drafter = chosen_drafter(args, DEFAULT_DRAFT)
     check_drafting_flags(args, drafter)
     n_tokens = args.n_tokens_to_generate

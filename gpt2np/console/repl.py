@@ -20,11 +20,11 @@ from dataclasses import replace
 import gpt2np  # before NumPy: it sets OpenBLAS's thread timeout (gpt2np/__init__.py)
 from threadpoolctl import threadpool_limits
 
-from .commands import GENERATOR_LABELS, CommandError, K_words, help_text, parse_command, with_drafter
+from .commands import GENERATOR_LABELS, CommandError, K_words, help_text, with_drafter
 from .display import speedup_table, trace_lines
 from .flags import DEFAULT_TARGET, initial_settings, parse_args
 from .runs import Run, consume, open_stream
-from .slash import colon_line
+from .slash import command_word, parse_typed
 from gpt2np import DownloadError, check_same_vocabulary, is_greedy
 from ..report import (NO_DRAFTER, TokenTexts, check_tokenizer, colour_allowed, coloured, drafter_errors,
                       provenance_legend, stats_summary)
@@ -80,7 +80,7 @@ class Console:
 
     def command(self, line):
         try:
-            outcome = parse_command(colon_line(line) if line.startswith("/") else line, self.settings)
+            outcome = parse_typed(line, self.settings)
         except CommandError as e:
             self.warn(str(e))
             return True
@@ -96,7 +96,7 @@ class Console:
         else:
             try:
                 if outcome.settings.n_tokens != self.settings.n_tokens:
-                    self.check_tokens(outcome.settings.n_tokens, ":tokens")
+                    self.check_tokens(outcome.settings.n_tokens, command_word(line))  # :tokens, /length, :n
             except CommandError as e:
                 self.warn(str(e))
                 return True
@@ -106,7 +106,8 @@ class Console:
 
     def check_tokens(self, n_tokens, named):
         """n_tokens new tokens fit the target's context after a prompt of one token, or a CommandError
-        naming the limit (when set, not at every prompt); named: :tokens or --n_tokens_to_generate."""
+        naming the limit (when set, not at every prompt); named: the command as typed (:tokens, /length)
+        or --n_tokens_to_generate."""
         room = self.target.n_ctx - 1
         if n_tokens > room:
             raise CommandError(f"{named} {n_tokens}: at most {room} new tokens fit the target's context of "

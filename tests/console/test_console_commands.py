@@ -312,3 +312,53 @@ def test_a_prompt_is_encoded_as_typed_spaces_kept(pair):
         want = text_of(target, gpt2np.generate(target, target.tokenizer.encode(prompt), 6, temperature=0), prompt)
         out = run_console(f"   \n{prompt}\n", "--n_tokens_to_generate", "6", "--draft_model_size", "none")
         assert out.returncode == 0 and sections(out.stdout)["target-only"] == [want], (prompt, out.stdout)
+
+
+# ---- drafter names, folders and commands as typed (session 63) --------------------------------------------------
+
+def test_ngram_and_none_are_drafters_in_any_case_as_K_auto_is():
+    """:drafter NGRAM and :drafter None were taken as model names to load ('unknown model')."""
+    from gpt2np.console.slash import parse_typed
+    for line, want in [(":drafter NGRAM", "ngram"), (":drafter None", "none"), ("/drafter Ngram", "ngram")]:
+        assert parse_typed(line, Settings(drafter="d")).argument == want, line
+    with pytest.raises(CommandError, match="prompt lookup takes a fixed shape"):
+        parse_command(":drafter NGRAM", Settings(drafter="d", tree="auto"))
+
+
+def test_a_drafter_folder_typed_with_a_tilde_is_in_the_home_folder(tmp_path):
+    """:drafter ~/draft looked for a folder named '~' in the current folder; a shell expands it, so now does :drafter."""
+    import os
+    import shutil
+    shutil.copytree(REPO / "gpt2np" / "bundled" / "shakespeare-260K", tmp_path / "draft",
+                    ignore=shutil.ignore_patterns(".*"))
+    out = run_console(f":drafter ~/draft\n:tokens 5\n{PROMPT}\n", env={**os.environ, "HOME": str(tmp_path)})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert f"drafter: {tmp_path / 'draft'}" in out.stdout and "speculative" in sections(out.stdout), out.stdout
+
+
+@pytest.mark.parametrize("line, settings, message", [
+    ("/gamma 0", Settings(), "/gamma must be an integer >= 1, 'heuristic' or 'auto', got 0"),
+    ("/K", Settings(), "usage: /K N | heuristic [K_max] | auto [K_max]"),
+    ("/K 3 5", Settings(), "K_max bounds /K heuristic or /K auto only (a fixed K is its own bound)"),
+    (":k x", Settings(), ":k must be an integer >= 1, 'heuristic' or 'auto', got 'x'"),
+    ("/length", Settings(), "usage: /length VALUE"),
+    ("/processor", Settings(), "usage: /processor greedy | plain [T] | top_k K [T] | nucleus P [T]"),
+    ("/debug maybe", Settings(), "/debug takes on or off (or nothing, to toggle), got 'maybe'"),
+    ("/tree 3,1", Settings(drafter="d", cache=False), "/tree with :cache off: a token tree runs with the KV cache"),
+])
+def test_a_command_s_error_names_it_as_typed(line, settings, message):
+    """'/K' was answered 'usage: :K ...', '/gamma 0' with ':K must be ...': the ':' command it means."""
+    from gpt2np.console.slash import parse_typed
+    with pytest.raises(CommandError) as error:
+        parse_typed(line, settings)
+    assert str(error.value).startswith(message), str(error.value)
+
+
+def test_tokens_past_the_context_name_the_command_as_typed(pair):
+    import io
+    from gpt2np.console.repl import Console
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(pair[0], Settings(), lambda name: None, out=out, err=err)
+    assert console.handle("/length 300") and console.handle(":n 300") and console.settings.n_tokens == 200
+    assert err.getvalue().splitlines() == [f"error: {typed} 300: at most 255 new tokens fit the target's context of "
+                                           "256 tokens (a prompt takes at least one)" for typed in ("/length", ":n")]

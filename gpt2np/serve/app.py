@@ -176,8 +176,10 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_sto
     return app
 
 
-def generation(engine, body, ids):
-    """The request's fields as a Generation, checked against the model (RequestError)."""
+def generation(engine, body, ids, choice=0):
+    """The request's fields as a Generation, checked against the model (RequestError); choice: its place among
+    a prompt's n choices (its seed is the request's + choice). speculative false: the target alone, whatever
+    drafting fields came with it (they cannot change the output: a client that toggles speculative sends them)."""
     drafter = (body.drafter or engine.default_drafter) if body.speculative else None
     if body.speculative and drafter is None:  # no default drafter: the target alone, unless drafting was asked for
         asked = [name for name in ("speculative", "K", "gamma", "K_max", "tree") if name in body.model_fields_set]
@@ -189,8 +191,9 @@ def generation(engine, body, ids):
             raise RequestError(asked[0], "this server has no drafter: send speculative false")
     g = Generation(prompt_ids=tuple(ids), max_tokens=body.new_tokens(len(ids)), temperature=body.temperature,
                    top_k=body.top_k, top_p=None if body.top_p == 1 else body.top_p,
-                   seed=new_seed() if body.seed is None else body.seed, K=body.K, K_max=body.K_max,
-                   drafter=drafter, tree=tuple(body.tree) if isinstance(body.tree, list) else body.tree)
+                   seed=new_seed() if body.seed is None else body.seed + choice, K=body.K, K_max=body.K_max,
+                   drafter=drafter, tree=None if drafter is None else tuple(body.tree) if isinstance(body.tree, list)
+                   else body.tree)
     try:
         engine.check(g)
     except RequestError as e:  # about max_tokens: name the field as the request spelled it
@@ -317,18 +320,21 @@ async def completions(body: CompletionRequest, request: Request):
 
 
 def generations(engine, body):
-    """A request's prompts as Generations, each checked (RequestError); a fault in one of several prompts
-    says which (prompt[i], counted from 0 as the choices' index), and several prompts must fit the server
-    at once (max_batch + max_queue: more would never be served together)."""
-    prompts = body.prompts()
-    if len(prompts) > engine.capacity:
-        raise RequestError("prompt", f"prompt: {len(prompts)} prompts, more than this server takes at once "
-                                     f"({engine.capacity}: --max_batch {engine.max_batch} + --max_queue "
-                                     f"{engine.max_queue}): send at most {engine.capacity} a request")
+    """A request's prompts as Generations, n a prompt in OpenAI's order (choice i * n + j: prompt i's j-th),
+    each checked (RequestError); a fault in one of several prompts says which (prompt[i], counted from 0),
+    and they must fit the server at once (max_batch + max_queue: more would never be served together)."""
+    prompts, n = body.prompts(), body.n
+    if len(prompts) * n > engine.capacity:
+        asked = f"{len(prompts)} prompts" if n == 1 else f"{len(prompts)} prompt{'s' * (len(prompts) > 1)} x n {n}"
+        raise RequestError("prompt" if n == 1 else "n",
+                           f"{'prompt' if n == 1 else 'n'}: {asked}, more generations than this server takes at "
+                           f"once ({engine.capacity}: --max_batch {engine.max_batch} + --max_queue "
+                           f"{engine.max_queue}): send at most {engine.capacity} a request")
     gs = []
     for i, prompt in enumerate(prompts):
         try:
-            gs.append(generation(engine, body, engine.encode(prompt)))
+            ids = engine.encode(prompt)
+            gs += [generation(engine, body, ids, j) for j in range(n)]
         except RequestError as e:
             if len(prompts) == 1:
                 raise

@@ -9,8 +9,9 @@ No field is ever dropped silently. Each one is
   * honoured, under its own name or another repository's name for it (ALIASES: `gamma` for K,
     `max_new_tokens` and `max_length` for max_tokens); two spellings with different values -> 400;
   * refused with a 400 that names it, when it would change the output and is not implemented
-    (logprobs, echo, suffix, non-zero penalties, a non-empty logit_bias, n or best_of above 1);
-  * accepted and ignored only where ignoring it cannot change the output (`user`, `suffix: ""`);
+    (logprobs, echo, suffix, non-zero penalties, a non-empty logit_bias, best_of other than 1 or n);
+  * accepted and ignored only where ignoring it cannot change the output (`user`, `suffix: ""`, and the
+    drafting fields beside `speculative: false`: a client that toggles speculative sends the same body);
   * or unknown: 400 naming it (extra="forbid").
 Limits that depend on the model (context length, token ids) are engine.py's.
 """
@@ -57,8 +58,8 @@ FIELD_HELP = {
     "drafter": "must be one of GET /v1/models' gpt2np.drafters (a non-empty string)",
     "model": "must be a string: the served model's id (GET /v1/models)",
     "user": "must be a string",
-    "n": "must be the integer 1 (one choice a prompt: send several prompts in a list for several choices)",
-    "best_of": "must be the integer 1 (one choice a prompt: send several prompts in a list for several choices)",
+    "n": "must be a positive integer (choices a prompt, each its own draws)",
+    "best_of": "must be 1 or n (the best of more than n needs logprobs, not supported)",
     "echo": "not supported by this server (leave it out, or send false)",
     "suffix": "not supported by this server (leave it out, or send null or \"\")",
     "frequency_penalty": "not supported by this server (leave it out, or send 0)",
@@ -181,8 +182,9 @@ class CompletionRequest(SamplingFields):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: StrictStr | None = Field(None, description="accepted and ignored (it cannot change the output)")
-    n: StrictInt = Field(1, description="must be 1")
-    best_of: StrictInt = Field(1, description="must be 1")
+    n: Count = Field(1, description="choices a prompt, each its own draws: choice j is the request alone with seed "
+                                    "+ j where a seed is given, with a fresh seed each otherwise (greedy: n equal texts)")
+    best_of: StrictInt | None = Field(None, description="must be 1 or n (returning the best of more needs logprobs)")
     echo: StrictBool = Field(False, description="must be false")
     logprobs: None = Field(None, description="not supported")
     suffix: Literal[""] | None = Field(None, description="not supported (\"\" is: it appends nothing)")
@@ -192,13 +194,16 @@ class CompletionRequest(SamplingFields):
 
     @model_validator(mode="after")
     def supported(self):
-        refused = [("n", self.n != 1, "1"), ("best_of", self.best_of != 1, "1"), ("echo", self.echo, "false"),
+        refused = [("best_of", self.best_of not in (None, 1, self.n), "1 or n"), ("echo", self.echo, "false"),
                    ("frequency_penalty", self.frequency_penalty != 0, "0"),
                    ("presence_penalty", self.presence_penalty != 0, "0"),
                    ("logit_bias", bool(self.logit_bias), "{}")]
         for field, asked, allowed in refused:
             if asked:
                 raise unsupported(field, allowed)
+        if self.seed is not None and self.seed + self.n - 1 > 2**63 - 1:
+            raise ValueError(f"seed: choice j of a prompt draws with seed + j, so with n {self.n} the seed must be "
+                             f"at most 2**63 - {self.n}")
         if self.stop == "":
             raise ValueError("stop: must not be empty")
         if self.stream_options is not None and not self.stream:

@@ -103,7 +103,7 @@ def test_alias_errors_name_the_spelling_sent(server, fields, param):
 
 @pytest.mark.parametrize("field, value", [
     ("frequency_penalty", 0.5), ("presence_penalty", -1), ("logit_bias", {"50": -100}), ("best_of", 2),
-    ("n", 3), ("echo", True), ("suffix", "THE END"), ("logprobs", 0), ("logprobs", 2),
+    ("echo", True), ("suffix", "THE END"), ("logprobs", 0), ("logprobs", 2),
 ])
 def test_fields_that_would_change_the_output_are_refused_by_name(client, field, value):
     with pytest.raises(openai.BadRequestError, match=field) as refused:
@@ -171,7 +171,6 @@ def test_tree_field_drafts_trees_and_reports_each_round_s_tree(client, local):
     ({"tree": "wide"}, "tree: must be a list of 1 to 8 integers from 1 to 8"),
     ({"tree": [2], "K": 3}, "tree: a tree fixes each round's drafts: leave K out"),
     ({"tree": [2], "gamma": 3}, "leave gamma out"),
-    ({"tree": [2], "speculative": False}, "tree: a token tree is drafted: leave speculative true"),
     ({"tree": "auto", "drafter": "ngram"}, "tree: 'auto' picks the shapes a draft model grows"),
     ({"tree": [8, 8]}, "tree: at most 64 nodes in all"),           # 72 nodes: past the rows kept for a tree
     ({"tree": [8] * 8}, "tree: at most 64 nodes in all"),          # 19 million nodes, once cut to 64 a round
@@ -205,6 +204,18 @@ def test_a_prompt_in_a_list_of_one_is_that_prompt(client, server, local):
         assert isinstance(completion.model_extra["gpt2np"], dict), "one prompt keeps gpt2np's object as it was"
     status, body = post(server, "/v1/completions", prompt=[], max_tokens=8)
     assert status == 400 and "a list of at least one token id" in body["error"]["message"], body
+
+
+def test_speculative_false_runs_the_target_alone_whatever_drafting_fields_come_with_it(client, local):
+    """A client that toggles speculative sends the same body (the playground's comparison run does): drafter,
+    K_max and a tree beside speculative false cannot change the output, so they are accepted and unused; a
+    tree was refused there while K and drafter passed."""
+    target, _, ids = local
+    answer = client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=8, temperature=0,
+                                       extra_body={"speculative": False, "tree": [2], "drafter": "ngram", "K_max": 3})
+    own = answer.model_extra["gpt2np"]
+    assert (own["speculative"], own["drafter"], own["tree"], own["K"]) == (False, None, None, None), own
+    assert answer.choices[0].text == target.tokenizer.decode(gpt2np.generate(target, ids, 8))
 
 
 def test_max_tokens_left_out_is_openais_16(client):
@@ -248,7 +259,7 @@ def test_neutral_values_pass_and_wrong_ones_say_what_they_must_be(server):
     status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=3, suffix="")
     assert status == 200, body
     for field, value, said in (("drafter", "", "drafter: must be one of GET /v1/models' gpt2np.drafters"),
-                               ("n", 1.0, "n: must be the integer 1 (one choice a prompt: send several prompts in a list for several choices)")):
+                               ("n", 1.0, "n: must be a positive integer (choices a prompt, each its own draws)")):
         status, body = post(server, "/v1/completions", prompt=PROMPT, max_tokens=3, **{field: value})
         assert status == 400 and body["error"]["param"] == field and body["error"]["message"].startswith(said), body
     deep = requests.post(server + "/v1/completions", data=b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",

@@ -166,7 +166,7 @@ def test_a_fault_in_one_prompt_is_named_by_its_index_and_nothing_runs(reference)
         (400, "prompt", "prompt[1]: prompt: token ids must be in [0, 257)"),
         (400, "max_tokens", f"prompt[2]: prompt ({len(reference.tokenizer.encode(too_long))} tokens) + max_tokens "
                             f"(30) exceeds the context of 256 tokens: ask for at most {room}"),
-        (400, "prompt", "prompt: 5 prompts, more than this server takes at once (4: --max_batch 2 + --max_queue 2): "
+        (400, "prompt", "prompt: 5 prompts, more generations than this server takes at once (4: --max_batch 2 + --max_queue 2): "
                         "send at most 4 a request")], said
     assert (health["active"], health["queued"], health["served"], engine._taken) == (0, 0, 0, 0), health
 
@@ -223,3 +223,25 @@ def test_the_log_line_of_several_prompts_sums_them(caplog):
     assert status == 200 and said.endswith(
         f"200 {said.split(' 200 ')[1].split(' s:')[0]} s: 3 prompts: {usage['prompt_tokens']} prompt + "
         f"{usage['completion_tokens']} completion tokens ({reasons}), target only"), said
+
+
+def test_n_choices_of_a_prompt_are_each_the_request_alone_with_seed_plus_j(reference):
+    """n 3 of two prompts (the openai client's n): six choices in OpenAI's order, choice 3i + j prompt i's j-th,
+    each the same request alone with prompt i and seed + j; greedy, n equal texts; a request whose prompts x n
+    pass what the server takes at once is a 400 naming n."""
+    engine = batching_engine(max_batch=4, max_queue=4)
+    sampling = {"max_tokens": 10, "temperature": 0.9}
+    with running_server(engine) as url:
+        client = client_of(url)
+        answer = client.completions.create(model=TARGET, prompt=PROMPTS[:2], n=3, seed=5, **sampling)
+        alone = [post(url, prompt=p, seed=5 + j, **sampling)[1]["choices"][0]["text"] for p in PROMPTS[:2]
+                 for j in range(3)]
+        greedy = client.completions.create(model=TARGET, prompt=PROMPTS[2], n=2, max_tokens=8, temperature=0)
+        status, refused = post(url, prompt=PROMPTS[:3], n=3, max_tokens=5)
+    assert [c.index for c in answer.choices] == list(range(6)), answer.choices
+    assert [c.text for c in answer.choices] == alone, [(c.text, t) for c, t in zip(answer.choices, alone)]
+    assert len(set(alone)) > 1 and [o["seed"] for o in answer.model_extra["gpt2np"]] == [5, 6, 7] * 2
+    assert [c.text for c in greedy.choices] == [expected(reference, PROMPTS[2], 8)] * 2
+    assert (status, refused["error"]["param"], refused["error"]["message"]) == (
+        400, "n", "n: 3 prompts x n 3, more generations than this server takes at once (8: --max_batch 4 + "
+                  "--max_queue 4): send at most 8 a request"), refused

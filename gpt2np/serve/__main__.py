@@ -4,6 +4,7 @@
     python -m gpt2np.serve --target_model_size 355M --draft_model_size 124M --port 8080
     python -m gpt2np.serve --draft_model_size ngram          # prompt lookup, no draft model
     python -m gpt2np.serve --max_batch 1                     # one generation at a time
+    python -m gpt2np.serve --allow_origin http://localhost:3000   # a page served from there may call it
 
 Models are named as in main.py (a release size, a bundled name, hf:owner/name[@revision], a folder,
 or "ngram" for the drafter); a model from a folder is served under the folder's name, never its
@@ -25,6 +26,7 @@ NumPy's BLAS kernel (row-major under the Haswell kernels, panels under SkylakeX:
 gpt2np/model/fast/layout.py); the startup line names it.
 """
 import errno
+import re
 import socket
 import sys
 
@@ -63,6 +65,10 @@ def parse_args(argv):
                         "are answered 429 (default: %(default)s)")
     p.add_argument("--max_body_bytes", type=int, default=256 * 1024,
                    help="larger request bodies get 413 (default: %(default)s, 256 KiB)")
+    p.add_argument("--allow_origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page's origin (scheme://host[:port], e.g. http://localhost:3000) allowed to call the "
+                        "API from the browser (CORS); repeat it for several, or '*' for any page. By default only "
+                        "the playground, served from the server itself, can")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--quiet", action="store_true",
                    help="no line per request on stderr (by default each request, once answered, gets one: time, "
@@ -86,6 +92,21 @@ def check_args(args):
                          "or pass 0.0.0.0 to listen on every interface, knowingly")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 1..65535 (or 0: any free port), got {args.port}")
+    for origin in args.allow_origin:
+        if not is_origin(origin):
+            raise ValueError(f"--allow_origin must be '*' or an origin, scheme://host[:port] with no path (as a "
+                             f"browser sends it: http://localhost:3000), got {origin!r}")
+
+
+def is_origin(text):
+    """'*' or what a browser sends as Origin: http(s)://host[:port], no path, no trailing slash (one would never
+    match a browser's Origin header, so the page would be refused with nothing said).
+
+    >>> [is_origin(o) for o in ("*", "http://localhost:3000", "https://class.example.org", "http://[::1]:8080",
+    ...                         "http://localhost:3000/", "localhost:3000", "http://a.b/page")]
+    [True, True, True, True, False, False, False]
+    """
+    return text == "*" or re.fullmatch(r"https?://([^/\s:\[\]]+|\[[0-9a-fA-F:.]+\])(:\d{1,5})?", text) is not None
 
 
 def naming_flag(flag, name, load, *args, **kwargs):
@@ -191,7 +212,8 @@ def main(argv=None):
               f"{gpt2np.weights_order(engine.target)}; {gpt2np.blas_kernel()})", file=sys.stderr)
         if not args.quiet:
             log_requests_to_stderr()
-        app = create_app(engine, args.max_body_bytes, log_requests=not args.quiet, on_stop=lambda: print(
+        app = create_app(engine, args.max_body_bytes, log_requests=not args.quiet, allow_origins=args.allow_origin,
+                         on_stop=lambda: print(
             f"stopped serving: {engine.served} served, {engine.cancelled} cancelled (client left), "
             f"{engine.failed} failed", file=sys.stderr, flush=True))
         # uvicorn at "warning": its startup lines would repeat the one above, and its access log knows

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -159,14 +160,19 @@ async def lifespan(app):  # the worker lives as long as the application
         app.state.on_stop()
 
 
-def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_stop=None):
+def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_stop=None, allow_origins=()):
     """The application serving `engine` (engine.Engine; started and stopped with the app); log_requests:
     one line per request to the logger "gpt2np.serve.requests" (requestlog.py); on_stop: called once the
-    worker has stopped, at shutdown (before uvicorn passes a Ctrl-C or SIGTERM on to the process)."""
+    worker has stopped, at shutdown (before uvicorn passes a Ctrl-C or SIGTERM on to the process);
+    allow_origins: web pages' origins ("http://localhost:3000", or "*") whose scripts may call the API (CORS:
+    the browser asks first, OPTIONS, and reads the answer only if it names the page's origin)."""
     app = FastAPI(lifespan=lifespan, title="gpt2np", description="GPT-2 in NumPy with speculative decoding: OpenAI-compatible "
                   "completions with per-token provenance (draft / resample / bonus).", version="1.0")
     app.state.engine, app.state.on_stop = engine, on_stop
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if allow_origins:  # outside BodyLimit: a 413 reaches the page's script too
+        app.add_middleware(CORSMiddleware, allow_origins=list(allow_origins), allow_methods=["GET", "HEAD", "POST"],
+                           allow_headers=["*"], expose_headers=["Retry-After"], max_age=600)
     if log_requests:  # added last, so outermost: it sees the 413s too
         app.add_middleware(RequestLog)
     app.add_exception_handler(RequestValidationError, invalid)

@@ -80,6 +80,10 @@ EARLY_FLAGS = [
     (["--draft_model_size", ""], "--draft_model_size is empty: name a model"),
     (["--target_model_size", ""], "--target_model_size is empty: name a model"),
     (["--host", ""], "--host is empty:"),
+    (["--allow_origin", "http://localhost:3000/"], "--allow_origin must be '*' or an origin, scheme://host[:port] "
+                                                   "with no path (as a browser sends it: http://localhost:3000), got "
+                                                   "'http://localhost:3000/'"),
+    (["--allow_origin", "localhost:3000"], "--allow_origin must be '*' or an origin"),
 ]
 BAD_FLAGS = [
     (["--host", "nonsense.invalid"], "--host nonsense.invalid: name or service not known"),
@@ -116,7 +120,8 @@ def test_a_port_in_use_is_refused_before_the_serving_line():
 
 
 def test_port_zero_announces_the_port_it_serves_on():
-    process, watchdog = start("--port", "0")
+    """The command as typed, with --port 0 (and --allow_origin, which the app gets: CORS headers for that page)."""
+    process, watchdog = start("--port", "0", "--allow_origin", "http://localhost:3000")
     try:
         line = ""
         for line in process.stderr:
@@ -126,6 +131,9 @@ def test_port_zero_announces_the_port_it_serves_on():
         assert found and int(found.group(1)) != 0, line
         health = requests.get(f"http://127.0.0.1:{found.group(1)}/health", timeout=30)
         assert health.status_code == 200 and health.json()["status"] == "ok"
+        page = requests.get(f"http://127.0.0.1:{found.group(1)}/health", headers={"Origin": "http://localhost:3000"},
+                            timeout=30)
+        assert page.headers.get("Access-Control-Allow-Origin") == "http://localhost:3000", page.headers
     finally:
         process.kill()
         process.wait(timeout=30)

@@ -164,6 +164,30 @@ class BatchStep(list):
         return [p for _, event in self for p in event.provenance]
 
 
+class BatchStream(Stream):
+    """A Stream of BatchSteps that also keeps each sequence's tokens apart: `.outputs`, every sequence's tokens
+    so far in the prompts' order (the result's shape, filled as the steps come: equal to `.result` at the end).
+    `.tokens` interleaves them, step by step; a stream stopped mid-way (Ctrl-C, close()) keeps `.outputs`.
+
+    >>> s = BatchStream(iter([BatchStep([(0, RoundEvent([5], ["target"], 0, 1)), (1, RoundEvent([7, 8], ["draft",
+    ...     "bonus"], 1, 2))]), BatchStep([(0, RoundEvent([6], ["target"], 0, 2))])]), n_sequences=2)
+    >>> _ = next(s); s.tokens, s.outputs
+    ([5, 7, 8], [[5], [7, 8]])
+    >>> _ = next(s); s.outputs
+    [[5, 6], [7, 8]]
+    """
+
+    def __init__(self, steps, n_sequences):
+        super().__init__(steps)
+        self.outputs = [[] for _ in range(n_sequences)]
+
+    def __next__(self):
+        step = super().__next__()
+        for i, event in step:
+            self.outputs[i] += event.tokens
+        return step
+
+
 def batch_steps(model, prompts, n_tokens, options, rngs, stops):
     """The loop as a generator: per packed call, a BatchStep of (sequence, RoundEvent of its one token)
     for the sequences in that call; returns every sequence's tokens. Finished sequences leave the call."""
@@ -191,7 +215,7 @@ def batch_stream(model, prompts, n_tokens, *, temperature=None, top_k=None, top_
     """generate_batch step by step: checks every sequence now, then returns a Stream (stream.py) that
     yields, per packed forward pass, a BatchStep: a list of (sequence index, RoundEvent) for the
     sequences it served. Once it is exhausted, .result is every sequence's tokens (kept if iterated
-    again; run() returns it); .close() stops it where it is.
+    again; run() returns it); .outputs holds them as they come (BatchStream); .close() stops it where it is.
 
     >>> from gpt2np.teach.toy_models import random_toy_model
     >>> model = random_toy_model(np.random.default_rng(0), n_vocab=4)
@@ -200,7 +224,7 @@ def batch_stream(model, prompts, n_tokens, *, temperature=None, top_k=None, top_
     ([[0, 1], [0], [0]], True)
     """
     checked = check_batch(model, prompts, n_tokens, temperature, top_k, top_p, rng, stop_tokens)
-    return Stream(batch_steps(model, *checked))
+    return BatchStream(batch_steps(model, *checked), len(checked[0]))
 
 
 def generate_batch(model, prompts, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *,

@@ -47,12 +47,12 @@ from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import FEW_ROWS, BatchAutoK
 from .policies import checked_K_max
-from .batched import BatchStep, check_batch, each_checked, per_sequence, request_cache
+from .batched import BatchStep, BatchStream, check_batch, each_checked, per_sequence, request_cache
 from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
-from .stream import RoundEvent, Stream
+from .stream import RoundEvent
 from .tree_kernel import chain_round_result
 
 USAGE = "speculative_generate_batch(target, draft, prompts, n_tokens, ...)"
@@ -281,13 +281,13 @@ def speculative_batch_stream(target, draft, prompts, n_tokens, *, K=DEFAULT_K, t
                              roll_back=roll_back_each):
     """speculative_generate_batch round by round: checks every sequence now, then returns a Stream
     (stream.py) that yields, per round (one packed target call), a BatchStep: a list of (sequence index,
-    RoundEvent) for the sequences it served; once exhausted, .result is every sequence's tokens (as
-    batched.batch_stream's). verify and roll_back exist for teaching: pass a broken one
+    RoundEvent) for the sequences it served; once exhausted, .result is every sequence's tokens, and
+    .outputs holds them as they come (as batched.batch_stream's). verify and roll_back exist for teaching: pass a broken one
     (teach/broken_batch_kernels.py) and watch the exact tests fail."""
     seqs = open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens)
     auto = isinstance(K, str) and K == "auto"
     policy = batch_auto_K(target, draft, int(K_max)) if auto else None
-    return Stream(batch_rounds(target, draft, seqs, verify, roll_back, policy))
+    return BatchStream(batch_rounds(target, draft, seqs, verify, roll_back, policy), len(seqs))
 
 
 def speculative_generate_batch(target, draft, prompts, n_tokens, K=DEFAULT_K, temperature=None, top_k=None,

@@ -225,3 +225,17 @@ def test_batch_stream_keeps_every_sequence_s_tokens_after_a_for_loop():
     assert stream.result == seen == generate_batch(model, prompts, n_tokens)
     assert list(stream) == [] and stream.result == seen, "iterated again: nothing more, the result kept"
     assert stream.run() == seen and sorted(stream.tokens) == sorted(t for tokens in seen for t in tokens)
+
+
+def test_a_stream_stopped_mid_way_keeps_each_sequence_s_tokens_apart(target):
+    """.tokens interleaves the sequences step by step; .outputs keeps each one's tokens, so a stream stopped
+    mid-way (Ctrl-C, close()) says what each sequence had: a prefix of its whole run; at the end, .result."""
+    prompts = [target.tokenizer.encode(p) for p in PROMPTS[:3]]
+    whole = generate_batch(target, prompts, [9, 4, 7], temperature=0)
+    stream = batch_stream(target, prompts, [9, 4, 7], temperature=0)
+    for _ in range(5):
+        next(stream)
+    stream.close()
+    assert stream.outputs == [tokens[:5] for tokens in whole] and len(stream.tokens) == 14, stream.outputs
+    stream = batch_stream(target, prompts, [9, 4, 7], temperature=0)
+    assert stream.run() == stream.outputs == whole

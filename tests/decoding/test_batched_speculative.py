@@ -401,3 +401,18 @@ def test_the_stream_keeps_every_sequence_s_tokens_after_a_for_loop():
             seen[i] += event.tokens
     assert stream.result == seen == [generate(target, [p], n) for p, n in zip(range(3), [9, 2, 5])]
     assert list(stream) == [] and stream.run() == seen, "iterated again: nothing more, the result kept"
+
+
+def test_a_stream_stopped_mid_way_keeps_each_sequence_s_tokens_apart():
+    """.outputs: each sequence's tokens as the rounds come (rounds emit several tokens, unevenly), a prefix of its
+    whole run where the stream stops; .result at the end."""
+    rng = np.random.default_rng(5)
+    target, draft = random_toy_model(rng, 4, order=3), random_toy_model(rng, 4)
+    whole = [generate(target, [p], n) for p, n in zip(range(3), [9, 2, 5])]
+    stream = speculative_batch_stream(target, draft, [[0], [1], [2]], [9, 2, 5], K=[3, 1, 2])
+    next(stream), next(stream)
+    stream.close()
+    assert all(out == tokens[:len(out)] for out, tokens in zip(stream.outputs, whole)), (stream.outputs, whole)
+    assert sum(map(len, stream.outputs)) == len(stream.tokens) and stream.outputs != [[]] * 3
+    stream = speculative_batch_stream(target, draft, [[0], [1], [2]], [9, 2, 5], K=[3, 1, 2])
+    assert stream.run() == stream.outputs == whole

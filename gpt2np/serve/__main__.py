@@ -222,6 +222,9 @@ def main(argv=None):
         server.run(sockets=[sock])  # the socket bound above: the address announced is the one served
     if not server.started:  # as uvicorn.run: the app failed to start (uvicorn logged why)
         sys.exit(3)
+    stopped_by = getattr(server, "_captured_signals", None)  # uvicorn >= 0.29 re-raises the signal it stopped for,
+    if stopped_by:  # into the handler the process started with: SIG_IGN in a script's background job (`&`), where
+        sys.exit(128 + stopped_by[-1])  # it did nothing and the command exited 0: 130 as in a terminal, or 143
 
 
 def log_requests_to_stderr():

@@ -31,9 +31,11 @@ TIME = r"\d\d:\d\d:\d\d"
 class Command:
     """The server command with its stderr read line by line in a thread."""
 
-    def __init__(self, *flags):
+    def __init__(self, *flags, sigint_ignored=False):
+        """sigint_ignored: started as a script's background job (`&`), which a shell starts with SIGINT ignored."""
+        ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
         self.process = subprocess.Popen([*SERVE, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True)
+                                        text=True, preexec_fn=ignore)
         self.watchdog = threading.Timer(120, self.process.kill)
         self.watchdog.start()
         self.lines = queue.Queue()
@@ -107,6 +109,19 @@ def test_quiet_leaves_out_the_request_lines_only():
     finally:
         command.kill()
     assert status == 130 and rest == ["stopped serving: 1 served, 0 cancelled (client left), 0 failed"], (status, rest)
+
+
+def test_a_server_started_in_a_scripts_background_still_exits_130_when_stopped():
+    """A script that runs the server with `&` and stops it with kill -INT: the shell had started it with SIGINT
+    ignored, so uvicorn's re-raise of the signal did nothing and the command exited 0, as if it had ended by
+    itself."""
+    command = Command("--quiet", sigint_ignored=True)
+    try:
+        assert requests.get(command.url + "/health", timeout=30).status_code == 200  # uvicorn's handlers are in
+        status, rest = command.stop()
+    finally:
+        command.kill()
+    assert status == 130 and rest == ["stopped serving: 0 served, 0 cancelled (client left), 0 failed"], (status, rest)
 
 
 def test_help_says_requests_are_logged_and_how_to_turn_it_off():

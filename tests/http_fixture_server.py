@@ -36,6 +36,8 @@ TRANSFER_FAULTS = {
     "bare416": "answer 416 without the Content-Range that says the file's size",
     "flip": "send the whole body with one byte changed half-way (a transfer the byte count cannot catch)",
     "hold": "send half, then wait for server.release (an Event) before the rest: a download in progress",
+    "trickle": "announce the full Content-Length, send half, then a byte every 0.05 s (a stalled server)",
+    "nolength_trickle": "no Content-Length, send half, then a byte every 0.05 s",
     "loop": "redirect to itself, for ever",
 }
 FAULTS = ("ignore_range", *TRANSFER_FAULTS, *ERROR_REPLIES)
@@ -96,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
         cut = fault in ("cut", "nolength_cut", "reset", "nolength_reset")
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        if fault not in ("nolength", "nolength_cut", "nolength_reset"):
+        if fault not in ("nolength", "nolength_cut", "nolength_reset", "nolength_trickle"):
             self.send_header("Content-Length", str(len(body)))  # the full length, even when cut
         if content_range:
             self.send_header("Content-Range", content_range)
@@ -108,11 +110,26 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.server.fixture.release.wait(timeout=30)
             body = body[len(body) // 2:]
+        if fault in ("trickle", "nolength_trickle"):
+            return self._trickle(body)
         self.wfile.write(body[:len(body) // 2] if cut else body)
         self.close_connection = True  # a cut transfer ends here, half-way through the body
         if fault in ("reset", "nolength_reset"):  # linger 0: close() sends RST, not FIN
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
+
+    def _trickle(self, body):
+        self.wfile.write(body[:len(body) // 2])
+        self.wfile.flush()
+        for i in range(len(body) // 2, len(body)):  # until the client gives up (a write fails) or 60 s pass
+            if i - len(body) // 2 > 1200 or self.server.fixture.release.wait(0.05):
+                break
+            try:
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+            except OSError:
+                break
+        self.close_connection = True
 
     def log_message(self, *args):
         pass  # keep test output quiet

@@ -28,6 +28,8 @@ The design makes a download safe to interrupt at any moment, and never gives a b
    (an exclusive lock on `<folder>/.download.lock`, held while it downloads), then finds its files
    complete. Two at once resumed each other's .part and both failed, losing the data file.
 8. A file of known size is refused before a byte is written when its folder's disk cannot hold it.
+9. A transfer that brings fewer than STALLED[1] bytes in any STALLED[0] seconds is stopped (its .part
+   kept to resume): a server that sends a byte every minute never trips the wait between bytes.
 
 Fetching 124M needs the internet (about 500 MB), so this example is not run as a test:
 
@@ -59,6 +61,8 @@ LOCK_FILE = ".download.lock"  # in the folder being downloaded: held while a pro
 # The tokenizer files are the same for every size; tiktoken pins these hashes (openai_public.py).
 KNOWN_SHA256 = dict(OPENAI_SHA256)
 TIMEOUT = (10, 60)   # seconds: (connect, wait between bytes)
+STALLED = (120, 1 << 14)  # (seconds, bytes): fewer bytes than this in any window this long stops a download (a
+                          # byte every 59 s passes TIMEOUT for ever; 16 KiB in 2 minutes is 0.13 KiB/s)
 CHUNK = 1 << 20      # bytes per read of a file on disk (file_sha256)
 READ_CHUNK = 1 << 16  # bytes per read of a download and per progress-bar update (a cut loses less than this)
 ERROR_CONTENT_TYPES = ("text/html", "application/xml", "text/xml")
@@ -332,6 +336,7 @@ def _stream(response, part, offset, total, url, progress, size=None):
     from tqdm import tqdm
     name = part.name.removesuffix(".part")
     chunks = response.iter_content(READ_CHUNK)
+    watch = StallWatch(response)
     try:
         first = next(chunks, b"")
         head = first if offset == 0 else b""  # a resumed body starts mid-file: nothing to sniff
@@ -346,8 +351,11 @@ def _stream(response, part, offset, total, url, progress, size=None):
             for chunk in itertools.chain([first], chunks):
                 f.write(chunk)
                 bar.update(len(chunk))  # the bytes really written, not the chunk size asked for
+                watch.bytes += len(chunk)
+        if watch.stalled:  # no length announced: the shut-down connection read as the body's end
+            raise _interrupted(url, part, total, watch.said())
     except requests.RequestException as e:
-        raise _interrupted(url, part, total, _root_cause(e)) from e
+        raise _interrupted(url, part, total, watch.said() if watch.stalled else _root_cause(e)) from e
     except KeyboardInterrupt:  # Ctrl-C: beside the progress bar, where the bytes are and what to do next
         if progress and part.exists():
             print(f"interrupted: {part} keeps {part.stat().st_size:,} bytes; run again to resume", file=sys.stderr)
@@ -358,6 +366,37 @@ def _stream(response, part, offset, total, url, progress, size=None):
         raise DownloadError(f"no space left on the disk of {part.parent} after {part.stat().st_size:,} bytes of "
                             f"{name}: free some space and run again to resume (or delete {part}), or download "
                             f"into another folder (models_dir)") from None
+    finally:
+        watch.stop()
+
+
+class StallWatch:
+    """A thread that stops a streamed response (shuts its socket for reading, which ends the read it is blocked in)
+    when a window of STALLED[0] seconds brings fewer than STALLED[1] bytes; the reader adds to `bytes`. Where
+    urllib3 cannot shut a response down (before 2.3), it watches nothing."""
+
+    def __init__(self, response):
+        import threading
+        self.response, self.bytes, self.stalled = response, 0, False
+        self.done = threading.Event()
+        if callable(getattr(response.raw, "shutdown", None)):
+            threading.Thread(target=self.watch, args=STALLED, name="gpt2np-download-stall", daemon=True).start()
+
+    def watch(self, seconds, least):
+        seen = 0
+        while not self.done.wait(seconds):
+            if self.bytes - seen < least:
+                self.stalled = True
+                with contextlib.suppress(Exception):  # already closed or released: nothing left to stop
+                    self.response.raw.shutdown()
+                return
+            seen = self.bytes
+
+    def said(self):
+        return f"the server sent fewer than {STALLED[1]:,} bytes in {STALLED[0]} s"
+
+    def stop(self):
+        self.done.set()
 
 
 def _check_room(part, needed):

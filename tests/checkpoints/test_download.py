@@ -479,3 +479,29 @@ def failing_writes(monkeypatch, fails):
         def __exit__(self, *exc):
             self.f.close()
     monkeypatch.setattr(download, "open", lambda *a, **k: Failing(open(*a, **k)), raising=False)
+
+
+@pytest.mark.parametrize("fault", ["trickle", "nolength_trickle"])
+def test_a_server_that_trickles_is_stopped_and_the_next_run_resumes(server, release_root, tmp_path, monkeypatch,
+                                                                    fault):
+    """A server that sends a byte now and then never trips the wait between bytes (60 s), so a download from it
+    ran for ever: fewer than STALLED[1] bytes in STALLED[0] seconds now stop it, the .part kept, and the next run
+    resumes. Here 20 bytes a second against 1 KiB in half a second; the resumed transfer, at full speed under
+    the same limits, is not stopped."""
+    import time
+    monkeypatch.setattr(download, "STALLED", (0.5, 1024))
+    server.faults[DATA_FILE] = fault
+    started = time.monotonic()
+    with pytest.raises(DownloadError) as stopped:
+        fetch(server, tmp_path)
+    seconds = time.monotonic() - started
+    server.release.set()  # the server's trickle ends
+    part = tmp_path / (DATA_FILE + ".part")
+    n = part.stat().st_size
+    assert seconds < 30 and 0 < n < (release_root / "tiny-a" / DATA_FILE).stat().st_size, (seconds, n)
+    assert "(the server sent fewer than 1,024 bytes in 0.5 s); run again to resume from" in str(stopped.value), \
+        str(stopped.value)
+    server.faults.clear()
+    fetch(server, tmp_path)
+    assert_same_files(tmp_path, release_root / "tiny-a")
+    assert ranges_asked(server, DATA_FILE)[-1] == f"bytes={n}-"

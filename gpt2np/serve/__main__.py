@@ -93,20 +93,46 @@ def check_args(args):
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 1..65535 (or 0: any free port), got {args.port}")
     for origin in args.allow_origin:
-        if not is_origin(origin):
-            raise ValueError(f"--allow_origin must be '*' or an origin, scheme://host[:port] with no path (as a "
-                             f"browser sends it: http://localhost:3000), got {origin!r}")
+        said = origin_problem(origin)
+        if said:
+            raise ValueError(f"--allow_origin {origin!r}: {said}")
 
 
-def is_origin(text):
-    """'*' or what a browser sends as Origin: http(s)://host[:port], no path, no trailing slash (one would never
-    match a browser's Origin header, so the page would be refused with nothing said).
+def origin_problem(text):
+    """None if a browser can send `text` as its Origin header (or it is '*', any page), else why not, in words: the
+    CORS check compares the header as a string, so an origin written any other way refuses its page with nothing
+    said. A browser sends scheme://host[:port]: no path, no user, the scheme and host in lower case, no port
+    where it is the scheme's default.
 
-    >>> [is_origin(o) for o in ("*", "http://localhost:3000", "https://class.example.org", "http://[::1]:8080",
-    ...                         "http://localhost:3000/", "localhost:3000", "http://a.b/page")]
-    [True, True, True, True, False, False, False]
+    >>> [origin_problem(o) for o in ("*", "http://localhost:3000", "https://class.example.org", "http://[::1]:8080")]
+    [None, None, None, None]
+    >>> print(origin_problem("http://Localhost:3000/"))
+    a browser sends scheme://host[:port] with no path, the host in lower case: http://localhost:3000
+    >>> print(origin_problem("http://localhost:80"))
+    a browser leaves out the scheme's default port: http://localhost
+    >>> print(origin_problem("http://*.example.com"))
+    one origin each (repeat the flag), or '*' for any page: no patterns
     """
-    return text == "*" or re.fullmatch(r"https?://([^/\s:\[\]]+|\[[0-9a-fA-F:.]+\])(:\d{1,5})?", text) is not None
+    from urllib.parse import urlsplit
+    if text == "*":
+        return None
+    if "*" in text:
+        return "one origin each (repeat the flag), or '*' for any page: no patterns"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return "not an origin: scheme://host[:port], e.g. http://localhost:3000"
+    if not parts.scheme or not parts.hostname or parts.username is not None or parts.password is not None:
+        return "not an origin: scheme://host[:port], e.g. http://localhost:3000"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    origin = f"{parts.scheme.lower()}://{host}" + (f":{port}" if port is not None and port != default else "")
+    if port == default and port is not None and text.rstrip("/") == f"{parts.scheme}://{parts.netloc}":
+        return f"a browser leaves out the scheme's default port: {origin}"
+    if text != origin:
+        return f"a browser sends scheme://host[:port] with no path, the host in lower case: {origin}"
+    return None
 
 
 def naming_flag(flag, name, load, *args, **kwargs):

@@ -255,10 +255,10 @@ def stop_early(job, completion):
         job.cancel()
 
 
-async def events(engine, jobs, completions, include_usage=False):
-    """The streaming answer: one server-sent event per round of each prompt (its choice's index tells them
-    apart), each prompt's last with its finish_reason; then (include_usage) one with no choices and the
-    usage of them all, as OpenAI's stream_options, then [DONE]."""
+async def events(engine, jobs, completions, include_usage=False, n=1):
+    """The streaming answer: one server-sent event per round of each choice (its index tells them apart),
+    each choice's last with its finish_reason; then (include_usage) one with no choices and the request's
+    usage (each prompt counted once, whatever n), as OpenAI's stream_options, then [DONE]."""
     ended = set()  # prompts whose last text event was sent
     try:
         while len(ended) < len(jobs):
@@ -284,7 +284,7 @@ async def events(engine, jobs, completions, include_usage=False):
             else:
                 return
         if include_usage and len(ended) == len(jobs):
-            yield sse(usage_chunk_of(completions))
+            yield sse(usage_chunk_of(completions, n))
         yield SSE_DONE
     finally:
         for job, completion in zip(jobs, completions):
@@ -309,20 +309,20 @@ async def completions(body: CompletionRequest, request: Request):
                           f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
     try:
         gs = generations(engine, body)
-        cid = new_id()
-        completions = [Completion(engine.model_id, g, len(g.prompt_ids), body.stops(), index=i, id=cid)
-                       for i, g in enumerate(gs)]
-        note(request, completions, body.stream)
+        cid, several = new_id(), body.listed() or body.n > 1
+        completions = [Completion(engine.model_id, g, len(g.prompt_ids), body.stops(), index=i, id=cid,
+                                  several=several) for i, g in enumerate(gs)]
+        note(request, completions, body.stream, body.n)
         jobs = engine.submit_all(gs, asyncio.get_running_loop())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return ClosingStreamingResponse(events(engine, jobs, completions, include_usage),
+            return ClosingStreamingResponse(events(engine, jobs, completions, include_usage, body.n),
                                             media_type="text/event-stream",
                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         failed = await run(engine, jobs, completions, request)
     except (RequestError, QueueFull) as e:
         return refused(e)
-    return failed or final_of(completions)
+    return failed or final_of(completions, body.n)
 
 
 def generations(engine, body):
@@ -335,17 +335,21 @@ def generations(engine, body):
         raise RequestError("prompt" if n == 1 else "n",
                            f"{'prompt' if n == 1 else 'n'}: {asked}, more generations than this server takes at "
                            f"once ({engine.capacity}: --max_batch {engine.max_batch} + --max_queue "
-                           f"{engine.max_queue}): send at most {engine.capacity} a request")
+                           f"{engine.max_queue}): send at most {engine.capacity} generations (prompts x n) a request")
     gs = []
     for i, prompt in enumerate(prompts):
         try:
             ids = engine.encode(prompt)
             gs += [generation(engine, body, ids, j) for j in range(n)]
-        except RequestError as e:
-            if len(prompts) == 1:
+        except RequestError as e:  # a prompt's own fault says which; a fault of the whole request does not
+            if len(prompts) == 1 or e.param not in PER_PROMPT:
                 raise
-            raise RequestError(e.param, f"prompt[{i}]: {e}") from None
+            raise RequestError(e.param, f"prompt[{i}]: {str(e).removeprefix('prompt: ')}") from None
     return gs
+
+
+PER_PROMPT = ("prompt", "max_tokens", "max_new_tokens", "max_length")  # faults that depend on the prompt (its ids,
+                                                                       # its length against the context)
 
 
 @routes.post("/predict", summary="The seed's interface: {\"prompt\": ...} -> text and statistics")

@@ -9,9 +9,10 @@ openai client reads). gpt2np adds one object, "gpt2np", with where each token ca
 
 finish_reason: "length" when max_tokens were generated, "stop" for <|endoftext|> or a stop string.
 
-A request of several prompts is one Completion per prompt, sharing the request's id: final_of joins them
-(a choice each, in the prompts' order, usage summed, "gpt2np" a list of each choice's object); streamed,
-each event is one prompt's, told apart by its choice's index.
+A request of a list of prompts, or of n choices a prompt, is one Completion per choice, sharing the
+request's id: final_of joins them (a choice each, in OpenAI's order, "gpt2np" a list of each choice's
+object with its own usage, and the request's usage: each prompt counted once); streamed, each event is
+one choice's, told apart by its index, and OpenAI's usage is only in the include_usage event.
 """
 import json
 import math
@@ -111,10 +112,11 @@ def round_entry(event):
 class Completion:
     """One request's completion, built up round by round; chunk() and final() give OpenAI objects."""
 
-    def __init__(self, model_id, generation, prompt_tokens, stops=(), index=0, id=None):
-        """index: its place among the request's prompts (choices[].index); id: the request's completion id,
-        shared by the completions of one request's prompts (None: a new one)."""
-        self.id, self.created, self.index = id or new_id(), int(time.time()), index
+    def __init__(self, model_id, generation, prompt_tokens, stops=(), index=0, id=None, several=False):
+        """index: its place among the request's choices (choices[].index); id: the request's completion id,
+        shared by the completions of one request's choices (None: a new one); several: one choice of a list
+        of prompts or of n: its own usage goes in its gpt2np object, OpenAI's usage is the request's."""
+        self.id, self.created, self.index, self.several = id or new_id(), int(time.time()), index, several
         self.model_id, self.generation, self.prompt_tokens = model_id, generation, prompt_tokens
         self.text, self.stop = StopText(stops), bool(stops)
         self.tokens, self.provenance, self.entries, self.rounds = [], [], [], []
@@ -178,6 +180,8 @@ class Completion:
         round it closes, when a stop string ended that round (its tokens are sent nowhere else)."""
         body = self.final()
         body["choices"][0]["text"] = text
+        if self.several:  # OpenAI's usage is the request's: its include_usage event, or nothing
+            body["usage"] = None
         body["gpt2np"].pop("rounds")
         if entries is None:
             body["gpt2np"].pop("tokens")
@@ -192,34 +196,39 @@ class Completion:
 
     def final(self):
         """The whole completion (non-streaming), with every token and round."""
+        own = {"usage": self.usage()} if self.several else {}
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
                 "choices": [{"text": self.text.text, "index": self.index, "logprobs": None,
                              "finish_reason": self.finish_reason}],
                 "usage": self.usage(),
-                "gpt2np": self.extension(tokens=self.entries, rounds=self.rounds, stats=self.stats)}
+                "gpt2np": self.extension(tokens=self.entries, rounds=self.rounds, stats=self.stats, **own)}
 
 
 def new_id():
     return f"cmpl-{uuid.uuid4().hex}"
 
 
-def final_of(completions):
-    """The answer to a request of several prompts (non-streaming): one choice per prompt, in the prompts'
-    order, their usage summed, and gpt2np's object of each choice in a list in the same order; one
-    prompt: that completion's own (final)."""
-    if len(completions) == 1:
+def final_of(completions, n=1):
+    """The answer to a request (non-streaming): one prompt, that completion's own (final); a list of prompts
+    (even of one) or n choices of each: one choice each, in OpenAI's order, gpt2np's object of each choice
+    (with its own usage) in a list in the same order, and the request's usage (usage_of)."""
+    if not completions[0].several:
         return completions[0].final()
     bodies = [c.final() for c in completions]
-    usage = {key: sum(b["usage"][key] for b in bodies) for key in bodies[0]["usage"]}
-    return {**bodies[0], "choices": [b["choices"][0] for b in bodies], "usage": usage,
+    return {**bodies[0], "choices": [b["choices"][0] for b in bodies], "usage": usage_of(completions, n),
             "gpt2np": [b["gpt2np"] for b in bodies]}
 
 
-def usage_chunk_of(completions):
-    """stream_options include_usage's last event for a request of one or several prompts: their usage summed."""
-    chunk = completions[0].usage_chunk()
-    chunk["usage"] = {key: sum(c.usage()[key] for c in completions) for key in chunk["usage"]}
-    return chunk
+def usage_of(completions, n=1):
+    """A request's usage, as OpenAI counts it: each prompt's tokens once (not n times), every choice's tokens."""
+    prompt = sum(c.prompt_tokens for c in completions[::n])
+    completion = sum(len(c.tokens) for c in completions)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def usage_chunk_of(completions, n=1):
+    """stream_options include_usage's last event: the request's usage (usage_of)."""
+    return {**completions[0].usage_chunk(), "usage": usage_of(completions, n)}
 
 
 def sse(payload):

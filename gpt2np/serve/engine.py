@@ -73,7 +73,7 @@ class Engine:
         self._waiting = queue.Queue()  # each request's jobs, one item; unbounded: submit_all() bounds self._taken
         self._held = collections.deque()  # jobs of a request taken from the queue that found no free slot yet
         self._taken, self._lock = 0, threading.Lock()  # jobs submitted and not yet gone: at most capacity
-        self._n_waiting = 0  # jobs submitted and not yet admitted (queued), under self._lock
+        self._n_waiting = 0  # jobs submitted, not yet admitted, not gone (queued), under self._lock
         self._thread, self._stopping = None, False
         self._active, self._members = {}, {}  # job -> Active; (batch, handle) -> its job
         self._new_batches()
@@ -202,7 +202,7 @@ class Engine:
         """Queue one request's checked generations (its prompts) together, all or none; returns their Jobs,
         which share one inbox. They wait side by side, so free slots admit them at the same step boundary."""
         inbox = asyncio.Queue()
-        jobs = [Job(g, loop, inbox, i) for i, g in enumerate(generations)]
+        jobs = [Job(g, loop, inbox, i, on_gone=self._release) for i, g in enumerate(generations)]
         if not self.alive:
             raise QueueFull(self.retry_after(), status=503)
         with self._lock:  # request threads submit, the worker releases: one count for both
@@ -213,12 +213,17 @@ class Engine:
         self._waiting.put(tuple(jobs))  # one item: the worker admits them at one step boundary, as slots allow
         return jobs
 
-    def _release(self, waiting=False):
-        """A submitted job is gone (answered, cancelled, failed or refused at shutdown): its room is free;
-        waiting: it had not been admitted (refused at shutdown)."""
+    def _release(self, job):
+        """A submitted job is gone (answered, cancelled, failed or refused at shutdown), or its request has
+        all it wants from it (job.finish, job.cancel): its room is free, once, and it no longer counts as
+        queued. A client that has its answer, or has left, frees its room for the next request at once,
+        though the worker drops the job only at its next step boundary (or skips it in the queue)."""
         with self._lock:
+            if job.gone:
+                return
+            job.gone = True
             self._taken -= 1
-            self._n_waiting -= waiting
+            self._n_waiting -= not job.admitted
 
     def retry_after(self):
         """Whole seconds until a slot is likely free (max_batch jobs end per mean job time): at least 1."""
@@ -250,7 +255,7 @@ class Engine:
         for job in jobs:
             job.cancel()
             job.put(("error", 503, "the server is shutting down"))
-            self._release(waiting=True)
+            self._release(job)
 
     def _admit(self):  # -> False once stopping and nothing is left to run
         """At a step boundary: jobs that waited join, up to max_batch active; waits only when idle. A
@@ -267,10 +272,11 @@ class Engine:
                 self._held.extend(jobs)
             job = self._held.popleft()
             with self._lock:
-                self._n_waiting -= 1
+                job.admitted = True
+                self._n_waiting -= not job.gone
             if job.cancelled.is_set():  # its client left while it waited
                 self.cancelled += 1
-                self._release()
+                self._release(job)
             else:
                 self._open(job)
         return bool(self._active) or not self._stopping
@@ -297,7 +303,7 @@ class Engine:
         except ValueError as e:  # check() should have caught it; still the client's error
             job.put(("error", 400, str(e).splitlines()[0]))
             self.failed += 1
-            self._release()
+            self._release(job)
             return
         self._active[job] = active
 
@@ -347,8 +353,8 @@ class Engine:
             self.cancelled += 1
         else:
             self.failed += 1
+        self._release(job)  # before the message: a client with its answer finds the room free
         job.put(message)
-        self._release()
         self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * (time.perf_counter() - active.started)
 
 

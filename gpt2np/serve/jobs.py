@@ -57,8 +57,10 @@ class Job:
     string: counted as served).
     """
 
-    def __init__(self, generation, loop, inbox=None, index=0):
-        self.generation, self.loop, self.index = generation, loop, index
+    def __init__(self, generation, loop, inbox=None, index=0, on_gone=None):
+        """on_gone(job): frees the job's room in the engine (Engine._release: once, whoever calls it)."""
+        self.generation, self.loop, self.index, self.on_gone = generation, loop, index, on_gone
+        self.gone = self.admitted = False  # the engine's: its room freed; taken from the queue by the worker
         self.inbox = asyncio.Queue() if inbox is None else inbox
         self.cancelled = threading.Event()
         self.satisfied = False
@@ -70,14 +72,20 @@ class Job:
             self.cancelled.set()
 
     def cancel(self):
-        """The client left (or the request ended otherwise): stop generating."""
+        """The client left (or the request ended otherwise): stop generating; its room is free now."""
         self.cancelled.set()
+        self._free()
 
     def finish(self):
-        """The request has its answer (a stop string): stop generating, counted as served."""
+        """The request has its answer (a stop string): stop generating, counted as served; its room is free now."""
         if not self.cancelled.is_set():
             self.satisfied = True
         self.cancelled.set()
+        self._free()
+
+    def _free(self):
+        if self.on_gone is not None:
+            self.on_gone(self)
 
 
 def counted_K(generation, lookup):  # -> event -> the round's K as SpeculativeStats counts it; None: not known
@@ -91,9 +99,11 @@ def counted_K(generation, lookup):  # -> event -> the round's K as SpeculativeSt
     ("heuristic", "auto"): it may propose fewer drafts than the policy asked for, and the K asked for
     is not in the round: None, not known (the rounds' own K, drafts proposed, stays in `rounds`)."""
     g = generation
+    if g.drafter is None:  # the target alone (speculative false): every round K 0, whatever K came with it
+        return lambda event: event.K
     if g.tree is None and isinstance(g.K, int):
         return lambda event: min(g.K, g.max_tokens - (event.n_emitted - len(event.tokens)) - 1)
-    if g.tree is not None or g.drafter is None or not lookup:
+    if g.tree is not None or not lookup:
         return lambda event: event.K
     return None
 

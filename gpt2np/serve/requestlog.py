@@ -18,17 +18,19 @@ import json
 import logging
 import time
 
+from .completions import usage_of
+
 log = logging.getLogger("gpt2np.serve.requests")
 KEY = "gpt2np.request_log"  # the scope entry a route writes its completion into
 MOST_ERROR_BYTES = 4096     # an error's body kept to read its message (they are one line)
 
 
-def note(request, completions, stream=False):
-    """Tell the request's log line about its completions, one per prompt (tokens, finish_reason, drafter),
-    and whether they are streamed."""
+def note(request, completions, stream=False, n=1):
+    """Tell the request's log line about its completions, one per choice (tokens, finish_reason, drafter),
+    whether they are streamed, and n (choices a prompt)."""
     record = request.scope.get(KEY)
     if record is not None:
-        record.update(completions=completions, stream=stream)
+        record.update(completions=completions, stream=stream, n=n)
 
 
 class RequestLog:
@@ -58,15 +60,15 @@ class RequestLog:
             raise
         finally:
             log.info(line(scope, answer, record.get("completions"), time.perf_counter() - start,
-                          record.get("stream", False)))
+                          record.get("stream", False), record.get("n", 1)))
 
 
-def line(scope, answer, completions, seconds, stream=False):
+def line(scope, answer, completions, seconds, stream=False, n=1):
     """The log line (without the time of day, which the handler's format adds)."""
     client = (scope.get("client") or ("-",))[0]
     status = answer["status"] or "-"  # no status: the client left before an answer began
     head = f"{client} {scope.get('method', '-')} {scope.get('path', '-')} {status} {seconds:.3f} s"
-    said = completion_said(completions, answer["status"], stream) if completions else None
+    said = completion_said(completions, answer["status"], stream, n) if completions else None
     if said is None and answer["status"] is None:
         said = "client left before an answer"
     if said is None and answer["status"] >= 400:
@@ -74,20 +76,22 @@ def line(scope, answer, completions, seconds, stream=False):
     return f"{head}: {said}" if said else head
 
 
-def completion_said(completions, status, stream):
+def completion_said(completions, status, stream, n=1):
     """Their tokens, how they ended and how they were decoded; None if they never ran (an error answered).
-    Several prompts: "3 prompts:", the tokens summed, each one's ending in order."""
+    Several choices: "3 prompts:" (or "2 prompts x n 3:", "n 3:"), the tokens as usage counts them (each
+    prompt once), each choice's ending in order."""
     if status is None or status >= 400:
         return None
-    usages, g = [c.usage() for c in completions], completions[0].generation
+    g, prompts = completions[0].generation, len(completions) // n
     ended = [c.finish_reason for c in completions]
     how = f"drafter {g.drafter} " + (f"tree {list(g.tree) if isinstance(g.tree, tuple) else g.tree}"
                                      if g.tree is not None else f"K {g.K}") if g.drafter else "target only"
-    head = f"{len(completions)} prompts: " if len(completions) > 1 else ""
+    head = (f"{prompts} prompts" if prompts > 1 else "") + (" x " if prompts > 1 and n > 1 else "") + \
+        (f"n {n}" if n > 1 else "")
     endings = ", ".join(e or "unfinished" for e in ended) if any(ended) else ""
-    parts = [f"{head}{sum(u['prompt_tokens'] for u in usages)} prompt + "
-             f"{sum(u['completion_tokens'] for u in usages)} completion tokens" + (f" ({endings})" if endings else ""),
-             how] + (["streamed"] if stream else [])
+    usage = usage_of(completions, n)
+    parts = [f"{head + ': ' if head else ''}{usage['prompt_tokens']} prompt + {usage['completion_tokens']} "
+             f"completion tokens" + (f" ({endings})" if endings else ""), how] + (["streamed"] if stream else [])
     if not all(ended):
         parts.append("client left")
     return ", ".join(parts)

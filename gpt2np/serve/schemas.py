@@ -59,7 +59,7 @@ FIELD_HELP = {
     "model": "must be a string: the served model's id (GET /v1/models)",
     "user": "must be a string",
     "n": "must be a positive integer (choices a prompt, each its own draws)",
-    "best_of": "must be 1 or n (the best of more than n needs logprobs, not supported)",
+    "best_of": "must be n (the best of more than n needs logprobs, not supported)",
     "echo": "not supported by this server (leave it out, or send false)",
     "suffix": "not supported by this server (leave it out, or send null or \"\")",
     "frequency_penalty": "not supported by this server (leave it out, or send 0)",
@@ -184,7 +184,8 @@ class CompletionRequest(SamplingFields):
     user: StrictStr | None = Field(None, description="accepted and ignored (it cannot change the output)")
     n: Count = Field(1, description="choices a prompt, each its own draws: choice j is the request alone with seed "
                                     "+ j where a seed is given, with a fresh seed each otherwise (greedy: n equal texts)")
-    best_of: StrictInt | None = Field(None, description="must be 1 or n (returning the best of more needs logprobs)")
+    best_of: StrictInt | None = Field(None, description="must be n, the default (returning the best of more needs "
+                                                         "logprobs)")
     echo: StrictBool = Field(False, description="must be false")
     logprobs: None = Field(None, description="not supported")
     suffix: Literal[""] | None = Field(None, description="not supported (\"\" is: it appends nothing)")
@@ -194,7 +195,7 @@ class CompletionRequest(SamplingFields):
 
     @model_validator(mode="after")
     def supported(self):
-        refused = [("best_of", self.best_of not in (None, 1, self.n), "1 or n"), ("echo", self.echo, "false"),
+        refused = [("best_of", self.best_of not in (None, self.n), "n"), ("echo", self.echo, "false"),
                    ("frequency_penalty", self.frequency_penalty != 0, "0"),
                    ("presence_penalty", self.presence_penalty != 0, "0"),
                    ("logit_bias", bool(self.logit_bias), "{}")]
@@ -212,10 +213,13 @@ class CompletionRequest(SamplingFields):
             self.max_tokens = DEFAULT_MAX_TOKENS  # OpenAI's default; the aliases above fill it when sent
         return self
 
+    def listed(self):
+        """Whether the prompt is a list of prompts (of strings or of token-id lists), even of one."""
+        return isinstance(self.prompt, list) and isinstance(self.prompt[0], (str, list))
+
     def prompts(self):
         """The request's prompts: one (a string or token ids), or each of a list of them."""
-        several = isinstance(self.prompt, list) and isinstance(self.prompt[0], (str, list))
-        return list(self.prompt) if several else [self.prompt]
+        return list(self.prompt) if self.listed() else [self.prompt]
 
     def stops(self):
         return () if self.stop is None else (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)

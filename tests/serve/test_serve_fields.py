@@ -195,13 +195,15 @@ def test_an_empty_prompt_is_documented_as_starting_from_endoftext(server):
 
 def test_a_prompt_in_a_list_of_one_is_that_prompt(client, server, local):
     """LangChain's OpenAI LLM and other batching clients send prompt=[...]: a list of one string (or of one list
-    of ids) was a 400; it is that prompt, answered as the prompt itself is (several: test_serve_prompts.py)."""
+    of ids) was a 400; it is that prompt, answered as the prompt itself is, but for gpt2np's object: a list of
+    one, as for any list of prompts (several: test_serve_prompts.py)."""
     target, _, ids = local
     want = target.tokenizer.decode(gpt2np.generate(target, ids, 8))
     for prompt in ([PROMPT], [ids], PROMPT):
         completion = client.completions.create(model=TARGET, prompt=prompt, max_tokens=8, temperature=0)
         assert completion.choices[0].text == want and completion.usage.prompt_tokens == len(ids), prompt
-        assert isinstance(completion.model_extra["gpt2np"], dict), "one prompt keeps gpt2np's object as it was"
+        shape = list if isinstance(prompt, list) and isinstance(prompt[0], (str, list)) else dict
+        assert isinstance(completion.model_extra["gpt2np"], shape), "a list of prompts, even of one: a list"
     status, body = post(server, "/v1/completions", prompt=[], max_tokens=8)
     assert status == 400 and "a list of at least one token id" in body["error"]["message"], body
 
@@ -215,6 +217,10 @@ def test_speculative_false_runs_the_target_alone_whatever_drafting_fields_come_w
                                        extra_body={"speculative": False, "tree": [2], "drafter": "ngram", "K_max": 3})
     own = answer.model_extra["gpt2np"]
     assert (own["speculative"], own["drafter"], own["tree"], own["K"]) == (False, None, None, None), own
+    assert own["live"]["K_counts"] == {"0": 8}, "a target-only run's rounds are K 0 whatever K came with it"
+    K_sent = client.completions.create(model=TARGET, prompt=PROMPT, max_tokens=8, temperature=0,
+                                       extra_body={"speculative": False, "K": 2}).model_extra["gpt2np"]
+    assert K_sent["live"]["K_counts"] == {"0": 8}, K_sent["live"]
     assert answer.choices[0].text == target.tokenizer.decode(gpt2np.generate(target, ids, 8))
 
 

@@ -139,18 +139,19 @@ def test_busy_answers_streams_and_clients_that_leave_are_logged(caplog):
     engine, gate = bundled_engine(max_queue=2, max_batch=1), threading.Event()
     slow_down(engine, gate=gate)
     body = {"prompt": "ROMEO:\n", "max_tokens": 6, "temperature": 0, "speculative": False}
-    with running_server(engine, log_requests=True) as url, ThreadPoolExecutor(2) as pool:
+    with running_server(engine, log_requests=True) as url, ThreadPoolExecutor(3) as pool:
         held = pool.submit(complete, url, body, stream=False)
         assert wait_until(lambda: engine.busy)
         with pytest.raises(requests.Timeout):  # queued behind the held one; the client gives up
             requests.post(url + "/predict", json={"prompt": "KING:", "max_tokens": 5}, timeout=0.5)
         assert wait_until(lambda: len(lines(caplog)) == 1), lines(caplog)
-        queued = pool.submit(complete, url, body, stream=True)
-        assert wait_until(lambda: engine.queued == 2)  # the one that left holds its place until the worker skips it
+        assert wait_until(lambda: engine.queued == 0)  # the one that left gave its place back at once
+        queued = [pool.submit(complete, url, body, stream=True), pool.submit(complete, url, body, stream=False)]
+        assert wait_until(lambda: engine.queued == 2)
         assert complete(url, body, stream=False)[0] == 429
         gate.set()
-        assert held.result(timeout=60)[0] == 200 and queued.result(timeout=60)[0] == 200
-        assert wait_until(lambda: len(lines(caplog)) == 4), lines(caplog)
+        assert held.result(timeout=60)[0] == 200 and [q.result(timeout=60)[0] for q in queued] == [200, 200]
+        assert wait_until(lambda: len(lines(caplog)) == 5), lines(caplog)
     said = lines(caplog)
     assert re.fullmatch(r"127\.0\.0\.1 POST /predict 200 \d+\.\d{3} s: 5 prompt \+ 0 completion tokens, "
                         r"drafter shakespeare-260K K 4, client left", said[0]), said
@@ -159,6 +160,7 @@ def test_busy_answers_streams_and_clients_that_leave_are_logged(caplog):
     assert re.match(r"127\.0\.0\.1 POST /v1/completions 429 \d+\.\d{3} s: the server is busy: ", busy[0]), busy
     done = [x for x in said if " 200 " in x and "client left" not in x]
     assert sorted(x.split(": ", 1)[1] for x in done) == [
+        "7 prompt + 6 completion tokens (length), target only",
         "7 prompt + 6 completion tokens (length), target only",
         "7 prompt + 6 completion tokens (length), target only, streamed"], said
     assert json.dumps(said)  # plain strings

@@ -163,11 +163,11 @@ def test_a_fault_in_one_prompt_is_named_by_its_index_and_nothing_runs(reference)
     room = reference.n_ctx - len(reference.tokenizer.encode(too_long))
     said = [(status, body["error"]["param"], body["error"]["message"]) for status, body in answers]
     assert said == [
-        (400, "prompt", "prompt[1]: prompt: token ids must be in [0, 257)"),
+        (400, "prompt", "prompt[1]: token ids must be in [0, 257)"),
         (400, "max_tokens", f"prompt[2]: prompt ({len(reference.tokenizer.encode(too_long))} tokens) + max_tokens "
                             f"(30) exceeds the context of 256 tokens: ask for at most {room}"),
         (400, "prompt", "prompt: 5 prompts, more generations than this server takes at once (4: --max_batch 2 + --max_queue 2): "
-                        "send at most 4 a request")], said
+                        "send at most 4 generations (prompts x n) a request")], said
     assert (health["active"], health["queued"], health["served"], engine._taken) == (0, 0, 0, 0), health
 
 
@@ -244,4 +244,54 @@ def test_n_choices_of_a_prompt_are_each_the_request_alone_with_seed_plus_j(refer
     assert [c.text for c in greedy.choices] == [expected(reference, PROMPTS[2], 8)] * 2
     assert (status, refused["error"]["param"], refused["error"]["message"]) == (
         400, "n", "n: 3 prompts x n 3, more generations than this server takes at once (8: --max_batch 4 + "
-                  "--max_queue 4): send at most 8 a request"), refused
+                  "--max_queue 4): send at most 8 generations (prompts x n) a request"), refused
+
+
+def test_usage_counts_each_prompt_once_whatever_n_and_each_choice_has_its_own(reference, caplog):
+    """OpenAI (and vLLM) count a prompt's tokens once, not n times: usage.prompt_tokens of 2 prompts x n 3 was
+    6 prompts' worth. Each choice's own usage is in its gpt2np object; streamed, OpenAI's usage is only in the
+    include_usage event (it was each choice's in its last event, which a client summing usage counted twice);
+    the log line says "2 prompts x n 3"."""
+    caplog.set_level(logging.INFO, logger="gpt2np.serve.requests")
+    engine = batching_engine(max_batch=4, max_queue=4)
+    body = {"prompt": PROMPTS[:2], "n": 3, "max_tokens": 5, "temperature": 0, "speculative": False}
+    with running_server(engine, log_requests=True) as url:
+        status, whole = post(url, **body)
+        _, _, events = streamed(url, **body, stream_options={"include_usage": True})
+        assert wait_until(lambda: sum("/v1/completions" in r.getMessage() for r in caplog.records) == 2)
+    prompt_tokens = sum(len(reference.tokenizer.encode(p)) for p in PROMPTS[:2])
+    assert status == 200 and whole["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 30,
+                                                "total_tokens": prompt_tokens + 30}, whole["usage"]
+    assert [o["usage"]["prompt_tokens"] for o in whole["gpt2np"]] == \
+        [len(reference.tokenizer.encode(p)) for p in PROMPTS[:2] for _ in range(3)], whole["gpt2np"]
+    assert [e.get("usage") for e in events[:-1]] == [None] * (len(events) - 1), "usage before the include_usage event"
+    assert events[-1]["usage"] == whole["usage"] and events[-1]["choices"] == []
+    said = [r.getMessage() for r in caplog.records if r.name == "gpt2np.serve.requests"][0]
+    assert f": 2 prompts x n 3: {prompt_tokens} prompt + 30 completion tokens (length" in said, said
+
+
+def test_a_request_whose_choices_all_stopped_frees_its_room_before_its_answer_arrives(reference):
+    """A choice that a stop string ends is stopped by the worker at its next step boundary: its room was freed
+    only then, so a client that sent its next request as soon as it had its answer was told "busy" (429) by a
+    server with nothing else to do. The room is free once the request has what it asked for."""
+    from serve_helpers import slow_down
+    texts = [expected(reference, p, 20) for p in PROMPTS[:4]]
+    stops = sorted({t[2] for t in texts})  # each choice stops at its third character or before
+    engine = batching_engine(max_batch=4, max_queue=1)
+    slow_down(engine, delay=0.3)  # the worker is mid-step when the answer goes out
+    body = {"prompt": PROMPTS[:4], "max_tokens": 20, "temperature": 0, "speculative": False, "stop": stops}
+    with running_server(engine) as url:
+        answers = [post(url, **body) for _ in range(3)]
+    assert [status for status, _ in answers] == [200, 200, 200], [b.get("error") for _, b in answers]
+    assert all(c["finish_reason"] == "stop" for _, b in answers for c in b["choices"]), answers[0][1]["choices"]
+
+
+def test_faults_of_the_whole_request_are_not_blamed_on_a_prompt():
+    """A drafter that is not served is the request's fault, not prompt[0]'s; a token id out of the vocabulary
+    is prompt[1]'s, said once ("prompt[1]: token ids ...", not "prompt[1]: prompt: ...")."""
+    engine = batching_engine(max_batch=4)
+    with running_server(engine) as url:
+        drafter = post(url, prompt=["ROMEO:", "JULIET:"], max_tokens=5, drafter="nosuch")
+        ids = post(url, prompt=["ROMEO:", [1, 9999]], max_tokens=5)
+    assert drafter[0] == 400 and drafter[1]["error"]["message"].startswith("drafter must be one of"), drafter
+    assert ids[1]["error"]["message"] == "prompt[1]: token ids must be in [0, 257)", ids

@@ -80,10 +80,17 @@ EARLY_FLAGS = [
     (["--draft_model_size", ""], "--draft_model_size is empty: name a model"),
     (["--target_model_size", ""], "--target_model_size is empty: name a model"),
     (["--host", ""], "--host is empty:"),
-    (["--allow_origin", "http://localhost:3000/"], "--allow_origin must be '*' or an origin, scheme://host[:port] "
-                                                   "with no path (as a browser sends it: http://localhost:3000), got "
-                                                   "'http://localhost:3000/'"),
-    (["--allow_origin", "localhost:3000"], "--allow_origin must be '*' or an origin"),
+    (["--allow_origin", "http://localhost:3000/"], "--allow_origin 'http://localhost:3000/': a browser sends "
+                                                   "scheme://host[:port] with no path, the host in lower case: "
+                                                   "http://localhost:3000"),
+    (["--allow_origin", "http://Localhost:3000"], "--allow_origin 'http://Localhost:3000': a browser sends "
+                                                  "scheme://host[:port] with no path, the host in lower case: "
+                                                  "http://localhost:3000"),
+    (["--allow_origin", "http://localhost:80"], "--allow_origin 'http://localhost:80': a browser leaves out the "
+                                                "scheme's default port: http://localhost"),
+    (["--allow_origin", "http://*.example.com"], "--allow_origin 'http://*.example.com': one origin each"),
+    (["--allow_origin", "localhost:3000"], "--allow_origin 'localhost:3000': not an origin: scheme://host[:port]"),
+    (["--allow_origin", "http://localhost:99999"], "--allow_origin 'http://localhost:99999': not an origin"),
 ]
 BAD_FLAGS = [
     (["--host", "nonsense.invalid"], "--host nonsense.invalid: name or service not known"),

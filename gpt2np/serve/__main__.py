@@ -26,7 +26,6 @@ NumPy's BLAS kernel (row-major under the Haswell kernels, panels under SkylakeX:
 gpt2np/model/fast/layout.py); the startup line names it.
 """
 import errno
-import re
 import socket
 import sys
 

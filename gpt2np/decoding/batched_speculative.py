@@ -36,6 +36,7 @@ the whole batch round's, shared by the sequences in it.
 >>> out == [generate(target, [0], 5), generate(target, [1, 2], 3)]
 True
 """
+import copy
 import time
 from dataclasses import dataclass, field, replace
 
@@ -68,9 +69,10 @@ class Sequence:
     rng: object
     stops: frozenset      # eot_id and its stop tokens
     target_cache: object
-    draft_cache: object
+    draft_cache: object   # None with prompt lookup: it reads the context, no model
     context: list = field(default_factory=list)     # prompt + tokens emitted so far
     provenance: list = field(default_factory=list)  # one per emitted token
+    drafter: object = None  # prompt lookup: this sequence's own NgramDrafter (its own index of its own context)
 
     def running(self):  # speculative_rounds' loop condition
         return len(self.provenance) < self.n_tokens and not (self.provenance and self.context[-1] in self.stops)
@@ -102,21 +104,33 @@ def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most t
     return each_checked(n, checked)
 
 
+def looks_up(draft):
+    """Prompt lookup (NgramDrafter and its kind): each sequence drafts from its own context, with no model call
+    to pack; only the target's pass is shared."""
+    return isinstance(draft, NgramDrafter)
+
+
+def own_drafter(draft, target):  # -> a fresh copy of a lookup drafter for one sequence
+    mine = copy.copy(draft)
+    mine.reset(target)  # its own index (and counts): sequences never see each other's contexts
+    return mine
+
+
 def check_draft_model(target, draft, usage=USAGE):
-    """The draft is a model (the batches pack its calls) of the target's vocabulary."""
+    """The draft is a model (the batches pack its calls) of the target's vocabulary, or prompt lookup."""
+    if looks_up(draft):
+        return
     if not all(hasattr(draft, name) for name in MODEL_INTERFACE):
-        raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model), {not_batched(draft)}: "
-                         f"{usage}")
+        raise ValueError(f"draft must be a model (gpt2np.load_model, gpt2np.random_model) or prompt lookup "
+                         f"(gpt2np.NgramDrafter), {not_batched(draft)}: {usage}")
     check_same_vocabulary(target, draft)
 
 
 def not_batched(draft):  # -> what the refusal says of the draft that was given
     """A drafter is refused for what it is: a draft model's drafter is a model the batch could pack (pass
-    its model), prompt lookup is not batched at all."""
+    its model)."""
     if isinstance(draft, ModelDrafter):
         return f"got {type(draft).__name__}: pass its model, draft.model (the batch packs the draft model's calls)"
-    if isinstance(draft, NgramDrafter):
-        return f"got {type(draft).__name__}: prompt lookup is not batched"
     return f"got {type(draft).__name__}"
 
 
@@ -129,10 +143,18 @@ def check_draft_room(draft, prompt, n_tokens):
 
 
 def check_draft(target, draft, prompts, n_tokens, Ks):
-    """The draft is a model of the target's vocabulary with room for every sequence that drafts."""
+    """The draft is a model of the target's vocabulary with room for every sequence that drafts, or prompt
+    lookup (no context of its own to run out of)."""
     check_draft_model(target, draft)
-    # K = 0: the draft never sees that sequence
-    each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))
+    if not looks_up(draft):  # K = 0: the draft never sees that sequence
+        each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))
+
+
+def check_lookup_K(draft, auto):
+    """K='auto' prices a draft model's packed calls: prompt lookup in a batch takes a fixed K."""
+    if auto and looks_up(draft):
+        raise ValueError("K='auto' in a batch prices a draft model's calls: prompt lookup takes a fixed K here "
+                         "(speculative_generate's K='auto' runs one prompt at a time)")
 
 
 def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):
@@ -141,16 +163,29 @@ def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_
     prompts, n_tokens, options, rngs, stops = check_batch(target, prompts, n_tokens, temperature, top_k, top_p,
                                                           rng, stop_tokens)
     Ks = check_Ks(K, len(prompts), K_max)
+    check_lookup_K(draft, isinstance(K, str) and K == "auto")
     check_draft(target, draft, prompts, n_tokens, Ks)
-    return [Sequence([int(t) for t in p], n, k, o, r, s, request_cache(target, len(p) + n - 1),
-                     request_cache(draft, len(p) + n - 1), context=[int(t) for t in p])
+    return [new_sequence(target, draft, [int(t) for t in p], n, k, o, r, s)
             for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
+
+
+def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops):  # -> a checked request's Sequence
+    """Both caches sized prompt + n_tokens - 1 (the module docstring); prompt lookup: no draft cache, its own
+    drafter instead."""
+    room = len(prompt) + n_tokens - 1
+    lookup = looks_up(draft)
+    return Sequence(prompt, n_tokens, K, options, rng, stops, request_cache(target, room),
+                    None if lookup else request_cache(draft, room), context=list(prompt),
+                    drafter=own_drafter(draft, target) if lookup else None)
 
 
 def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}, [(rows, seconds)]
     """x_1..x_{k_i} for every sequence, one packed draft call per draft step for all that still draft;
     each draws from its own q with its own rng (ModelDrafter.propose, sequence by sequence). Each
-    step's rows and seconds (its call and draws): the first step's rows carry what the caches lack."""
+    step's rows and seconds (its call and draws): the first step's rows carry what the caches lack.
+    Prompt lookup: each sequence's own drafter looks up its own context (look_up_all)."""
+    if looks_up(draft):
+        return look_up_all(seqs, ks)
     drafts, q, timed = {i: [] for i in ks}, {i: [] for i in ks}, []
     for j in range(max(ks.values(), default=0)):
         start, active = time.perf_counter(), [i for i in ks if ks[i] > j]
@@ -162,6 +197,19 @@ def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vo
             q[i].append(q_i)
         timed.append((sum(len(ids) for ids, _ in calls), time.perf_counter() - start))
     return drafts, {i: np.array(q[i], dtype=np.float64).reshape(ks[i], draft.n_vocab) for i in ks}, timed
+
+
+def look_up_all(seqs, ks):  # Step 1, prompt lookup -> {i: drafts [<= k_i]}, {i: q}, [] (no model call)
+    """Each sequence's own lookup (NgramDrafter.propose on its own context, with its own rng: none for a one-hot
+    q), as speculative.py's Step 1 calls it alone; it may find fewer than k_i drafts, or none."""
+    drafts, q = {}, {}
+    for i, k in ks.items():
+        s = seqs[i]
+        found, q[i] = s.drafter.propose(s.context, k, s.options, s.rng) if k else ([], None)
+        drafts[i] = [int(x) for x in found]
+        if not k:
+            q[i] = np.zeros((0, s.drafter.n_vocab or 1))
+    return drafts, q, []
 
 
 def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed in all
@@ -202,7 +250,8 @@ def round_event(s, drafts, q, p, result, propose_seconds):  # -> (RoundEvent, n_
 def draft_debt(seqs, running):  # -> (rows the draft lacks beyond one per sequence, tokens still wanted)
     """What drafting this round would owe (BatchAutoK prices it): the sequences that could draft
     (k >= 1) feed the draft every token since its cache's end, one of them a regular step's."""
-    lag = sum(len(s.context) - len(s.draft_cache) - 1 for s in (seqs[i] for i in running) if s.k() >= 1)
+    lag = sum(len(s.context) - len(s.draft_cache) - 1 for s in (seqs[i] for i in running)
+              if s.k() >= 1 and s.draft_cache is not None)  # prompt lookup owes nothing
     return lag, sum(seqs[i].n_tokens - len(seqs[i].provenance) for i in running)
 
 
@@ -247,7 +296,7 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
                      [seqs[i].rng for i in running])                              # Steps 3-4
     step = [(i, *round_event(seqs[i], drafts[i], q[i], p[i], r, propose_seconds)) for i, r in zip(running, results)]
     roll_back([(seqs[i].target_cache, n_keep) for i, _, n_keep in step])
-    roll_back([(seqs[i].draft_cache, n_keep) for i, _, n_keep in step])
+    roll_back([(seqs[i].draft_cache, n_keep) for i, _, n_keep in step if seqs[i].draft_cache is not None])
     seconds = time.perf_counter() - start
     if policy:
         # the target's side of the round: its pass, and every sequence's verification, sampling and roll-back
@@ -269,11 +318,13 @@ def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_ea
 
 
 def batch_auto_K(target, draft, K_max):  # -> BatchAutoK for this pair
-    """BatchAutoK with the draft's share of a target call as its prior c, and the rows where the target's
-    products leave their few-row methods (FEW_ROWS), or none for a target whose weights are all small
-    (model/fast/layout.all_small: the bundled models; batch_policy's docstring)."""
+    """BatchAutoK with the draft's share of a target call as its prior c (prompt lookup: 0, though a batch
+    refuses K='auto' with it: check_lookup_K), and the rows where the target's products leave their few-row
+    methods (FEW_ROWS), or none for a target whose weights are all small (model/fast/layout.all_small: the
+    bundled models; batch_policy's docstring)."""
     small = isinstance(target, GPT2) and all_small(target.params)
-    return BatchAutoK(K_max, parameter_ratio(draft, target), few_rows=None if small else FEW_ROWS)
+    c = 0.0 if looks_up(draft) else parameter_ratio(draft, target)
+    return BatchAutoK(K_max, c, few_rows=None if small else FEW_ROWS)
 
 
 def speculative_batch_stream(target, draft, prompts, n_tokens, *, K=DEFAULT_K, temperature=None, top_k=None,

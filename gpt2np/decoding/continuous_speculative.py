@@ -39,9 +39,9 @@ draws.
 import numpy as np
 
 from .autoregressive import check_model
-from .batched import check_sequence, request_cache
-from .batched_speculative import (Sequence, batch_auto_K, batch_round, check_draft_model, check_draft_room,
-                                  roll_back_each, verify_each)
+from .batched import check_sequence
+from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, check_lookup_K,
+                                  looks_up, new_sequence, roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -89,8 +89,9 @@ class ContinuousSpeculativeBatch(Handles):
 
     add(...) -> a handle (an int); step() -> [(handle, RoundEvent)], one per sequence in the round; a
     sequence that finished (n_tokens, a stop token, eot_id) has left when step returns and its tokens
-    stay readable once with pop_tokens(handle). draft: a model of the target's vocabulary. verify and
-    roll_back exist for teaching, as in speculative_batch_stream (teach/broken_batch_kernels.py)."""
+    stay readable once with pop_tokens(handle). draft: a model of the target's vocabulary, or prompt lookup
+    (an NgramDrafter: each sequence looks up its own context, K fixed). verify and roll_back exist for
+    teaching, as in speculative_batch_stream (teach/broken_batch_kernels.py)."""
 
     def __init__(self, target, draft, K_max=8, *, verify=verify_each, roll_back=roll_back_each):
         check_model(target, "target", USAGE)
@@ -108,17 +109,15 @@ class ContinuousSpeculativeBatch(Handles):
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max)."""
         K, auto = check_K(K, self.K_max if K_max is None else min(checked_K_max(K_max), self.K_max))
+        check_lookup_K(self.draft, auto)
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
-        if K:
+        if K and not looks_up(self.draft):
             check_draft_room(self.draft, prompt_ids, n_tokens)  # the draft sees it too
         check_rng_unshared(rng, options, self._running.values())
-        prompt = [int(t) for t in prompt_ids]
-        handle = self._new_handle()
-        room = len(prompt) + int(n_tokens) - 1  # the target holds context[:-1] and at most k <= wanted - 1 drafts
-        self._running[handle] = Sequence(prompt, int(n_tokens), K, options, rng, stops,
-                                         request_cache(self.target, room), request_cache(self.draft, room),
-                                         context=list(prompt))
+        handle = self._new_handle()  # the target holds context[:-1] and at most k <= wanted - 1 drafts
+        self._running[handle] = new_sequence(self.target, self.draft, [int(t) for t in prompt_ids], int(n_tokens), K,
+                                             options, rng, stops)
         self._newcomers.add(handle)
         if auto:
             self._auto[handle] = K
@@ -165,13 +164,16 @@ class ContinuousSpeculativeBatch(Handles):
 
 
 def keep(seq):  # -> what put_back restores (ContinuousSpeculativeBatch.step)
-    return (len(seq.target_cache), len(seq.draft_cache), len(seq.context), len(seq.provenance), seq.K,
-            generator_state(seq.rng))
+    """A lookup drafter's index needs nothing: it indexes only the context before the round (update_index),
+    which put_back leaves as it was."""
+    return (len(seq.target_cache), None if seq.draft_cache is None else len(seq.draft_cache), len(seq.context),
+            len(seq.provenance), seq.K, generator_state(seq.rng))
 
 
 def put_back(seq, kept):  # a Sequence where an undone round found it
     n_target, n_draft, n_context, n_emitted, seq.K, state = kept
     seq.target_cache.truncate(n_target)
-    seq.draft_cache.truncate(n_draft)
+    if seq.draft_cache is not None:
+        seq.draft_cache.truncate(n_draft)
     del seq.context[n_context:], seq.provenance[n_emitted:]
     set_generator_state(seq.rng, state)

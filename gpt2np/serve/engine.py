@@ -10,12 +10,13 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     which a newly admitted job's prompt rows ride with the others' last tokens (prefill joins the
     step; a long prompt is fed prefill_chunk rows a step, so the others' steps stay short), and
   * one round of every active speculative job drafted by a draft model with a chain (K an int or
-    "auto") that joined while others ran: gpt2np.ContinuousSpeculativeBatch, one per served draft
-    model, whose round packs every job's draft calls and verifies every job's K + 1 rows in ONE target
-    pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting stops
-    where rows cannot pay), and
-  * one round of each other speculative job (prompt lookup, a token tree, K="heuristic", and a job
-    that started alone), run as its own stream (gpt2np's round stream, gpt2np/decoding/stream.py) one
+    "auto"), or by prompt lookup with a fixed K, that joined while others ran:
+    gpt2np.ContinuousSpeculativeBatch, one per served drafter, whose round packs every job's draft
+    calls (prompt lookup: each job looks up its own context) and verifies every job's K + 1 rows in ONE
+    target pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting
+    stops where rows cannot pay), and
+  * one round of each other speculative job (prompt lookup with a K policy, a token tree, K="heuristic",
+    and a job that started alone), run as its own stream (gpt2np's round stream, gpt2np/decoding/stream.py) one
     after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
     statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs).
 
@@ -85,17 +86,19 @@ class Engine:
     def _new_batches(self):
         """The packed batches, empty: plain jobs in one, drafting jobs in one per served draft model."""
         self._batch = gpt2np.ContinuousBatch(self.target, self.prefill_chunk)
-        self._drafting = {name: gpt2np.ContinuousSpeculativeBatch(self.target, d.model, K_max=BATCH_K_MAX)
-                          for name, d in self.drafters.items() if isinstance(d, gpt2np.ModelDrafter)}
+        self._drafting = {name: gpt2np.ContinuousSpeculativeBatch(self.target, packed_draft(d), K_max=BATCH_K_MAX)
+                          for name, d in self.drafters.items() if packed_draft(d) is not None}
 
     def batch_for(self, g):  # -> the packed batch a Generation joins, or None: it runs as its own stream
-        """Plain jobs: the plain batch. A chain drafted by a draft model: its drafter's batch, unless it
+        """Plain jobs: the plain batch. A chain drafted by a draft model (a fixed K or "auto"), or by prompt
+        lookup (a fixed K: the batch's "auto" prices a draft model's calls): its drafter's batch, unless it
         would run alone (nothing active, nothing waiting): then its own stream, which reports its own
         costs (c, v, the predicted speedup) and runs the single-sequence K policies."""
         if g.drafter is None:
             return self._batch
         alone = not self._active and self._waiting.empty() and not self._held
-        if g.tree is None and (g.K == "auto" or not isinstance(g.K, str)) and not alone:
+        lookup = isinstance(self.drafters.get(g.drafter), gpt2np.NgramDrafter)
+        if g.tree is None and (g.K == "auto" and not lookup or not isinstance(g.K, str)) and not alone:
             return self._drafting.get(g.drafter)
         return None
 
@@ -356,6 +359,12 @@ class Engine:
         self._release(job)  # before the message: a client with its answer finds the room free
         job.put(message)
         self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * (time.perf_counter() - active.started)
+
+
+def packed_draft(drafter):  # -> what a drafting batch drafts with: a draft model's model, prompt lookup, or None
+    if isinstance(drafter, gpt2np.ModelDrafter):
+        return drafter.model
+    return drafter if isinstance(drafter, gpt2np.NgramDrafter) else None
 
 
 def sampling_of(g):  # -> the decoders' sampling arguments for a Generation, its own seeded generator included

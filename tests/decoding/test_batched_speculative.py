@@ -15,6 +15,7 @@ from gpt2np.decoding import batched_speculative
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.batch_policy import BatchAutoK
 from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
+from gpt2np.decoding.drafters import CountingNgramDrafter
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.model.config import GPT2Config
 from gpt2np.model.forward import GPT2
@@ -295,13 +296,13 @@ def test_n_tokens_past_the_draft_is_fine_for_a_plain_sequence():
 
 @pytest.mark.parametrize("args, message", [
     ("draft_first", "target must be a model"),
-    ("drafter", "draft must be a model .* got NgramDrafter"),
+    ("drafter", "draft must be a model .* or prompt lookup .* got ModelDrafter: pass its model"),
     ("vocabulary", "draft and target must share a vocabulary: n_vocab 4 vs 3"),
 ])
 def test_the_models_are_checked_first(args, message):
     rng = np.random.default_rng(0)
     target, draft = random_toy_model(rng, 3), random_toy_model(rng, 3)
-    calls = {"draft_first": ([[1, 2]], target, draft), "drafter": (target, gpt2np.NgramDrafter(), [[1]]),
+    calls = {"draft_first": ([[1, 2]], target, draft), "drafter": (target, gpt2np.ModelDrafter(draft), [[1]]),
              "vocabulary": (target, random_toy_model(rng, 4), [[1]])}
     with pytest.raises(ValueError, match=message) as info:
         speculative_generate_batch(*calls[args], 3)
@@ -416,3 +417,76 @@ def test_a_stream_stopped_mid_way_keeps_each_sequence_s_tokens_apart():
     assert sum(map(len, stream.outputs)) == len(stream.tokens) and stream.outputs != [[]] * 3
     stream = speculative_batch_stream(target, draft, [[0], [1], [2]], [9, 2, 5], K=[3, 1, 2])
     assert stream.run() == stream.outputs == whole
+
+
+# ---- prompt lookup in a batch: each sequence looks up its own context, the target's pass is packed -------------
+
+LOOKUP_PROMPTS = ["ROMEO:\nBut soft, what light, what light through yonder window", "To be, or not to be, to be",
+                  "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "a b a b a b a"]
+
+
+def test_prompt_lookup_in_a_batch_gives_each_sequence_its_solo_run(pair):
+    """Greedy on the bundled target: the target's own tokens; sampled with a seed, with prompt lookup and its
+    counting kind (a real q, its drafts drawn from the sequence's own generator): each sequence exactly what
+    speculative_generate gives it alone with that drafter, K and generator, whatever the others do."""
+    target, _ = pair
+    prompts = [target.tokenizer.encode(p) for p in LOOKUP_PROMPTS]
+    n_tokens, Ks = [12, 20, 5, 16], [3, 1, 4, 0]
+    options, seeds = [{}] * 4, [None] * 4
+    for drafter in (gpt2np.NgramDrafter(), CountingNgramDrafter()):
+        requests = (prompts, n_tokens, Ks, options, seeds, [None] * 4)
+        assert_same(together(target, drafter, *requests), alone(target, drafter, *requests), f"greedy, {drafter.name}")
+        sampled = (prompts, n_tokens, Ks, [dict(temperature=0.8), {}, dict(top_k=20), dict(top_p=0.9)],
+                   [5, 6, 7, 8], [None] * 4)
+        assert_same(together(target, drafter, *sampled), alone(target, drafter, *sampled), f"sampled, {drafter.name}")
+    stream = speculative_batch_stream(target, gpt2np.NgramDrafter(), prompts, n_tokens, K=Ks, temperature=0)
+    drafted = [event.K for step in stream for _, event in step]
+    assert max(drafted) > 0 and stream.result == [generate(target, p, n) for p, n in zip(prompts, n_tokens)]
+
+
+LOOKUP_BATCHES = {  # prompts whose suffixes recur, so that the lookup proposes
+    "3 tokens, K 2 and 1": dict(seed=4, n_vocab=3, prompts=[[0, 1, 0], [1, 1, 0, 1]], n_tokens=[3, 2], K=[2, 1],
+                                options=[dict(temperature=1.0), dict(temperature=0.7)]),
+    "2 tokens, eot=1": dict(seed=5, n_vocab=2, eot_id=1, prompts=[[0, 0], [0, 1, 0]], n_tokens=[3, 3], K=[3, 2],
+                            options=[dict(temperature=1.0), dict(top_k=1)]),
+}
+
+
+@pytest.mark.parametrize("drafter", [gpt2np.NgramDrafter, CountingNgramDrafter])
+@pytest.mark.parametrize("name", LOOKUP_BATCHES)
+def test_the_joint_law_of_a_lookup_batch_is_the_product_of_the_targets_laws(name, drafter):
+    """Every outcome enumerated (teach/exact.py), as for a draft model: prompt lookup's one-hot q and the
+    counting drafter's smooth q alike."""
+    target, _, prompts, n_tokens, K, options = toy_batch(**LOOKUP_BATCHES[name])
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    got = batch_law(target, drafter(), prompts, n_tokens, K, options)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+
+
+@pytest.mark.parametrize("variant", ["shared_uniform", "copied_decision"])
+def test_the_exact_check_rejects_broken_verifiers_with_prompt_lookup_too(variant):
+    """The negative control, with the counting lookup (a smooth q, so that a shared coin can matter)."""
+    target, _, prompts, n_tokens, K, options = toy_batch(**LOOKUP_BATCHES["3 tokens, K 2 and 1"])
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    broken = batch_law(target, CountingNgramDrafter(), prompts, n_tokens, K, options,
+                       **BROKEN_BATCH_VARIANTS[variant])
+    tv = total_variation(broken, expected)
+    print(f"{variant} with prompt lookup: total variation {tv:.4f}")
+    assert tv > 0.01, f"{variant} was not caught: total variation {tv:.3g}"
+
+
+def test_one_packed_target_call_a_round_and_no_draft_call_with_prompt_lookup(monkeypatch):
+    rng = np.random.default_rng(4)
+    target = GPT2(SMALL, random_params(SMALL, seed=1))
+    calls = []
+
+    def recording(model, pairs, n_logits):
+        calls.append(len(pairs))
+        return forward_packed(model, pairs, n_logits)
+    from gpt2np.model.batch import forward_packed
+    monkeypatch.setattr(batched_speculative, "forward_packed", recording)
+    prompts = [list(rng.integers(0, 5, size=12)) for _ in range(3)]  # a small alphabet: lookups find matches
+    stream = speculative_batch_stream(target, gpt2np.NgramDrafter(), prompts, [6, 6, 6], K=3, temperature=0)
+    steps = list(stream)
+    assert len(calls) == len(steps) and calls[0] == 3, (calls, len(steps))  # the target's pass only, packed
+    assert stream.result == [generate(target, p, 6) for p in prompts]

@@ -288,3 +288,35 @@ def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(p
     assert steps_through_interrupts(batch) == 1
     for i, (handle, r) in enumerate(zip(handles, requests)):
         assert batch.pop_tokens(handle) == solo(target, draft, r), f"request {i} differs from its solo run ({where})"
+
+
+def test_prompt_lookup_requests_joining_finishing_and_cancelled_each_equal_their_solo_runs(pair):
+    """A continuous batch with prompt lookup (the server packs prompt-lookup requests so): each sequence looks up
+    its own context, greedy and sampled, joining, stopping and cancelled as with a draft model; a round
+    interrupted half-way through verification is undone; K='auto' is refused in one line."""
+    target, _ = pair
+    lookup = gpt2np.NgramDrafter()
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+    newline = target.tokenizer.encode("\n")
+    requests = [dict(prompt=ids[0], n=60, K=4, options={}, seed=None, stops=None, join=0),
+                dict(prompt=ids[1], n=30, K=2, options=dict(temperature=0.8), seed=7, stops=None, join=2),
+                dict(prompt=ids[2], n=40, K=0, options=dict(temperature=1.0, top_k=20), seed=3, stops=newline, join=3),
+                dict(prompt=ids[3], n=50, K=3, options=dict(temperature=0.9, top_p=0.9), seed=11, stops=None, join=5,
+                     cancel=9)]
+    got, sizes, events = run_schedule(target, lookup, requests)
+    assert max(sizes) >= 3 and any(e.drafts for e in events[0]), "the lookup should have drafted"
+    assert_each_as_alone(target, lookup, requests, got, "prompt lookup")
+    calls = {"verify": 0}
+
+    def verify(rounds, rngs):
+        calls["verify"] += 1
+        if calls["verify"] == 3:
+            batched_speculative.verify_each(rounds[:1], rngs[:1])
+            raise KeyboardInterrupt
+        return batched_speculative.verify_each(rounds, rngs)
+    batch = ContinuousSpeculativeBatch(target, lookup, verify=verify)
+    handles = [batch.add(r["prompt"], 14, r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests[:2]]
+    assert steps_through_interrupts(batch) == 1
+    assert [batch.pop_tokens(h) for h in handles] == [solo(target, lookup, {**r, "n": 14}) for r in requests[:2]]
+    with pytest.raises(ValueError, match="prompt lookup takes a fixed K here"):
+        batch.add(ids[0], 5, "auto")

@@ -295,3 +295,25 @@ def test_faults_of_the_whole_request_are_not_blamed_on_a_prompt():
         ids = post(url, prompt=["ROMEO:", [1, 9999]], max_tokens=5)
     assert drafter[0] == 400 and drafter[1]["error"]["message"].startswith("drafter must be one of"), drafter
     assert ids[1]["error"]["message"] == "prompt[1]: token ids must be in [0, 257)", ids
+
+
+def test_prompt_lookup_requests_run_in_one_packed_batch_each_as_alone(reference):
+    """Prompt lookup ("drafter": "ngram") with a fixed K ran as one stream per request, one after the other
+    (only a draft model's jobs were packed): they now share the target's pass, each looking up its own context.
+    Four prompts in one request run in one drafting batch of four; greedy, each is the target's own text; sampled
+    with a seed, each is the same request alone (which runs as its own stream)."""
+    engine = batching_engine(max_batch=4)
+    lookup, seen = engine._drafting["ngram"], []
+    step = lookup.step
+    lookup.step = lambda: seen.append(len(lookup)) or step()
+    prompts = [p + p for p in PROMPTS[:4]]  # each prompt twice: the lookup finds what follows
+    body = {"prompt": prompts, "max_tokens": 12, "drafter": "ngram", "K": 3}
+    with running_server(engine) as url:
+        status, greedy = post(url, temperature=0, **body)
+        _, sampled = post(url, temperature=0.9, seed=21, **body)
+        alone = [post(url, **{**body, "prompt": p}, temperature=0.9, seed=21)[1]["choices"][0]["text"]
+                 for p in prompts]
+    assert status == 200 and [c["text"] for c in greedy["choices"]] == [expected(reference, p, 12) for p in prompts]
+    assert max(seen) == 4, f"the lookup batch's sizes: {seen}"
+    assert any(r["drafts"] for o in greedy["gpt2np"] for r in o["rounds"]), "the lookup never drafted"
+    assert [c["text"] for c in sampled["choices"]] == alone

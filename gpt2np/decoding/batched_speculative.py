@@ -150,20 +150,12 @@ def check_draft(target, draft, prompts, n_tokens, Ks):
         each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))
 
 
-def check_lookup_K(draft, auto):
-    """K='auto' prices a draft model's packed calls: prompt lookup in a batch takes a fixed K."""
-    if auto and looks_up(draft):
-        raise ValueError("K='auto' in a batch prices a draft model's calls: prompt lookup takes a fixed K here "
-                         "(speculative_generate's K='auto' runs one prompt at a time)")
-
-
 def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):
     """Every sequence's request checked (batched.check_batch, then K and the draft) before any work."""
     check_model(target, "target", USAGE)
     prompts, n_tokens, options, rngs, stops = check_batch(target, prompts, n_tokens, temperature, top_k, top_p,
                                                           rng, stop_tokens)
     Ks = check_Ks(K, len(prompts), K_max)
-    check_lookup_K(draft, isinstance(K, str) and K == "auto")
     check_draft(target, draft, prompts, n_tokens, Ks)
     return [new_sequence(target, draft, [int(t) for t in p], n, k, o, r, s)
             for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
@@ -301,9 +293,19 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
     if policy:
         # the target's side of the round: its pass, and every sequence's verification, sampling and roll-back
         # (on a small model those cost what the pass does; a plain round pays them too)
-        policy.update([b for _, event, _ in step for b in event.overlaps], rows, seconds - propose_seconds,
-                      draft_calls, first_round=policy.t == 1)
+        policy.update([b for _, event, _ in step for b in event.overlaps] + lookup_misses(draft, step, ks), rows,
+                      seconds - propose_seconds, draft_calls, first_round=policy.t == 1)
     return [(i, replace(event, seconds=seconds)) for i, event, _ in step]
+
+
+def lookup_misses(draft, step, ks):  # -> [0.0] per sequence whose chain reached a draft the lookup did not find
+    """What the K policy learns from a lookup that proposed fewer than k_i drafts: the position after the last
+    one found, reached when every one found was accepted, is a rejected draft (q has no mass there: its
+    overlap is 0), so that alpha's belief counts a miss as E(alpha, K) counts a rejection. A draft model
+    always proposes k_i: nothing."""
+    if not looks_up(draft):
+        return []
+    return [0.0 for i, event, _ in step if len(event.drafts) < ks[i] and all(event.decisions)]
 
 
 def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_each, policy=None):
@@ -318,10 +320,10 @@ def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_ea
 
 
 def batch_auto_K(target, draft, K_max):  # -> BatchAutoK for this pair
-    """BatchAutoK with the draft's share of a target call as its prior c (prompt lookup: 0, though a batch
-    refuses K='auto' with it: check_lookup_K), and the rows where the target's products leave their few-row
-    methods (FEW_ROWS), or none for a target whose weights are all small (model/fast/layout.all_small: the
-    bundled models; batch_policy's docstring)."""
+    """BatchAutoK with the draft's share of a target call as its prior c (prompt lookup: 0, no model call; the
+    rounds show it the lookup's misses as rejections, lookup_misses), and the rows where the target's products
+    leave their few-row methods (FEW_ROWS), or none for a target whose weights are all small
+    (model/fast/layout.all_small: the bundled models; batch_policy's docstring)."""
     small = isinstance(target, GPT2) and all_small(target.params)
     c = 0.0 if looks_up(draft) else parameter_ratio(draft, target)
     return BatchAutoK(K_max, c, few_rows=None if small else FEW_ROWS)

@@ -40,8 +40,8 @@ import numpy as np
 
 from .autoregressive import check_model
 from .batched import check_sequence
-from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, check_lookup_K,
-                                  looks_up, new_sequence, roll_back_each, verify_each)
+from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, looks_up,
+                                  new_sequence, roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -90,7 +90,7 @@ class ContinuousSpeculativeBatch(Handles):
     add(...) -> a handle (an int); step() -> [(handle, RoundEvent)], one per sequence in the round; a
     sequence that finished (n_tokens, a stop token, eot_id) has left when step returns and its tokens
     stay readable once with pop_tokens(handle). draft: a model of the target's vocabulary, or prompt lookup
-    (an NgramDrafter: each sequence looks up its own context, K fixed). verify and roll_back exist for
+    (an NgramDrafter: each sequence looks up its own context). verify and roll_back exist for
     teaching, as in speculative_batch_stream (teach/broken_batch_kernels.py)."""
 
     def __init__(self, target, draft, K_max=8, *, verify=verify_each, roll_back=roll_back_each):
@@ -109,7 +109,6 @@ class ContinuousSpeculativeBatch(Handles):
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max)."""
         K, auto = check_K(K, self.K_max if K_max is None else min(checked_K_max(K_max), self.K_max))
-        check_lookup_K(self.draft, auto)
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         if K and not looks_up(self.draft):

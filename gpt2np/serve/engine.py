@@ -10,12 +10,12 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     which a newly admitted job's prompt rows ride with the others' last tokens (prefill joins the
     step; a long prompt is fed prefill_chunk rows a step, so the others' steps stay short), and
   * one round of every active speculative job drafted by a draft model with a chain (K an int or
-    "auto"), or by prompt lookup with a fixed K, that joined while others ran:
+    "auto"), or by prompt lookup, that joined while others ran:
     gpt2np.ContinuousSpeculativeBatch, one per served drafter, whose round packs every job's draft
     calls (prompt lookup: each job looks up its own context) and verifies every job's K + 1 rows in ONE
     target pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting
     stops where rows cannot pay), and
-  * one round of each other speculative job (prompt lookup with a K policy, a token tree, K="heuristic",
+  * one round of each other speculative job (a token tree, K="heuristic",
     and a job that started alone), run as its own stream (gpt2np's round stream, gpt2np/decoding/stream.py) one
     after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
     statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs).
@@ -90,15 +90,14 @@ class Engine:
                           for name, d in self.drafters.items() if packed_draft(d) is not None}
 
     def batch_for(self, g):  # -> the packed batch a Generation joins, or None: it runs as its own stream
-        """Plain jobs: the plain batch. A chain drafted by a draft model (a fixed K or "auto"), or by prompt
-        lookup (a fixed K: the batch's "auto" prices a draft model's calls): its drafter's batch, unless it
-        would run alone (nothing active, nothing waiting): then its own stream, which reports its own
-        costs (c, v, the predicted speedup) and runs the single-sequence K policies."""
+        """Plain jobs: the plain batch. A chain drafted by a draft model or prompt lookup (a fixed K or
+        "auto"): its drafter's batch, unless it would run alone (nothing active, nothing waiting): then its
+        own stream, which reports its own costs (c, v, the predicted speedup) and runs the single-sequence
+        K policies."""
         if g.drafter is None:
             return self._batch
         alone = not self._active and self._waiting.empty() and not self._held
-        lookup = isinstance(self.drafters.get(g.drafter), gpt2np.NgramDrafter)
-        if g.tree is None and (g.K == "auto" and not lookup or not isinstance(g.K, str)) and not alone:
+        if g.tree is None and (g.K == "auto" or not isinstance(g.K, str)) and not alone:
             return self._drafting.get(g.drafter)
         return None
 

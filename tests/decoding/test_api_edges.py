@@ -186,9 +186,8 @@ def test_a_batch_refuses_a_drafter_for_what_it_is(pair):
         gpt2np.speculative_generate_batch(target, gpt2np.load_drafter("shakespeare-260K"), [ids], 3)
     message = one_line(info)
     assert "got ModelDrafter: pass its model, draft.model" in message
-    with pytest.raises(ValueError, match="K='auto' in a batch prices a draft model's calls: prompt lookup takes a "
-                                         "fixed K here"):
-        gpt2np.speculative_generate_batch(target, gpt2np.load_drafter("ngram"), [ids], 3, K="auto")
+    assert gpt2np.speculative_generate_batch(target, gpt2np.load_drafter("ngram"), [ids, ids[:5]], 9, K="auto") == \
+        [gpt2np.generate(target, p, 9) for p in (ids, ids[:5])], "prompt lookup is batched, K='auto' too"
 
 
 # ---- 8. loose checks --------------------------------------------------------------------------------

@@ -463,6 +463,40 @@ def test_the_joint_law_of_a_lookup_batch_is_the_product_of_the_targets_laws(name
     assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
 
 
+def test_auto_K_with_prompt_lookup_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
+    """K='auto' with prompt lookup (its misses shown to the policy as rejections, lookup_misses): the policy's K
+    varies with the scripted timings, and the joint law is still the product of the target's laws."""
+    monkeypatch.setattr(batched_speculative, "batch_auto_K", lambda target, draft, K_max: BatchAutoK(K_max, 0.5))
+    target, _, prompts, n_tokens, _, options = toy_batch(**LOOKUP_BATCHES["3 tokens, K 2 and 1"])
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]
+           for key in ("temperature", "top_k", "top_p")}
+    chosen = recording_choices(monkeypatch)
+
+    def run(rng):
+        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())
+        stream = speculative_batch_stream(target, CountingNgramDrafter(), prompts, n_tokens, K="auto", K_max=3,
+                                          rng=[RngView(rng), RngView(rng)], **per)
+        return tuple(tuple(tokens) for tokens in stream.run())
+    got = exact_distribution(run)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+    assert len(set(chosen)) >= 2, set(chosen)
+
+
+def test_a_lookup_miss_is_a_rejection_to_the_policy():
+    """A lookup that found fewer drafts than asked, all accepted, shows the policy one more examined position with
+    overlap 0 (as E(alpha, K) counts the round); a draft model's rounds, or a chain cut by a rejection, add none."""
+    from gpt2np.decoding.stream import RoundEvent
+    found_all = RoundEvent([5, 6], ["draft", "bonus"], 1, 2, drafts=[5], decisions=[True])
+    missed = RoundEvent([5, 6], ["draft", "bonus"], 1, 2, drafts=[5], decisions=[True])
+    rejected = RoundEvent([7], ["resample"], 1, 1, drafts=[5], decisions=[False])
+    nothing = RoundEvent([7], ["target"], 0, 1, drafts=[], decisions=[])
+    step = [(0, found_all, 0), (1, missed, 0), (2, rejected, 0), (3, nothing, 0)]
+    ks = {0: 1, 1: 3, 2: 3, 3: 2}
+    assert batched_speculative.lookup_misses(gpt2np.NgramDrafter(), step, ks) == [0.0, 0.0]
+    assert batched_speculative.lookup_misses(random_toy_model(np.random.default_rng(0), 3), step, ks) == []
+
+
 @pytest.mark.parametrize("variant", ["shared_uniform", "copied_decision"])
 def test_the_exact_check_rejects_broken_verifiers_with_prompt_lookup_too(variant):
     """The negative control, with the counting lookup (a smooth q, so that a shared coin can matter)."""

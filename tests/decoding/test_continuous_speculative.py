@@ -293,7 +293,7 @@ def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(p
 def test_prompt_lookup_requests_joining_finishing_and_cancelled_each_equal_their_solo_runs(pair):
     """A continuous batch with prompt lookup (the server packs prompt-lookup requests so): each sequence looks up
     its own context, greedy and sampled, joining, stopping and cancelled as with a draft model; a round
-    interrupted half-way through verification is undone; K='auto' is refused in one line."""
+    interrupted half-way through verification is undone; K='auto' gives the target's greedy tokens."""
     target, _ = pair
     lookup = gpt2np.NgramDrafter()
     ids = [target.tokenizer.encode(p) for p in PROMPTS]
@@ -318,5 +318,7 @@ def test_prompt_lookup_requests_joining_finishing_and_cancelled_each_equal_their
     handles = [batch.add(r["prompt"], 14, r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests[:2]]
     assert steps_through_interrupts(batch) == 1
     assert [batch.pop_tokens(h) for h in handles] == [solo(target, lookup, {**r, "n": 14}) for r in requests[:2]]
-    with pytest.raises(ValueError, match="prompt lookup takes a fixed K here"):
-        batch.add(ids[0], 5, "auto")
+    auto = [batch.add(p, 12, "auto") for p in ids[:3]]
+    while batch:
+        batch.step()
+    assert [batch.pop_tokens(h) for h in auto] == [generate(target, p, 12) for p in ids[:3]]

@@ -298,8 +298,8 @@ def test_faults_of_the_whole_request_are_not_blamed_on_a_prompt():
 
 
 def test_prompt_lookup_requests_run_in_one_packed_batch_each_as_alone(reference):
-    """Prompt lookup ("drafter": "ngram") with a fixed K ran as one stream per request, one after the other
-    (only a draft model's jobs were packed): they now share the target's pass, each looking up its own context.
+    """Prompt lookup ("drafter": "ngram") ran as one stream per request, one after the other (only a draft model's
+    jobs were packed): they now share the target's pass, each looking up its own context, K fixed or "auto".
     Four prompts in one request run in one drafting batch of four; greedy, each is the target's own text; sampled
     with a seed, each is the same request alone (which runs as its own stream)."""
     engine = batching_engine(max_batch=4)
@@ -311,9 +311,12 @@ def test_prompt_lookup_requests_run_in_one_packed_batch_each_as_alone(reference)
     with running_server(engine) as url:
         status, greedy = post(url, temperature=0, **body)
         _, sampled = post(url, temperature=0.9, seed=21, **body)
+        _, auto = post(url, temperature=0, **{**body, "K": "auto"})
         alone = [post(url, **{**body, "prompt": p}, temperature=0.9, seed=21)[1]["choices"][0]["text"]
                  for p in prompts]
     assert status == 200 and [c["text"] for c in greedy["choices"]] == [expected(reference, p, 12) for p in prompts]
     assert max(seen) == 4, f"the lookup batch's sizes: {seen}"
     assert any(r["drafts"] for o in greedy["gpt2np"] for r in o["rounds"]), "the lookup never drafted"
     assert [c["text"] for c in sampled["choices"]] == alone
+    assert [c["text"] for c in auto["choices"]] == [c["text"] for c in greedy["choices"]], "K auto, packed too"
+    assert seen.count(4) >= 2 * 4, f"both requests of four ran packed: {seen}"

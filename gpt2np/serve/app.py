@@ -108,6 +108,25 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class CORS(CORSMiddleware):
+    """Starlette's CORS middleware, its refused preflight in OpenAI's error shape (it is plain text there), naming
+    the origin and what the server allows. A browser shows neither to the page's script, but whoever reads the
+    server's answers (curl, the log) sees why."""
+
+    def preflight_response(self, request_headers):
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = response.body.decode().removeprefix("Disallowed CORS ")
+        origin = request_headers.get("origin", "")
+        allowed = "any origin" if self.allow_all_origins else ", ".join(sorted(self.allow_origins)) or "none"
+        body = error(400, f"CORS preflight refused ({refused}) for the origin {origin!r}: this server allows "
+                          f"{allowed} (--allow_origin) and the methods {', '.join(sorted(self.allow_methods))}",
+                     param=None)
+        body.headers.update({k: v for k, v in response.headers.items() if k.lower().startswith("access-control-")})
+        return body
+
+
 class ClosingStreamingResponse(StreamingResponse):
     """A StreamingResponse that always closes its generator, however the response ends (a client
     that disconnects makes send() fail or cancels the stream): the generator's cleanup cancels the job."""
@@ -171,7 +190,7 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_sto
     app.state.engine, app.state.on_stop = engine, on_stop
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if allow_origins:  # outside BodyLimit: a 413 reaches the page's script too
-        app.add_middleware(CORSMiddleware, allow_origins=list(allow_origins), allow_methods=["GET", "HEAD", "POST"],
+        app.add_middleware(CORS, allow_origins=list(allow_origins), allow_methods=["GET", "HEAD", "POST"],
                            allow_headers=["*"], expose_headers=["Retry-After"], max_age=600)
     if log_requests:  # added last, so outermost: it sees the 413s too
         app.add_middleware(RequestLog)

@@ -49,6 +49,9 @@ def test_an_allowed_origin_gets_the_headers_its_browser_reads_and_no_other_does(
     assert refused.status_code == 400 and refused.headers["Access-Control-Allow-Origin"] == page, \
         "a 400's message must reach the page's script too"
     assert "Access-Control-Allow-Origin" not in foreign.headers and foreign_asked.status_code == 400
+    assert foreign_asked.json()["error"]["message"] == (
+        "CORS preflight refused (origin) for the origin 'http://elsewhere.example': this server allows "
+        "http://localhost:3000 (--allow_origin) and the methods GET, HEAD, POST"), foreign_asked.text
 
 
 def test_without_the_flag_no_page_elsewhere_is_allowed():

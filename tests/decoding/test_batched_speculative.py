@@ -319,9 +319,10 @@ def recording_choices(monkeypatch):  # -> the list of every K BatchAutoK.choose 
     return chosen
 
 
-def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
+def assert_auto_K_keeps_the_joint_law(monkeypatch, target, draft, prompts, n_tokens, options):
+    """K='auto' for a 2-sequence batch under a scripted clock (prior c 0.5): every outcome enumerated, the joint law
+    the product of the target's laws, and the policy's K really varied (not the fixed case again)."""
     monkeypatch.setattr(batched_speculative, "batch_auto_K", lambda target, draft, K_max: BatchAutoK(K_max, 0.5))
-    target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
     expected = product_of_target_laws(target, prompts, n_tokens, options)
     per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]
            for key in ("temperature", "top_k", "top_p")}
@@ -336,7 +337,12 @@ def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeyp
         return tuple(tuple(tokens) for tokens in stream.run())
     got = exact_distribution(run)
     assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
-    assert len(set(chosen)) >= 2, set(chosen)  # the policy's K really varied: not the fixed case again
+    assert len(set(chosen)) >= 2, set(chosen)
+
+
+def test_auto_K_for_the_batch_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
+    target, draft, prompts, n_tokens, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
+    assert_auto_K_keeps_the_joint_law(monkeypatch, target, draft, prompts, n_tokens, options)
 
 
 def test_auto_K_batch_gives_the_targets_greedy_tokens_on_the_bundled_pair(pair):
@@ -465,22 +471,10 @@ def test_the_joint_law_of_a_lookup_batch_is_the_product_of_the_targets_laws(name
 
 def test_auto_K_with_prompt_lookup_keeps_the_joint_law_under_a_scripted_clock(monkeypatch):
     """K='auto' with prompt lookup (its misses shown to the policy as rejections, lookup_misses): the policy's K
-    varies with the scripted timings, and the joint law is still the product of the target's laws."""
-    monkeypatch.setattr(batched_speculative, "batch_auto_K", lambda target, draft, K_max: BatchAutoK(K_max, 0.5))
+    varies with the scripted timings, and the joint law is still the product of the target's laws. One drafter
+    serves every enumerated path: the batch gives each sequence its own copy, so no state carries over."""
     target, _, prompts, n_tokens, _, options = toy_batch(**LOOKUP_BATCHES["3 tokens, K 2 and 1"])
-    expected = product_of_target_laws(target, prompts, n_tokens, options)
-    per = {key: [o.get(key, 1.0 if key == "temperature" else None) for o in options]
-           for key in ("temperature", "top_k", "top_p")}
-    chosen = recording_choices(monkeypatch)
-
-    def run(rng):
-        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())
-        stream = speculative_batch_stream(target, CountingNgramDrafter(), prompts, n_tokens, K="auto", K_max=3,
-                                          rng=[RngView(rng), RngView(rng)], **per)
-        return tuple(tuple(tokens) for tokens in stream.run())
-    got = exact_distribution(run)
-    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
-    assert len(set(chosen)) >= 2, set(chosen)
+    assert_auto_K_keeps_the_joint_law(monkeypatch, target, CountingNgramDrafter(), prompts, n_tokens, options)
 
 
 def test_a_lookup_miss_is_a_rejection_to_the_policy():

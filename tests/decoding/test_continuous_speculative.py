@@ -79,15 +79,19 @@ def assert_each_as_alone(target, draft, requests, got, what):
 
 # ---- (1) each sequence as alone ----------------------------------------------------------------------
 
-def test_bundled_pair_requests_joining_finishing_and_cancelled_each_equal_their_solo_runs(pair):
-    target, draft = pair
+def bundled_schedule(target):  # four requests: joining at rounds 0-5, greedy and sampled, one stopped, one cancelled
     ids = [target.tokenizer.encode(p) for p in PROMPTS]
     newline = target.tokenizer.encode("\n")
-    requests = [dict(prompt=ids[0], n=60, K=4, options={}, seed=None, stops=None, join=0),
-                dict(prompt=ids[1], n=30, K=2, options=dict(temperature=0.8), seed=7, stops=None, join=2),
-                dict(prompt=ids[2], n=40, K=0, options=dict(temperature=1.0, top_k=20), seed=3, stops=newline, join=3),
-                dict(prompt=ids[3], n=50, K=3, options=dict(temperature=0.9, top_p=0.9), seed=11, stops=None, join=5,
-                     cancel=9)]
+    return [dict(prompt=ids[0], n=60, K=4, options={}, seed=None, stops=None, join=0),
+            dict(prompt=ids[1], n=30, K=2, options=dict(temperature=0.8), seed=7, stops=None, join=2),
+            dict(prompt=ids[2], n=40, K=0, options=dict(temperature=1.0, top_k=20), seed=3, stops=newline, join=3),
+            dict(prompt=ids[3], n=50, K=3, options=dict(temperature=0.9, top_p=0.9), seed=11, stops=None, join=5,
+                 cancel=9)]
+
+
+def test_bundled_pair_requests_joining_finishing_and_cancelled_each_equal_their_solo_runs(pair):
+    target, draft = pair
+    requests = bundled_schedule(target)
     got, sizes, _ = run_schedule(target, draft, requests)
     assert max(sizes) >= 3 and sizes[0] == 1, f"the batch should grow from 1 to 3 or 4 sequences, got sizes {sizes}"
     assert_each_as_alone(target, draft, requests, got, "bundled pair")
@@ -297,12 +301,7 @@ def test_prompt_lookup_requests_joining_finishing_and_cancelled_each_equal_their
     target, _ = pair
     lookup = gpt2np.NgramDrafter()
     ids = [target.tokenizer.encode(p) for p in PROMPTS]
-    newline = target.tokenizer.encode("\n")
-    requests = [dict(prompt=ids[0], n=60, K=4, options={}, seed=None, stops=None, join=0),
-                dict(prompt=ids[1], n=30, K=2, options=dict(temperature=0.8), seed=7, stops=None, join=2),
-                dict(prompt=ids[2], n=40, K=0, options=dict(temperature=1.0, top_k=20), seed=3, stops=newline, join=3),
-                dict(prompt=ids[3], n=50, K=3, options=dict(temperature=0.9, top_p=0.9), seed=11, stops=None, join=5,
-                     cancel=9)]
+    requests = bundled_schedule(target)
     got, sizes, events = run_schedule(target, lookup, requests)
     assert max(sizes) >= 3 and any(e.drafts for e in events[0]), "the lookup should have drafted"
     assert_each_as_alone(target, lookup, requests, got, "prompt lookup")

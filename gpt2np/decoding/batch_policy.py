@@ -216,6 +216,17 @@ class BatchAutoK:
         self.waited = 0
         return max(range(1, self.K_max + 1), key=planned.__getitem__)
 
+    def snapshot(self):  # -> what restore puts back (a round undone: ContinuousSpeculativeBatch.step)
+        """The state a round changes: overlaps only grow (their count), the timing windows are short (copied)."""
+        return (self.t, self.waited, len(self.overlaps), {m: list(s) for m, s in self.target_durations.items()},
+                {m: list(s) for m, s in self.draft_durations.items()}, self.n_calls, dict(self.last_timed))
+
+    def restore(self, state):
+        """As it was at snapshot(): the undone round never happened, to the policy either."""
+        self.t, self.waited, n_overlaps, self.target_durations, self.draft_durations, self.n_calls, \
+            self.last_timed = state
+        del self.overlaps[n_overlaps:]
+
     def update(self, overlaps, rows, target_seconds, draft_calls, first_round):
         """After a round: its examined positions' overlaps, its target side (rows in all, seconds) and
         each draft call's (rows, seconds). The first round's target call carries the prompts and is not

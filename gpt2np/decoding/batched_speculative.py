@@ -54,6 +54,7 @@ from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
 from .stream import RoundEvent
+from .tree_drafters import NgramTreeDrafter
 from .tree_kernel import chain_round_result
 
 USAGE = "speculative_generate_batch(target, draft, prompts, n_tokens, ...)"
@@ -105,12 +106,13 @@ def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most t
 
 
 def looks_up(draft):
-    """Prompt lookup (NgramDrafter and its kind): each sequence drafts from its own context, with no model call
-    to pack; only the target's pass is shared."""
-    return isinstance(draft, NgramDrafter)
+    """Prompt lookup (NgramDrafter and its counting kind, chains): each sequence drafts from its own context,
+    with no model call to pack; only the target's pass is shared. A tree drafter is not (a batch drafts chains)."""
+    return isinstance(draft, NgramDrafter) and not isinstance(draft, NgramTreeDrafter)
 
 
-def own_drafter(draft, target):  # -> a fresh copy of a lookup drafter for one sequence
+def own_drafter(draft, target):  # -> a fresh copy of a lookup drafter for one sequence, nothing indexed yet
+    """target: what reset reads, the vocabulary's size (n_vocab): the target, or a drafter already reset."""
     mine = copy.copy(draft)
     mine.reset(target)  # its own index (and counts): sequences never see each other's contexts
     return mine
@@ -131,6 +133,8 @@ def not_batched(draft):  # -> what the refusal says of the draft that was given
     its model)."""
     if isinstance(draft, ModelDrafter):
         return f"got {type(draft).__name__}: pass its model, draft.model (the batch packs the draft model's calls)"
+    if isinstance(draft, NgramTreeDrafter):
+        return f"got {type(draft).__name__}: a batch drafts chains (token trees run one prompt at a time)"
     return f"got {type(draft).__name__}"
 
 

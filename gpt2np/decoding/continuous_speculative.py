@@ -41,7 +41,7 @@ import numpy as np
 from .autoregressive import check_model
 from .batched import check_sequence
 from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, looks_up,
-                                  new_sequence, roll_back_each, verify_each)
+                                  new_sequence, own_drafter, roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -132,16 +132,18 @@ class ContinuousSpeculativeBatch(Handles):
 
     def step(self):  # -> [(handle, RoundEvent)]
         """One round of every running sequence (batch_round); finished sequences leave before it returns.
-        If it raises, no sequence changed (its caches, context and generator put back; the K policy keeps
-        what it saw, which the next round's K may use: K stays a function of the past)."""
+        If it raises, nothing changed: every sequence's caches, context, generator and lookup index, and the K
+        policy's state, are put back. (The policy once kept what the undone round showed it, so the round done
+        again, drawing the same coins, chose its K from those coins: K must be a function of the past only.)"""
         if not self._running:
             return []
-        newcomers, auto = set(self._newcomers), dict(self._auto)
+        newcomers, auto, seen = set(self._newcomers), dict(self._auto), self.policy.policy.snapshot()
         try:
             return self._undoable(self._round, keep, put_back)
         except BaseException:
             self._newcomers.update(newcomers)  # their prompts are fed again: the round is not the policy's to time
             self._auto.update(auto)
+            self.policy.policy.restore(seen)
             raise
 
     def _round(self):
@@ -163,8 +165,6 @@ class ContinuousSpeculativeBatch(Handles):
 
 
 def keep(seq):  # -> what put_back restores (ContinuousSpeculativeBatch.step)
-    """A lookup drafter's index needs nothing: it indexes only the context before the round (update_index),
-    which put_back leaves as it was."""
     return (len(seq.target_cache), None if seq.draft_cache is None else len(seq.draft_cache), len(seq.context),
             len(seq.provenance), seq.K, generator_state(seq.rng))
 
@@ -174,5 +174,7 @@ def put_back(seq, kept):  # a Sequence where an undone round found it
     seq.target_cache.truncate(n_target)
     if seq.draft_cache is not None:
         seq.draft_cache.truncate(n_draft)
+    if seq.drafter is not None:  # a lookup stopped mid-update (the counting kind's counts ahead of its index):
+        seq.drafter = own_drafter(seq.drafter, seq.drafter)  # a fresh one, indexing the context at its next lookup
     del seq.context[n_context:], seq.provenance[n_emitted:]
     set_generator_state(seq.rng, state)

@@ -518,3 +518,13 @@ def test_one_packed_target_call_a_round_and_no_draft_call_with_prompt_lookup(mon
     steps = list(stream)
     assert len(calls) == len(steps) and calls[0] == 3, (calls, len(steps))  # the target's pass only, packed
     assert stream.result == [generate(target, p, 6) for p in prompts]
+
+
+def test_a_tree_drafter_is_refused_in_one_line():
+    """A lookup that drafts token trees is an NgramDrafter too; the batch drafts chains, so it failed in its first
+    round (cannot unpack a DraftTree): refused before any work, saying so."""
+    from gpt2np.decoding.tree_drafters import NgramTreeDrafter
+    target = random_toy_model(np.random.default_rng(0), 3)
+    with pytest.raises(ValueError, match="got NgramTreeDrafter: a batch drafts chains") as info:
+        speculative_generate_batch(target, NgramTreeDrafter(), [[0, 1, 0]], 4, K=2)
+    assert "\n" not in str(info.value)

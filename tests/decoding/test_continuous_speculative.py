@@ -321,3 +321,62 @@ def test_prompt_lookup_requests_joining_finishing_and_cancelled_each_equal_their
     while batch:
         batch.step()
     assert [batch.pop_tokens(h) for h in auto] == [generate(target, p, 12) for p in ids[:3]]
+
+
+def test_a_round_undone_puts_the_policy_and_a_counting_lookup_back_too(pair, monkeypatch):
+    """Two things an undone round left changed (an audit, interrupting every line of a round): the counting lookup's
+    counts, when the interrupt came between its counting and its index's advance (the round done again counted the
+    same positions twice, so a seeded sequence left its solo run), and the K policy, which kept what the undone
+    round showed it (the round done again chose its K from the coins it was about to redraw: K must be a function
+    of the past; and an interrupt inside its update left a timing without its round number, KeyError for ever).
+    Now both are put back: every sequence equals its solo run, and the policy is as before the round."""
+    from gpt2np.decoding.batch_policy import BatchAutoK
+    from gpt2np.decoding.drafters import CountingNgramDrafter, NgramDrafter
+    target, _ = pair
+    ids = [target.tokenizer.encode(p + p) for p in PROMPTS[:3]]
+    lookup = CountingNgramDrafter()
+    index, calls = NgramDrafter.update_index, {"n": 0}
+
+    def counted_then_stopped(self, context):  # the counting kind counts first, then calls this
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return index(self, context)
+    monkeypatch.setattr(NgramDrafter, "update_index", counted_then_stopped)
+    batch = ContinuousSpeculativeBatch(target, lookup)
+    requests = [dict(prompt=p, n=16, K=k, seed=s, options=dict(temperature=0.9), stops=None)
+                for p, k, s in zip(ids, [3, 2, 4], [1, 2, 3])]
+    handles = [batch.add(r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
+    batch.step(), batch.step()
+    with pytest.raises(KeyboardInterrupt):
+        batch.step()
+    monkeypatch.setattr(NgramDrafter, "update_index", index)
+    for seq in batch._running.values():  # its counts as a drafter that never stopped would count this context
+        fresh = CountingNgramDrafter()
+        fresh.reset(target)
+        for drafter in (seq.drafter, fresh):
+            drafter.update_index(seq.context)
+        assert seq.drafter.followers == fresh.followers, "counts left ahead of the index"
+    while batch:
+        batch.step()
+    assert [batch.pop_tokens(h) for h in handles] == [solo(target, lookup, r) for r in requests]
+
+    update, seen = BatchAutoK.update, []
+
+    def stopped_inside(self, overlaps, rows, *rest, **more):  # a timing kept, its round number not yet written
+        update(self, overlaps, rows, *rest, **more)
+        seen.append(rows)
+        if len(seen) == 3:
+            self.last_timed.pop(rows, None)
+            raise KeyboardInterrupt
+    monkeypatch.setattr(BatchAutoK, "update", stopped_inside)
+    batch = ContinuousSpeculativeBatch(target, gpt2np.NgramDrafter())
+    auto = [batch.add(p, 16, "auto") for p in ids]
+    batch.step(), batch.step()
+    before = batch.policy.policy.snapshot()
+    with pytest.raises(KeyboardInterrupt):
+        batch.step()
+    assert batch.policy.policy.snapshot() == before, "the undone round is not the policy's either"
+    while batch:
+        batch.step()
+    assert [batch.pop_tokens(h) for h in auto] == [generate(target, p, 16) for p in ids]

@@ -259,7 +259,7 @@ def test_a_streaming_client_leaving_does_not_disturb_the_others(reference, caplo
 
 def test_speculative_requests_run_a_round_each_beside_the_packed_step(reference, caplog):
     """Four greedy speculative requests (two with the draft model: packed in its drafting batch; two by
-    prompt lookup: each its own stream) active with a plain one: each has its own drafter state,
+    prompt lookup: packed in the lookup's) active with a plain one: each has its own drafter state,
     round by round interleaved, and gives generate's text."""
     engine = batching_engine()
     held = HeldSteps(engine)

@@ -320,3 +320,25 @@ def test_prompt_lookup_requests_run_in_one_packed_batch_each_as_alone(reference)
     assert [c["text"] for c in sampled["choices"]] == alone
     assert [c["text"] for c in auto["choices"]] == [c["text"] for c in greedy["choices"]], "K auto, packed too"
     assert seen.count(4) >= 2 * 4, f"both requests of four ran packed: {seen}"
+
+
+def test_readmes_openai_example_runs_as_written(tmp_path):
+    """README's Python example for the server (the openai package: a completion, a stream, a batch of prompts with
+    n), run as written against a real server, its address the only change: every line runs, the batch prints its
+    four choices."""
+    import ast
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    example = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "from openai import" in block)
+    engine = batching_engine(max_batch=4)
+    with running_server(engine) as url:
+        script = tmp_path / "example.py"
+        script.write_text(example.replace("http://127.0.0.1:8000", url), encoding="utf-8")
+        ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    last = ran.stdout.strip().splitlines()[-1]
+    texts, tokens = last.rsplit(" ", 1)
+    assert len(ast.literal_eval(texts)) == 4 and 4 <= int(tokens) <= 80, last  # four texts, at most 4 x 20 tokens

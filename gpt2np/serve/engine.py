@@ -209,7 +209,7 @@ class Engine:
             raise QueueFull(self.retry_after(), status=503)
         with self._lock:  # request threads submit, the worker releases: one count for both
             if self._taken + len(jobs) > self.capacity:
-                raise QueueFull(self.retry_after())
+                raise QueueFull(self.retry_after(self._taken + len(jobs) - self.capacity))
             self._taken += len(jobs)
             self._n_waiting += len(jobs)
         self._waiting.put(tuple(jobs))  # one item: the worker admits them at one step boundary, as slots allow
@@ -227,9 +227,10 @@ class Engine:
             self._taken -= 1
             self._n_waiting -= not job.admitted
 
-    def retry_after(self):
-        """Whole seconds until a slot is likely free (max_batch jobs end per mean job time): at least 1."""
-        return max(1, int(np.ceil(self._seconds_per_job / self.max_batch)))
+    def retry_after(self, slots=1):
+        """Whole seconds until `slots` places are likely free (max_batch jobs end per mean job time): at least 1.
+        A request of several prompts (or n) that does not fit needs as many places as it lacks."""
+        return max(1, int(np.ceil(self._seconds_per_job * slots / self.max_batch)))
 
     # the worker ---------------------------------------------------------------------------------
     def open_stream(self, g):

@@ -342,3 +342,23 @@ def test_readmes_openai_example_runs_as_written(tmp_path):
     last = ran.stdout.strip().splitlines()[-1]
     texts, tokens = last.rsplit(" ", 1)
     assert len(ast.literal_eval(texts)) == 4 and 4 <= int(tokens) <= 80, last  # four texts, at most 4 x 20 tokens
+
+
+def test_retry_after_counts_the_places_a_refused_request_lacks():
+    """A 429's Retry-After was one job's share of the mean job time whatever the request needed; a request of
+    several prompts waits for as many places as it lacks (10 s a job, one slot, 2 of 4 places taken: a request of
+    4 prompts lacks 2, 20 s; it said 10)."""
+    engine = batching_engine(max_batch=1, max_queue=3)
+    held = HeldSteps(engine)
+    body = {"max_tokens": 4, "temperature": 0, "speculative": False}
+    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
+        sent = [pool.submit(post, url, prompt=PROMPTS[0], **body)]
+        assert wait_until(lambda: len(held.seen) == 1)
+        sent.append(pool.submit(post, url, prompt=PROMPTS[1], **body))
+        assert wait_until(lambda: engine.queued == 1)
+        engine._seconds_per_job = 10.0
+        refused = requests.post(url + "/v1/completions", json={"model": TARGET, "prompt": PROMPTS[:4], **body},
+                                timeout=30)
+        held.free()
+        assert [f.result(timeout=60)[0] for f in sent] == [200, 200]
+    assert (refused.status_code, refused.headers.get("Retry-After")) == (429, "20"), refused.text

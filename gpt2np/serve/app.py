@@ -69,6 +69,8 @@ def validation_message(errors, path="this route", content_type=None, body=None):
     hints = PREDICT_HELP if path == "/predict" else FIELD_HELP
     if field in hints and first.get("type") == "missing":
         return field, f"{field}: required ({hints[field]})"
+    if field == "prompt" and isinstance(body, dict) and (wrong := bad_prompt_in_list(body.get("prompt"))):
+        return field, wrong
     if field in hints:  # any type or range error, each branch of a union too: what it may be, and what came
         got = f", got {sent(body[field])}" if isinstance(body, dict) and field in body else ""
         return field, f"{field}: {hints[field]}{got}"
@@ -78,6 +80,18 @@ def validation_message(errors, path="this route", content_type=None, body=None):
         return field, f"{'.'.join(loc)}: must be a finite number, got {first.get('input')!r}"
     where = ".".join(loc[:1] + [x for x in loc[1:] if x.isdigit()])
     return field, f"{where}: {first.get('msg', 'invalid value').replace('Input should be', 'must be')}"
+
+
+def bad_prompt_in_list(prompt):  # -> "prompt[i]: ..." for the first item of a list of prompts that is no prompt
+    """A list of prompts (some item a string or a list) whose item i is neither a string nor a non-empty list of
+    token ids: said of that item (a list of 300 prompts is cut short in the general message). None otherwise."""
+    if not isinstance(prompt, list) or not any(isinstance(p, (str, list)) for p in prompt):
+        return None
+    for i, p in enumerate(prompt):
+        ids = isinstance(p, list) and p and all(type(t) is int and t >= 0 for t in p)
+        if not (isinstance(p, str) or ids):
+            return f"prompt[{i}]: must be a string or a non-empty list of token ids (integers >= 0), got {sent(p)}"
+    return None
 
 
 class BodyLimit:

@@ -362,3 +362,20 @@ def test_retry_after_counts_the_places_a_refused_request_lacks():
         held.free()
         assert [f.result(timeout=60)[0] for f in sent] == [200, 200]
     assert (refused.status_code, refused.headers.get("Retry-After")) == (429, "20"), refused.text
+
+
+def test_an_item_of_a_prompt_list_that_is_no_prompt_is_named_by_its_index():
+    """["a", []] was told the whole field's help and the list (cut at 60 characters: the item lost in a long list);
+    the item at fault is named, as a fault found later (a token id out of the vocabulary) is."""
+    engine = batching_engine(max_batch=2)
+    with running_server(engine) as url:
+        said = {repr(p): post(url, prompt=p, max_tokens=2)[1]["error"]
+                for p in (["a", []], ["a"] * 40 + [1], [[1, 2], [3, -1]], ["a", None])}
+    assert {k: (v["param"], v["message"]) for k, v in said.items()} == {
+        "['a', []]": ("prompt", "prompt[1]: must be a string or a non-empty list of token ids (integers >= 0), got []"),
+        repr(["a"] * 40 + [1]): ("prompt", "prompt[40]: must be a string or a non-empty list of token ids (integers "
+                                           ">= 0), got 1"),
+        "[[1, 2], [3, -1]]": ("prompt", "prompt[1]: must be a string or a non-empty list of token ids (integers >= "
+                                        "0), got [3, -1]"),
+        "['a', None]": ("prompt", "prompt[1]: must be a string or a non-empty list of token ids (integers >= 0), got "
+                                  "null")}, said

@@ -49,7 +49,7 @@ from .autoregressive import MODEL_INTERFACE, check_generation_request, check_mod
 from .batch_policy import FEW_ROWS, BatchAutoK
 from .policies import checked_K_max
 from .batched import BatchStep, BatchStream, check_batch, each_checked, per_sequence, request_cache
-from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, parameter_ratio
+from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, one_hot_rows, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
 from .speculative import DEFAULT_K, round_tokens, tree_view
 from .speculative_kernel import verify_round
@@ -200,11 +200,10 @@ def look_up_all(seqs, ks):  # Step 1, prompt lookup -> {i: drafts [<= k_i]}, {i:
     q), as speculative.py's Step 1 calls it alone; it may find fewer than k_i drafts, or none."""
     drafts, q = {}, {}
     for i, k in ks.items():
-        s = seqs[i]
-        found, q[i] = s.drafter.propose(s.context, k, s.options, s.rng) if k else ([], None)
+        s = seqs[i]  # k = 0 (plain this round): no lookup, no drafts
+        found, q[i] = (s.drafter.propose(s.context, k, s.options, s.rng) if k else
+                       ([], one_hot_rows([], s.drafter.n_vocab)))
         drafts[i] = [int(x) for x in found]
-        if not k:
-            q[i] = np.zeros((0, s.drafter.n_vocab or 1))
     return drafts, q, []
 
 
@@ -339,8 +338,8 @@ def speculative_batch_stream(target, draft, prompts, n_tokens, *, K=DEFAULT_K, t
     """speculative_generate_batch round by round: checks every sequence now, then returns a Stream
     (stream.py) that yields, per round (one packed target call), a BatchStep: a list of (sequence index,
     RoundEvent) for the sequences it served; once exhausted, .result is every sequence's tokens, and
-    .outputs holds them as they come (as batched.batch_stream's). verify and roll_back exist for teaching: pass a broken one
-    (teach/broken_batch_kernels.py) and watch the exact tests fail."""
+    .outputs holds them as they come (as batched.batch_stream's). verify and roll_back exist for teaching:
+    pass a broken one (teach/broken_batch_kernels.py) and watch the exact tests fail."""
     seqs = open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens)
     auto = isinstance(K, str) and K == "auto"
     policy = batch_auto_K(target, draft, int(K_max)) if auto else None

@@ -338,8 +338,7 @@ routes = APIRouter()
 async def completions(body: CompletionRequest, request: Request):
     engine = request.app.state.engine
     if body.model is not None and body.model != engine.model_id:
-        return error(404, f"model: the model {body.model!r} is not served here; this server serves "
-                          f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
+        return model_not_served(engine, body.model)
     try:
         gs = generations(engine, body)
         cid, several = new_id(), body.listed() or body.n > 1
@@ -415,9 +414,13 @@ async def models(request: Request):
 async def model(model_id: str, request: Request):
     engine = request.app.state.engine
     if model_id != engine.model_id:
-        return error(404, f"model: the model {model_id!r} is not served here; this server serves "
-                          f"{engine.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
+        return model_not_served(engine, model_id)
     return model_object(engine)
+
+
+def model_not_served(engine, model_id):  # a completion's model field, or GET /v1/models/{id}: 404
+    return error(404, f"model: the model {model_id!r} is not served here; this server serves {engine.model_id!r} "
+                      f"(GET /v1/models)", param="model", code="model_not_found")
 
 
 def model_object(engine):  # OpenAI's model object, with gpt2np's own fields

@@ -157,8 +157,7 @@ class Completion:
         return self.text.stopped
 
     def usage(self):
-        n = len(self.tokens)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
+        return usage_of([self])
 
     def extension(self, **extra):
         """gpt2np's object: how the completion was decoded. A tree run drafts by its tree, not by K: its K
@@ -188,11 +187,6 @@ class Completion:
         else:
             body["gpt2np"]["tokens"] = entries
         return body
-
-    def usage_chunk(self):
-        """stream_options include_usage's last event (OpenAI's): no choices, the usage."""
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id,
-                "choices": [], "usage": self.usage()}
 
     def final(self):
         """The whole completion (non-streaming), with every token and round."""
@@ -227,8 +221,10 @@ def usage_of(completions, n=1):
 
 
 def usage_chunk_of(completions, n=1):
-    """stream_options include_usage's last event: the request's usage (usage_of)."""
-    return {**completions[0].usage_chunk(), "usage": usage_of(completions, n)}
+    """stream_options include_usage's last event (OpenAI's): no choices, the request's usage (usage_of)."""
+    first = completions[0]
+    return {"id": first.id, "object": "text_completion", "created": first.created, "model": first.model_id,
+            "choices": [], "usage": usage_of(completions, n)}
 
 
 def sse(payload):

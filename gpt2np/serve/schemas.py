@@ -9,7 +9,7 @@ No field is ever dropped silently. Each one is
   * honoured, under its own name or another repository's name for it (ALIASES: `gamma` for K,
     `max_new_tokens` and `max_length` for max_tokens); two spellings with different values -> 400;
   * refused with a 400 that names it, when it would change the output and is not implemented
-    (logprobs, echo, suffix, non-zero penalties, a non-empty logit_bias, best_of other than 1 or n);
+    (logprobs, echo, suffix, non-zero penalties, a non-empty logit_bias, best_of other than n);
   * accepted and ignored only where ignoring it cannot change the output (`user`, `suffix: ""`, and the
     drafting fields beside `speculative: false`: a client that toggles speculative sends the same body);
   * or unknown: 400 naming it (extra="forbid").
@@ -164,8 +164,8 @@ class PredictRequest(SamplingFields):
 
 class StreamOptions(Strict):
     include_usage: StrictBool | None = Field(None, description="true: one more event before [DONE], its choices "
-                                             "empty, with usage (OpenAI's); every run's last text event carries "
-                                             "usage too")
+                                             "empty, with the request's usage (OpenAI's); a single prompt's last "
+                                             "text event carries usage too")
 
 
 class CompletionRequest(SamplingFields):

@@ -139,7 +139,10 @@ def not_batched(draft):  # -> what the refusal says of the draft that was given
 
 
 def check_draft_room(draft, prompt, n_tokens):
-    """The draft's context holds the prompt and n_tokens too; the error says it is the draft's."""
+    """The draft's context holds the prompt and n_tokens too; the error says it is the draft's. Prompt lookup
+    has no context of its own to run out of."""
+    if looks_up(draft):
+        return
     try:
         check_generation_request(draft, prompt, n_tokens)
     except ValueError as error:
@@ -148,10 +151,10 @@ def check_draft_room(draft, prompt, n_tokens):
 
 def check_draft(target, draft, prompts, n_tokens, Ks):
     """The draft is a model of the target's vocabulary with room for every sequence that drafts, or prompt
-    lookup (no context of its own to run out of)."""
+    lookup (check_draft_room)."""
     check_draft_model(target, draft)
-    if not looks_up(draft):  # K = 0: the draft never sees that sequence
-        each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))
+    # K = 0: the draft never sees that sequence
+    each_checked(len(Ks), lambda i: Ks[i] and check_draft_room(draft, prompts[i], n_tokens[i]))
 
 
 def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_k, top_p, rng, stop_tokens):

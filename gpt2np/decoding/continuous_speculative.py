@@ -40,8 +40,8 @@ import numpy as np
 
 from .autoregressive import check_model
 from .batched import check_sequence
-from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, looks_up,
-                                  new_sequence, own_drafter, roll_back_each, verify_each)
+from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, new_sequence,
+                                  own_drafter, roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -111,7 +111,7 @@ class ContinuousSpeculativeBatch(Handles):
         K, auto = check_K(K, self.K_max if K_max is None else min(checked_K_max(K_max), self.K_max))
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
-        if K and not looks_up(self.draft):
+        if K:
             check_draft_room(self.draft, prompt_ids, n_tokens)  # the draft sees it too
         check_rng_unshared(rng, options, self._running.values())
         handle = self._new_handle()  # the target holds context[:-1] and at most k <= wanted - 1 drafts

@@ -99,8 +99,8 @@ def slow_down(engine, delay=0.0, gate=None, opened=None):
     original = engine.open_stream
     engine.delivered = {}
 
-    def open_stream(generation):
-        return SlowStream(original(generation), delay, gate)
+    def open_stream(generation, rng=None):
+        return SlowStream(original(generation, rng), delay, gate)
 
     def start(job, open_job=engine._open):
         if opened is not None:

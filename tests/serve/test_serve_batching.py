@@ -25,7 +25,7 @@ openai = pytest.importorskip("openai", reason="the client tests need the openai 
 import requests  # noqa: E402
 
 import gpt2np  # noqa: E402
-from serve_helpers import DRAFT, TARGET, running_server  # noqa: E402
+from serve_helpers import DRAFT, TARGET, running_server, slow_down  # noqa: E402
 from test_serve_load import complete, wait_until  # noqa: E402
 
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo", "KING HENRY:\nOnce more", "First Citizen:\nBefore we", "MERCUTIO:\n",
@@ -323,6 +323,55 @@ def test_drafting_requests_that_arrive_while_others_run_share_one_packed_round(r
             clamped = [min(body["K"], body["max_tokens"] - n - 1) for n in before]
             assert stats["K_counts"] == {str(k): clamped.count(k) for k in sorted(set(clamped))}, stats
         assert stats["tokens_per_target_call"] >= 1 and stats["c"] is None, stats
+    assert not logged_errors(caplog)
+
+
+def solo_text(target, body):  # -> the text of body's request alone (greedy: generate's; seeded: speculative_generate's)
+    if body["temperature"] == 0:
+        return expected(target, body["prompt"], body["max_tokens"])
+    drafter = gpt2np.NgramDrafter() if body["drafter"] == "ngram" else gpt2np.load_drafter(DRAFT)
+    run = gpt2np.speculative_generate(target, drafter, target.tokenizer.encode(body["prompt"]), body["max_tokens"],
+                                      K=body["K"], temperature=body["temperature"],
+                                      rng=np.random.default_rng(body["seed"]))
+    return target.tokenizer.decode([t for t in run.tokens if t != target.eot_id])
+
+
+@pytest.mark.parametrize("drafter, K, temperature, seed", [(DRAFT, 3, 0.8, 5), ("ngram", 2, 0.9, 7),
+                                                           (DRAFT, "auto", 0, None)])
+def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_comes(reference, caplog, drafter, K,
+                                                                                   temperature, seed):
+    """A drafting request that finds the server idle runs as its own stream. Once another drafts with its
+    drafter it joins their packed batch (before, it ran its own target pass beside the batch's every step
+    to its end) and goes on from the tokens it has with its own generator: its text is still its solo
+    run's (a seeded fixed K: the same draws), and its rounds count on from its first."""
+    engine = batching_engine()
+    gate = threading.Event()
+    slow_down(engine, gate=gate)  # its first round waits until the other request is queued
+    batch, sizes = engine._drafting[drafter], []
+    step = batch.step
+    batch.step = lambda: sizes.append(len(batch)) or step()
+    first = {"prompt": PROMPTS[1], "max_tokens": 40, "temperature": temperature, "seed": seed, "K": K,
+             "drafter": drafter}
+    other = {"prompt": PROMPTS[2], "max_tokens": 30, "temperature": 0, "K": 2, "drafter": drafter}
+    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
+    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
+        alone = pool.submit(post, first)
+        assert wait_until(lambda: engine.active == 1)
+        later = pool.submit(post, other)
+        assert wait_until(lambda: engine.queued == 1)
+        gate.set()
+        replies = [alone.result(timeout=120), later.result(timeout=120)]
+    assert [r.status_code for r in replies] == [200, 200], [r.text[:200] for r in replies]
+    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in (first, other)]
+    assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    assert 2 in sizes, f"the request that started alone never joined the batch: its sizes were {sizes}"
+    reply = replies[0].json()["gpt2np"]
+    emitted = [r["n_emitted"] for r in reply["rounds"]]
+    assert emitted == sorted(set(emitted)) and emitted[-1] == len(reply["tokens"]) == 40, emitted
+    assert reply["stats"]["batched"] and reply["stats"]["rounds"] == len(emitted), reply["stats"]
+    if K != "auto":  # K_counts: each round's K clamped to the tokens it still wanted - 1
+        clamped = [min(K, 40 - n - 1) for n in [0] + emitted[:-1]]
+        assert reply["stats"]["K_counts"] == {str(k): clamped.count(k) for k in sorted(set(clamped))}, reply["stats"]
     assert not logged_errors(caplog)
 
 

@@ -6,7 +6,8 @@ continuous-batching scheduler (Orca's iteration-level scheduling, vLLM's continu
 keeps up to `max_batch` jobs active and, at every step boundary, admits jobs that waited and drops
 jobs that finished or whose client has gone (`job.cancelled`). One step is
 
-  * one packed forward pass over every active plain (target-only) job: gpt2np.ContinuousBatch, in
+  * one packed forward pass over every active plain (target-only) job not riding in a drafting batch
+    (below): gpt2np.ContinuousBatch, in
     which a newly admitted job's prompt rows ride with the others' last tokens (prefill joins the
     step; a long prompt is fed prefill_chunk rows a step, so the others' steps stay short), and
   * one round of every active speculative job drafted by a draft model with a chain (K an int or
@@ -19,7 +20,8 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     and a job that started alone), run as its own stream (gpt2np's round stream, gpt2np/decoding/stream.py) one
     after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
     statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs). A chain
-    that started alone joins its drafter's batch once others draft there (_pack_loners).
+    that started alone joins its drafter's batch once others draft there, and plain jobs ride in a drafting
+    batch as sequences with K = 0 (plain_home, _pack): one target pass a step where it can.
 
 Capacity is max_batch + max_queue generations, running and waiting together: a request is refused
 (429) only when that many are in already. Jobs join the batch at step boundaries only, so a burst that
@@ -97,11 +99,21 @@ class Engine:
         own stream, which reports its own costs (c, v, the predicted speedup) and runs the single-sequence
         K policies."""
         if g.drafter is None:
-            return self._batch
+            return self.plain_home(len(g.prompt_ids))
         alone = not self._active and self._waiting.empty() and not self._held
         if g.tree is None and (g.K == "auto" or not isinstance(g.K, str)) and not alone:
             return self._drafting.get(g.drafter)
         return None
+
+    def plain_home(self, rows):  # -> the packed batch a plain job's rows join (`rows` to feed when it joins)
+        """The fullest drafting batch running, where a plain job rides as a sequence with K = 0 (the same tokens
+        as the plain batch's: generate's), so that a step runs one target pass, not one for the plain jobs
+        and one for the drafting ones; else the plain batch. A prompt longer than prefill_chunk goes to the
+        plain batch, which feeds it a chunk a step (a drafting batch feeds a newcomer's prompt whole)."""
+        running = [b for b in self._drafting.values() if len(b)]
+        if running and (self.prefill_chunk is None or rows <= self.prefill_chunk):
+            return max(running, key=len)
+        return self._batch
 
     # lifecycle ----------------------------------------------------------------------------------
     def start(self):
@@ -294,6 +306,8 @@ class Engine:
         ids, n_tokens = list(g.prompt_ids) + list(emitted), g.max_tokens - len(emitted)
         if batch is self._batch:
             return batch.add(ids, n_tokens, **sampling)
+        if g.drafter is None:  # a plain job riding in a drafting batch
+            return batch.add(ids, n_tokens, 0, **sampling)
         return batch.add(ids, n_tokens, g.K, K_max=g.K_max, **sampling)
 
     def _open(self, job):
@@ -302,12 +316,11 @@ class Engine:
         lookup = g.drafter is not None and not isinstance(self.drafters.get(g.drafter), gpt2np.ModelDrafter)
         active = Active(TokenTexts(self.tokenizer), time.perf_counter(), live=LiveStats(counted_K(g, lookup)))
         try:
-            active.batch = self.batch_for(g)
+            active.batch, active.rng = self.batch_for(g), sampling_of(g)["rng"]
             if active.batch is not None:
-                active.handle = self._add_to_batch(active.batch, g)
+                active.handle = self._add_to_batch(active.batch, g, rng=active.rng)
                 self._members[active.batch, active.handle] = job
             else:
-                active.rng = sampling_of(g)["rng"]
                 active.stream = self.open_stream(g, active.rng)
         except ValueError as e:  # check() should have caught it; still the client's error
             job.put(("error", 400, str(e).splitlines()[0]))
@@ -322,7 +335,7 @@ class Engine:
         its request as it comes."""
         for job in [job for job in self._active if job.cancelled.is_set()]:
             self._leave(job, ("stopped",) if job.satisfied else ("cancelled",))
-        self._pack_loners()
+        self._pack()
         for batch in (b for b in (self._batch, *self._drafting.values()) if len(b)):
             for handle, event in batch.step():
                 job = self._members[batch, handle]
@@ -338,22 +351,33 @@ class Engine:
                 log.exception("generation failed")
                 self._leave(job, ("error", 500, "internal error while generating"))
 
-    def _pack_loners(self):
-        """A drafting job that started alone runs as its own stream: one more target pass every step once others
-        run beside it (measured: 2 clients of 124M -> 355M, K "auto": 18-21 output tok/s, packed 32-33). So once others draft in its drafter's batch, it joins them there (before their next round), its
-        prompt the request's prompt and every token it emitted, with its own generator: a fixed K draws what it
-        would alone (each round the same rows, from the same context and generator), "auto" follows the target's
-        law as any packed job. One that has all its tokens, or <|endoftext|>, is ending: it stays."""
+    def _pack(self):
+        """At a step boundary, so that the step runs as few target passes as it can, a job running beside a
+        drafting batch with others in it joins it: a chain that started alone (its own stream; measured, 2
+        clients of 124M -> 355M, K "auto": 18-21 output tok/s, packed 32-33) joins its drafter's batch, a plain
+        job the fullest drafting batch (plain_home). Its prompt is the request's prompt and every token it
+        emitted, its generator its own: a fixed K (0 for a plain job) draws what it would alone (each round the
+        same rows, from the same context and generator), "auto" follows the target's law as any packed job.
+        One that has all its tokens, or <|endoftext|>, is ending: it stays."""
         for job, active in list(self._active.items()):
             g = job.generation
-            batch = self.batch_for(g) if active.stream is not None and active.rng is not None else None
-            if (batch is None or batch is self._batch or not len(batch) or len(active.tokens) >= g.max_tokens
+            if active.stream is not None:
+                home = self.batch_for(g)
+            elif active.batch is self._batch:
+                home = self.plain_home(len(g.prompt_ids) + len(active.tokens))
+            else:
+                continue
+            if (home is None or home is self._batch or not len(home) or len(active.tokens) >= g.max_tokens
                     or self.target.eot_id in active.tokens):
                 continue
-            active.handle = self._add_to_batch(batch, g, active.tokens, active.rng)
-            active.stream.close()
-            active.stream, active.batch, active.offset = None, batch, len(active.tokens)
-            self._members[batch, active.handle] = job
+            handle = self._add_to_batch(home, g, active.tokens, active.rng)
+            if active.stream is not None:
+                active.stream.close()
+            else:
+                active.batch.cancel(active.handle)
+                del self._members[active.batch, active.handle]
+            active.stream, active.batch, active.handle, active.offset = None, home, handle, len(active.tokens)
+            self._members[home, handle] = job
 
     def _deliver(self, job, event):
         """A round -> ("round", event, pieces, live) for its request (<|endoftext|> shows as ""). A job that

@@ -3,7 +3,7 @@
 been served alone.
 
 A real uvicorn server on 127.0.0.1 (tests/serve_helpers.py). The worker's packed step is wrapped by
-HeldSteps, which records the batch at every step and can hold a step until the test lets it run, so
+HeldSteps, which records the packed batches at every step and can hold a step until the test lets it run, so
 "requests join a running batch", "the queue is full" and "a client leaves mid-way" happen at known
 moments; no test asserts a duration. Every expected text comes from gpt2np.generate on separately
 loaded models (greedy: a speculative request gives the same tokens).
@@ -40,16 +40,17 @@ def batching_engine(max_batch=4, max_queue=16, prefill_chunk=256):
 
 
 class HeldSteps:
-    """Wraps the engine's packed step: records (sequences in the batch, jobs active) at every step; while
-    not free(), each step waits for a permit (allow(n)); delay: seconds added to every step."""
+    """Wraps the engine's scheduler step: records (sequences in its packed batches, jobs active) at every step;
+    while not free(), each step waits for a permit (allow(n)); delay: seconds added to every step."""
 
     def __init__(self, engine, delay=0.0):
-        self.engine, self.batch, self.delay = engine, engine._batch, delay
+        self.engine, self.delay = engine, delay
         self.permits, self.released, self.seen = threading.Semaphore(0), threading.Event(), []
-        self.step, engine._batch.step = engine._batch.step, self
+        self.step, engine._step = engine._step, self
 
     def __call__(self):
-        self.seen.append((len(self.batch), self.engine.active))
+        engine = self.engine
+        self.seen.append((sum(len(b) for b in (engine._batch, *engine._drafting.values())), engine.active))
         while not self.released.is_set() and not self.permits.acquire(timeout=0.02):
             pass
         time.sleep(self.delay)
@@ -372,6 +373,48 @@ def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_come
     if K != "auto":  # K_counts: each round's K clamped to the tokens it still wanted - 1
         clamped = [min(K, 40 - n - 1) for n in [0] + emitted[:-1]]
         assert reply["stats"]["K_counts"] == {str(k): clamped.count(k) for k in sorted(set(clamped))}, reply["stats"]
+    assert not logged_errors(caplog)
+
+
+def test_plain_requests_ride_in_the_drafting_batch_one_target_pass_a_step(reference, caplog):
+    """A plain request running in the plain batch moves into the drafting batch when a drafting request comes
+    (a sequence with K = 0 there, going on from its tokens with its own generator), and a plain request that
+    arrives while drafting ones run joins them: no step runs the plain batch's target pass beside the
+    drafting batch's, and every text is its request's alone (the seeded plain one: the same draws)."""
+    engine = batching_engine()
+    held = HeldSteps(engine)
+    passes = []  # (the engine step it ran in, which batch)
+    for name, batch in (("plain", engine._batch), ("drafting", engine._drafting[DRAFT])):
+        step = batch.step
+        batch.step = lambda name=name, step=step: passes.append((len(held.seen), name)) or step()
+    first = {"prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0.9, "seed": 11, "speculative": False}
+    drafting = {"prompt": PROMPTS[1], "max_tokens": 30, "temperature": 0, "K": 3}
+    later = {"prompt": PROMPTS[2], "max_tokens": 20, "temperature": 0, "speculative": False}
+    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
+    with running_server(engine) as url, ThreadPoolExecutor(3) as pool:
+        sent = [pool.submit(post, first)]
+        assert wait_until(lambda: len(held.seen) == 1)  # the plain one alone, in the plain batch, held
+        held.allow(3)
+        assert wait_until(lambda: len(held.seen) == 4)
+        sent.append(pool.submit(post, drafting))
+        assert wait_until(lambda: engine.queued == 1)
+        held.allow(3)
+        assert wait_until(lambda: len(held.seen) == 7)
+        sent.append(pool.submit(post, later))
+        assert wait_until(lambda: engine.queued == 1)
+        held.free()
+        replies = [f.result(timeout=120) for f in sent]
+    assert [r.status_code for r in replies] == [200] * 3, [r.text[:200] for r in replies]
+    got = [r.json()["choices"][0]["text"] for r in replies]
+    want = [expected(reference, b["prompt"], b["max_tokens"], b["temperature"], b.get("seed"))
+            for b in (first, drafting, later)]
+    assert got == want, f"answers differ from their requests alone: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    both = sorted({step for step, name in passes if name == "plain"} & {step for step, name in passes
+                                                                          if name == "drafting"})
+    assert not both, f"{len(both)} steps ran the plain batch's pass beside the drafting batch's, from step {both[0]}"
+    assert ("plain", "drafting") == tuple(dict.fromkeys(name for _, name in passes)), passes
+    emitted = [r["n_emitted"] for r in replies[0].json()["gpt2np"]["rounds"]]
+    assert emitted == list(range(1, 41)), emitted  # its rounds count on across the move
     assert not logged_errors(caplog)
 
 

@@ -111,9 +111,10 @@ class Engine:
         and one for the drafting ones; else the plain batch. A prompt longer than prefill_chunk goes to the
         plain batch, which feeds it a chunk a step (a drafting batch feeds a newcomer's prompt whole)."""
         running = [b for b in self._drafting.values() if len(b)]
-        if running and (self.prefill_chunk is None or rows <= self.prefill_chunk):
-            return max(running, key=len)
-        return self._batch
+        return max(running, key=len) if running and self.fits_a_step(rows) else self._batch
+
+    def fits_a_step(self, rows):  # -> whether `rows` prompt rows may be fed in one step (prefill_chunk)
+        return self.prefill_chunk is None or rows <= self.prefill_chunk
 
     # lifecycle ----------------------------------------------------------------------------------
     def start(self):
@@ -358,17 +359,14 @@ class Engine:
         job the fullest drafting batch (plain_home). Its prompt is the request's prompt and every token it
         emitted, its generator its own: a fixed K (0 for a plain job) draws what it would alone (each round the
         same rows, from the same context and generator), "auto" follows the target's law as any packed job.
-        One that has all its tokens, or <|endoftext|>, is ending: it stays."""
+        It feeds the tokens it joins with in one round, so one that would feed more than prefill_chunk stays where
+        it is (the others' step stays short), as does one that has all its tokens, or <|endoftext|>: it is ending."""
         for job, active in list(self._active.items()):
-            g = job.generation
-            if active.stream is not None:
-                home = self.batch_for(g)
-            elif active.batch is self._batch:
-                home = self.plain_home(len(g.prompt_ids) + len(active.tokens))
-            else:
-                continue
-            if (home is None or home is self._batch or not len(home) or len(active.tokens) >= g.max_tokens
-                    or self.target.eot_id in active.tokens):
+            g, rows = job.generation, len(job.generation.prompt_ids) + len(active.tokens)
+            home = (self.batch_for(g) if active.stream is not None else
+                    self.plain_home(rows) if active.batch is self._batch else None)
+            if (home is None or home is self._batch or not len(home) or not self.fits_a_step(rows)
+                    or len(active.tokens) >= g.max_tokens or self.target.eot_id in active.tokens):
                 continue
             handle = self._add_to_batch(home, g, active.tokens, active.rng)
             if active.stream is not None:

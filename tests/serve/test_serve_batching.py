@@ -418,6 +418,38 @@ def test_plain_requests_ride_in_the_drafting_batch_one_target_pass_a_step(refere
     assert not logged_errors(caplog)
 
 
+def test_a_job_that_would_feed_more_than_a_chunk_to_join_stays_where_it_is(reference, caplog):
+    """With --prefill_chunk 8, a drafting request that started alone (its prompt already past 8 tokens) keeps its
+    own stream when another comes, and a plain request with a prompt past 8 stays in the plain batch (fed a chunk
+    a step) beside the drafting batch: joining would feed more than a chunk in one round. Each text as alone."""
+    engine = batching_engine(prefill_chunk=8)
+    gate = threading.Event()
+    slow_down(engine, gate=gate)
+    passes = []
+    for name, batch in (("plain", engine._batch), ("drafting", engine._drafting[DRAFT])):
+        step = batch.step
+        batch.step = lambda name=name, step=step, batch=batch: passes.append((name, len(batch))) or step()
+    bodies = [{"prompt": PROMPTS[1], "max_tokens": 30, "temperature": 0, "K": 3},
+              {"prompt": PROMPTS[2], "max_tokens": 20, "temperature": 0, "K": 2},
+              {"prompt": PROMPTS[3], "max_tokens": 20, "temperature": 0, "speculative": False}]
+    assert all(len(reference.tokenizer.encode(b["prompt"])) > 8 for b in bodies)
+    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
+    with running_server(engine) as url, ThreadPoolExecutor(3) as pool:
+        sent = [pool.submit(post, bodies[0])]
+        assert wait_until(lambda: engine.active == 1)  # alone: its own stream, its first round held
+        sent += [pool.submit(post, b) for b in bodies[1:]]
+        assert wait_until(lambda: engine.queued == 2)
+        gate.set()
+        replies = [f.result(timeout=120) for f in sent]
+    assert [r.status_code for r in replies] == [200] * 3, [r.text[:200] for r in replies]
+    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in bodies]
+    assert got == want, f"answers differ from their requests alone: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    assert {name for name, _ in passes} == {"plain", "drafting"}, passes  # the long plain prompt stayed in its batch
+    assert max(size for name, size in passes if name == "drafting") == 1, passes  # the one alone never joined
+    assert not replies[0].json()["gpt2np"]["stats"].get("batched"), replies[0].json()["gpt2np"]["stats"]
+    assert not logged_errors(caplog)
+
+
 def test_a_long_prompt_is_fed_in_chunks_beside_a_running_request(reference, monkeypatch):
     from gpt2np.decoding import batched
     rows, packed = [], batched.forward_packed

@@ -94,7 +94,7 @@ class Engine:
                           for name, d in self.drafters.items() if packed_draft(d) is not None}
 
     def batch_for(self, g):  # -> the packed batch a Generation joins, or None: it runs as its own stream
-        """Plain jobs: the plain batch. A chain drafted by a draft model or prompt lookup (a fixed K or
+        """Plain jobs: plain_home (a drafting batch running, else the plain batch). A chain drafted by a draft model or prompt lookup (a fixed K or
         "auto"): its drafter's batch, unless it would run alone (nothing active, nothing waiting): then its
         own stream, which reports its own costs (c, v, the predicted speedup) and runs the single-sequence
         K policies."""
@@ -301,8 +301,8 @@ class Engine:
         return bool(self._active) or not self._stopping
 
     def _add_to_batch(self, batch, g, emitted=(), rng=None):  # -> its handle in the batch
-        """The adapter to gpt2np's packed batches: a Generation joins a plain or a drafting batch; one that
-        ran as its own stream joins with the tokens it emitted as more prompt and its own generator."""
+        """The adapter to gpt2np's packed batches: a Generation joins a plain or a drafting batch (a plain one with
+        K = 0); one that moves mid-way (_pack) joins with the tokens it emitted as more prompt and its own generator."""
         sampling = sampling_of(g, rng)
         ids, n_tokens = list(g.prompt_ids) + list(emitted), g.max_tokens - len(emitted)
         if batch is self._batch:
@@ -379,7 +379,7 @@ class Engine:
 
     def _deliver(self, job, event):
         """A round -> ("round", event, pieces, live) for its request (<|endoftext|> shows as ""). A job that
-        joined its batch after running alone counts its rounds' tokens from its request's first."""
+        moved into its batch mid-way (_pack) counts its rounds' tokens from its request's first."""
         active, eot = self._active[job], self.target.eot_id
         if active.offset:
             event = dataclasses.replace(event, n_emitted=event.n_emitted + active.offset)

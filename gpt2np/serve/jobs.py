@@ -156,7 +156,7 @@ class Active:
     batch: object = None          # the packed batch it runs in (ContinuousBatch, ContinuousSpeculativeBatch) ...
     handle: int | None = None     # ... and its handle there
     stream: object = None         # or a speculative job's own Stream of rounds ...
-    rng: object = None            # ... drawing from this generator (it goes on drawing when the job joins a batch)
+    rng: object = None            # the generator it draws from (it goes on drawing when the job moves: Engine._pack)
     tokens: list = field(default_factory=list)  # the tokens delivered so far
     offset: int = 0               # tokens emitted before it joined its batch (its batch counts from there)
     live: LiveStats = field(default_factory=LiveStats)

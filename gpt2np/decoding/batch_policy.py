@@ -58,7 +58,14 @@ batch_simulation.py, 100 seeds: 124M -> 1558M at B = 2-4, alpha 0.8, 0.943-0.954
 of the best fixed K, the bundled pair's shape at B = 2-8 +0.008-0.021, no cell lower by more than
 0.001, with c_prior the true c or off by x0.75 or x1.3; measured, a batch of four falling to one,
 124M -> 1558M, alpha 0.8: 1.03x the rule before under either kernel). One K for every running
-sequence of a round (their rows share the pass), each clamped to what it still wants. K is a function
+sequence of a round (their rows share the pass), each clamped to what it still wants. Beside the B sequences it
+chooses for, a batch may hold sequences whose K is their own (fixed, or a server's plain requests riding along
+with K = 0; continuous_speculative.AutoKForSome tells it their K): their F_rows rows share every pass and their
+F_tok tokens count whatever K is, so both goodputs add them, (B E(alpha, K) + F_tok) / (... T(B (K + 1) + F_rows)
+...). Counted as B + F drafting sequences (before), their rows were priced as drafts and their tokens as a gain,
+which drafts where drafting does not pay (simulated, a closed loop of 1-6 "auto" clients beside 1-6 plain ones,
+each finished request replaced, 32 tokens, alpha 0.5-0.95, 124M -> 355M and 1558M curves, 30 seeds, 54 cells:
+auto's goodput over the best fixed K's 0.867-1.000, mean 0.981, told nothing; 0.950-1.010, mean 0.996, told). K is a function
 of the past only, so every sequence stays exact (tests/decoding/test_batched_speculative.py enumerates
 it; tests/decoding/test_batch_policy.py runs the rule against scripted costs).
 
@@ -91,15 +98,19 @@ TIMING_ROUNDS = 3  # a plain round is spent timing a size only while the running
                    # 0.9577 of the best fixed K, cells +0.020 .. -0.003)
 
 
-def goodputs(tokens, B, d, T, catch_up=0.0, horizon=None, behind=0.0):  # tokens[K]: per sequence-round
+def goodputs(tokens, B, d, T, catch_up=0.0, horizon=None, behind=0.0, fixed=(0, 0.0)):  # tokens[K]: a sequence-round's
     """Tokens per second of the batch for K = 0..len(tokens) - 1 (K = 0: plain batched decoding).
     d: a draft step's seconds; behind (r above): what the first step adds every drafting round (a sequence
     whose drafts were all accepted feeds 2 tokens); catch_up: what it owes once, spread over the
-    rounds that `horizon` tokens would take at K (at least one round; None: all on this round)."""
+    rounds that `horizon` tokens would take at K (at least one round; None: all on this round).
+    fixed: (rows, tokens) a round of the sequences beside the B whose K is chosen (a fixed K of their own, or
+    plain ones riding along: a server's): their rows share the pass whatever K is, their tokens count too."""
+    rows, extra = fixed
+
     def owed(K):  # the catch-up's share of one round
         return catch_up * min(1.0, B * tokens[K] / horizon) if horizon else catch_up
-    return [B * tokens[0] / T(B)] + [B * tokens[K] / (K * d + behind + T(B * (K + 1)) + owed(K))
-                                     for K in range(1, len(tokens))]
+    return [(B * tokens[0] + extra) / T(B + rows)] + [
+        (B * tokens[K] + extra) / (K * d + behind + T(B * (K + 1) + rows) + owed(K)) for K in range(1, len(tokens))]
 
 
 def at_full_price(seconds, M, top, few_rows=FEW_ROWS):  # seconds(M), past few_rows and `top` (the largest timed)
@@ -174,8 +185,8 @@ class BatchAutoK:
         self.t, self.waited, self.overlaps, self.target_durations, self.draft_durations = 0, 0, [], {}, {}
         self.n_calls, self.last_timed = 0, {}  # target rounds timed; rows -> n_calls when that size was last timed
 
-    def costs(self, B):  # -> (D: rows -> draft call seconds, T: rows -> target round seconds), t1 units if untimed
-        last = max(FEW_ROWS, B * (self.K_max + 1))
+    def costs(self, B, rows=0):  # -> (D: rows -> draft call seconds, T: rows -> target round seconds), t1 units if untimed
+        last = max(FEW_ROWS, B * (self.K_max + 1) + rows)  # rows: the fixed sequences' (choose)
         v = v_curve(self.target_durations, last)
         t1 = t1_estimate(self.target_durations, v) or 1.0
         top = max(self.target_durations, default=0)
@@ -190,26 +201,29 @@ class BatchAutoK:
         timed = self.draft_durations if self.target_durations else {}  # seconds only beside seconds (not t1 units)
         return draft_seconds(timed, T, self.c_prior), T
 
-    def choose(self, B, lag=0, horizon=None):
+    def choose(self, B, lag=0, horizon=None, fixed=()):
         """K for a round of B sequences; lag: rows the draft lacks beyond one per sequence that could
-        draft, horizon: tokens the running sequences still want (None: unknown, the catch-up on this round)."""
+        draft, horizon: tokens those sequences still want (None: unknown, the catch-up on this round);
+        fixed: the K of each running sequence beside them whose K is not chosen here (0: a plain one)."""
         self.t += 1
         seen = sum(self.overlaps)
         a, b = ALPHA_PRIOR[0] + seen, ALPHA_PRIOR[1] + len(self.overlaps) - seen
         if lag > B and not self.target_durations:
             return 0                                                   # no catch-up paid on the prior alone
-        D, T = self.costs(B)
+        expected = expected_tokens_under_belief(a, b, max([self.K_max, *fixed]))
+        beside = (sum(k + 1 for k in fixed), sum(expected[k] for k in fixed))  # their rows and tokens a round
+        D, T = self.costs(B, beside[0])
         d, first = D(B), D(B + min(lag, B))  # a drafting batch's first step: up to one more row a sequence
         catch_up, behind = (D(B + lag) - first if lag > B else 0.0), first - d
-        believed = expected_tokens_under_belief(a, b, self.K_max)
-        planned = goodputs(believed, B, d, T, catch_up, horizon, behind)
+        believed = expected[:self.K_max + 1]
+        planned = goodputs(believed, B, d, T, catch_up, horizon, behind, beside)
         gain = max(planned[1:]) / planned[0]                           # the belief's best drafting over plain
-        if self.target_durations and self.times_plain(B, gain) and worth_timing(horizon, B, believed):
-            return 0                                                   # time the plain pass of these B rows
+        if self.target_durations and self.times_plain(B + beside[0], gain) and worth_timing(horizon, B, believed):
+            return 0                                                   # time the plain pass of these rows
         alpha = optimistic_alpha(a, b, self.t)
         hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T,
-                           catch_up, horizon, behind)
-        trial = goodputs(believed, B, d, T, catch_up, None, behind)    # the whole catch-up on this round
+                           catch_up, horizon, behind, beside)
+        trial = goodputs(believed, B, d, T, catch_up, None, behind, beside)  # the whole catch-up on this round
         if max(hopeful[1:]) / hopeful[0] - 1.0 <= explore_price(gain, max(trial[1:]) / trial[0], self.waited):
             self.waited += 1
             return 0                                                   # plain wins even so, or a try costs too much

@@ -40,8 +40,8 @@ import numpy as np
 
 from .autoregressive import check_model
 from .batched import check_sequence
-from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, new_sequence,
-                                  own_drafter, roll_back_each, verify_each)
+from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, draft_debt,
+                                  new_sequence, own_drafter, roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -61,14 +61,17 @@ def check_K(K, K_max):  # -> (K for the Sequence, whether the batch's policy cho
 class AutoKForSome:
     """BatchAutoK for the sequences that asked for K="auto": each round it sets their K, each capped by
     its own K_max (the others keep their own K), and hides from the policy the timing of rounds that
-    carry a newcomer's prompt. The policy prices the rows of every running sequence: one pass holds them."""
+    carry a newcomer's prompt. The policy chooses for the "auto" sequences (their number, what their draft
+    lacks, the tokens they want) and is told the others' K: their rows share the pass, their tokens count,
+    whatever it chooses (a server's plain requests ride in the batch with K = 0)."""
 
     def __init__(self, policy, seqs, auto, newcomers):
         self.policy, self.seqs, self.auto, self.newcomers = policy, seqs, auto, newcomers
 
     def choose(self, B, lag, horizon):  # -> None: batch_round then takes each sequence's own K
         if self.auto:
-            K = self.policy.choose(B, lag, horizon)
+            fixed = [s.k() for handle, s in self.seqs.items() if handle not in self.auto]
+            K = self.policy.choose(len(self.auto), *draft_debt(self.seqs, list(self.auto)), fixed=fixed)
             for handle, cap in self.auto.items():
                 self.seqs[handle].K = min(K, cap)
         return None

@@ -292,3 +292,22 @@ def test_mixed_rounds_stay_exact_when_the_last_rounds_are_plain():
             if k else generate(target, p, n, temperature=1.0, rng=np.random.default_rng(10 + s))
             for s, (p, n, k) in enumerate(zip(prompts, n_tokens, Ks))]
     assert got == solo, f"batch {got} against each alone {solo}"
+
+
+def test_sequences_beside_the_auto_ones_add_their_rows_and_tokens_not_a_gain():
+    """A server's batch: one sequence with K="auto" and three plain ones riding along (K = 0). Drafting for the
+    one adds its rows to a pass of four and gains only its own tokens: here plain decoding's goodput is the best
+    (alpha 0.95: K = 1 0.92x, K = 2 0.86x). The rule told of the three (fixed=[0, 0, 0]) stays plain; counting
+    all four as drafting sequences (choose(4), as before) it drafts."""
+    policy = BatchAutoK(K_max=4, c_prior=C)
+    for _ in range(3):  # a belief at alpha 0.95 and every row count timed twice or more, as a long run leaves them
+        for M in range(1, 21):
+            policy.update([1.0] * 19 + [0.0], M, target_seconds(M), [(min(M, 8), draft_seconds(min(M, 8)))],
+                          first_round=False)
+    tokens = [sum(0.95 ** j for j in range(K + 1)) for K in range(5)]
+    truth = goodputs(tokens, 1, draft_seconds(1), target_seconds, fixed=(3, 3.0))
+    print("goodput over plain decoding's, K = 1..4:", [round(g / truth[0], 3) for g in truth[1:]])
+    assert max(truth[1:]) < 0.95 * truth[0]
+    told = [policy.choose(1, fixed=[0, 0, 0]) for _ in range(5)]
+    assert told == [0] * 5, f"told of the plain sequences the rule should stay plain, chose {told}"
+    assert policy.choose(4) >= 1, "the control: counted as four drafting sequences, drafting looks like a gain"

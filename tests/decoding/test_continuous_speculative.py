@@ -17,6 +17,7 @@ import gpt2np
 from conftest import random_params
 from gpt2np.decoding import batched_speculative
 from gpt2np.decoding.autoregressive import generate
+from gpt2np.decoding.batch_policy import BatchAutoK
 from gpt2np.decoding.continuous_speculative import ContinuousSpeculativeBatch
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.model.forward import GPT2
@@ -117,6 +118,24 @@ def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
                              stops=data.draw(st.sampled_from([None, [0]])), join=data.draw(st.integers(0, 4))))
     got, _, _ = run_schedule(target, draft, requests)
     assert_each_as_alone(target, draft, requests, got, f"{'small GPT-2' if gpt else 'toy'} pair, seed {seed}")
+
+
+def test_the_policy_chooses_for_the_auto_sequences_told_the_others_K(pair, monkeypatch):
+    """Two "auto" sequences beside a plain one (K 0, as a server's plain request rides along) and a K = 3 one: the
+    policy is asked for the two (their number, what their draft lacks, the tokens they want) and told the others'
+    K (their rows share the pass, their tokens count), not asked as if all four drafted."""
+    target, draft = pair
+    calls, choose = [], BatchAutoK.choose
+    monkeypatch.setattr(BatchAutoK, "choose", lambda self, B, lag=0, horizon=None, fixed=(): calls.append(
+        (B, lag, horizon, sorted(fixed))) or choose(self, B, lag, horizon, fixed))
+    batch = ContinuousSpeculativeBatch(target, draft, K_max=4)
+    ids = [target.tokenizer.encode(p) for p in PROMPTS[:4]]
+    for prompt, n, K in zip(ids, (20, 16, 12, 10), ("auto", "auto", 0, 3)):
+        batch.add(prompt, n, K)
+    batch.step()
+    B, lag, horizon, fixed = calls[0]
+    assert (B, horizon, fixed) == (2, 36, [0, 3]), calls[0]
+    assert lag == len(ids[0]) + len(ids[1]) - 2, (lag, [len(i) for i in ids])  # each auto one's prompt but a row
 
 
 def test_auto_K_sequences_get_the_targets_greedy_tokens_and_fixed_ones_keep_their_K(pair, monkeypatch):

@@ -47,7 +47,7 @@ from ..model.fast.layout import all_small
 from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import FEW_ROWS, BatchAutoK
-from .policies import checked_K_max
+from .policies import HeuristicK, checked_K_max
 from .batched import BatchStep, BatchStream, check_batch, each_checked, per_sequence, request_cache
 from .drafters import ModelDrafter, NgramDrafter, check_same_vocabulary, one_hot_rows, parameter_ratio
 from .sampling import distribution, is_greedy, next_token, sample
@@ -74,6 +74,7 @@ class Sequence:
     context: list = field(default_factory=list)     # prompt + tokens emitted so far
     provenance: list = field(default_factory=list)  # one per emitted token
     drafter: object = None  # prompt lookup: this sequence's own NgramDrafter (its own index of its own context)
+    schedule: object = None  # K="heuristic": this sequence's own HeuristicK (K follows its own rounds only)
 
     def running(self):  # speculative_rounds' loop condition
         return len(self.provenance) < self.n_tokens and not (self.provenance and self.context[-1] in self.stops)
@@ -89,18 +90,21 @@ def packed_call(model, calls, n_logits):  # [(ids_i, cache_i)], [B] -> B x [n_lo
     return forward_separately(model, calls, n_logits)
 
 
-def check_Ks(K, n, K_max):  # -> [n] ints >= 0 (K="auto": K_max each, the most the policy may ask)
-    """K: one int >= 0 for every sequence or one per prompt (0: that sequence decodes plainly), or
-    "auto" for all (batch_policy.BatchAutoK, at most K_max drafts a round)."""
+def check_Ks(K, n, K_max):  # -> [n] ints >= 0 or "heuristic" (K="auto": K_max each, the most the policy may ask)
+    """K: one int >= 0 or "heuristic" for every sequence or one per prompt (0: that sequence decodes plainly;
+    "heuristic": its own HeuristicK, within 1..K_max), or "auto" for all (batch_policy.BatchAutoK, at most
+    K_max drafts a round)."""
     K_max = checked_K_max(K_max)  # checked whatever K is, as speculative_generate checks it
     if isinstance(K, str) and K == "auto":
         return [K_max] * n
     Ks = per_sequence(K, n, "K")
 
     def checked(i):
+        if isinstance(Ks[i], str) and Ks[i] == "heuristic":
+            return Ks[i]
         if isinstance(Ks[i], bool) or not isinstance(Ks[i], (int, np.integer)) or Ks[i] < 0:
-            raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding), or 'auto' "
-                             f"for every sequence, got {Ks[i]!r}")
+            raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding) or "
+                             f"'heuristic', or 'auto' for every sequence, got {Ks[i]!r}")
         return int(Ks[i])
     return each_checked(n, checked)
 
@@ -164,18 +168,29 @@ def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_
                                                           rng, stop_tokens)
     Ks = check_Ks(K, len(prompts), K_max)
     check_draft(target, draft, prompts, n_tokens, Ks)
-    return [new_sequence(target, draft, [int(t) for t in p], n, k, o, r, s)
+    return [new_sequence(target, draft, [int(t) for t in p], n, k, o, r, s, K_max)
             for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
 
 
-def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops):  # -> a checked request's Sequence
+def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops, K_max=8):  # -> a checked request's Sequence
     """Both caches sized prompt + n_tokens - 1 (the module docstring); prompt lookup: no draft cache, its own
-    drafter instead."""
+    drafter instead. K "heuristic": its own schedule within 1..K_max, starting where speculative_generate's does."""
     room = len(prompt) + n_tokens - 1
     lookup = looks_up(draft)
-    return Sequence(prompt, n_tokens, K, options, rng, stops, request_cache(target, room),
-                    None if lookup else request_cache(draft, room), context=list(prompt),
-                    drafter=own_drafter(draft, target) if lookup else None)
+    schedule = HeuristicK(int(K_max)) if K == "heuristic" else None
+    return Sequence(prompt, n_tokens, K if schedule is None else schedule.K, options, rng, stops,
+                    request_cache(target, room), None if lookup else request_cache(draft, room),
+                    context=list(prompt), drafter=own_drafter(draft, target) if lookup else None, schedule=schedule)
+
+
+def follow_schedules(seqs, events):  # [(i, RoundEvent)]: each "heuristic" sequence's K after its round
+    """HeuristicK.update from the sequence's own round, as speculative_generate updates its policy after each
+    round: K is a function of that sequence's own past only, so it drafts what it would alone."""
+    for i, event in events:
+        if seqs[i].schedule is not None:
+            seqs[i].schedule.update(event)
+            seqs[i].K = seqs[i].schedule.K
+    return events
 
 
 def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}, [(rows, seconds)]
@@ -286,7 +301,7 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
         seconds = time.perf_counter() - start
         if policy:
             policy.update([], rows, start + seconds - chosen, [], first_round=policy.t == 1)
-        return plain_events(seqs, tokens, seconds)
+        return follow_schedules(seqs, plain_events(seqs, tokens, seconds))
     drafts, q, draft_calls = draft_all(draft, seqs, ks)                           # Step 1
     propose_seconds = time.perf_counter() - start
     p, rows = score_all(target, seqs, drafts)                                     # Step 2
@@ -301,7 +316,7 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
         # (on a small model those cost what the pass does; a plain round pays them too)
         policy.update([b for _, event, _ in step for b in event.overlaps] + lookup_misses(draft, step, ks), rows,
                       seconds - propose_seconds, draft_calls, first_round=policy.t == 1)
-    return [(i, replace(event, seconds=seconds)) for i, event, _ in step]
+    return follow_schedules(seqs, [(i, replace(event, seconds=seconds)) for i, event, _ in step])
 
 
 def lookup_misses(draft, step, ks):  # -> [0.0] per sequence whose chain reached a draft the lookup did not find
@@ -358,6 +373,8 @@ def speculative_generate_batch(target, draft, prompts, n_tokens, K=DEFAULT_K, te
     draft model's calls are packed too). Every argument is one value for all sequences or a list with
     one per prompt, but stop_tokens: a flat list of ids stops every sequence, [[a], [b]] is per sequence
     (batched.py's docstring); sampling needs one generator per sequence, rng=[...].
+    K="heuristic" (for all, or in the list): that sequence's own HeuristicK, moved by its own rounds as
+    speculative_generate moves it, so it too draws what it draws alone.
     K="auto": each round one K for every running sequence, the batch's best goodput from its measured
     costs (batch_policy.BatchAutoK, at most K_max), so that a full batch stops drafting where its
     rows cannot pay; a sequence then gets the target's law, not its solo run's draws. verify, roll_back:

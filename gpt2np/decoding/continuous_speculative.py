@@ -12,11 +12,11 @@ target in the packed call, to the draft in the first draft step): prefill joins 
     round r + 1  target rows [c's newest + 4 drafts | b's newest + 4 drafts]     a finished in round r
 
 K per sequence: an int (that many drafts a round, clamped to what it still wants; 0 is plain
-decoding) or "auto": then batch_policy.BatchAutoK picks one K a round for every "auto" sequence from
+decoding), "heuristic" (its own HeuristicK, moved by its own rounds only, as speculative_generate's) or "auto": then batch_policy.BatchAutoK picks one K a round for every "auto" sequence from
 the batch's measured costs, so drafting stops as the batch fills (the goodput rule). A round in which
 a sequence joined carries prompts, so its timing is not shown to the policy.
 
-Exactness is batched_speculative's: a sequence with a fixed K gets exactly what speculative_generate
+Exactness is batched_speculative's: a sequence with a fixed K (or "heuristic") gets exactly what speculative_generate
 gives it alone with an identically seeded rng (greedy: the target's own greedy tokens), whatever
 joins or leaves around it, up to the float32 rounding of packed products (~1e-5, a flip only at a
 near tie). With K="auto" its K depends on the batch, so it gets the target's law, not the solo run's
@@ -50,11 +50,13 @@ USAGE = "ContinuousSpeculativeBatch(target, draft).add(prompt_ids, n_tokens, K, 
 
 
 def check_K(K, K_max):  # -> (K for the Sequence, whether the batch's policy chooses it)
-    """An int >= 0 (0: plain decoding), or "auto" (at most K_max, chosen each round by the policy)."""
-    if isinstance(K, str) and K == "auto":
-        return K_max, True
+    """An int >= 0 (0: plain decoding), "heuristic" (the sequence's own schedule, batched_speculative.new_sequence)
+    or "auto" (at most K_max, chosen each round by the policy)."""
+    if isinstance(K, str) and K in ("auto", "heuristic"):
+        return (K_max, True) if K == "auto" else (K, False)
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 0:
-        raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding) or 'auto', got {K!r}")
+        raise ValueError(f"K (draft tokens per round) must be an integer >= 0 (0: plain decoding), 'heuristic' or "
+                         f"'auto', got {K!r}")
     return int(K), False
 
 
@@ -110,8 +112,10 @@ class ContinuousSpeculativeBatch(Handles):
             stop_tokens=None, K_max=None):
         """Check one request as speculative_generate checks it (one-line ValueError) and put it in the
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
-        K (default, and at most: the batch's K_max)."""
-        K, auto = check_K(K, self.K_max if K_max is None else min(checked_K_max(K_max), self.K_max))
+        K (default, and at most: the batch's K_max) and bounds a K="heuristic" one's schedule (default: the
+        batch's K_max), as speculative_generate's K_max does alone."""
+        cap = self.K_max if K_max is None else checked_K_max(K_max)
+        K, auto = check_K(K, min(cap, self.K_max))
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         if K:
@@ -119,7 +123,7 @@ class ContinuousSpeculativeBatch(Handles):
         check_rng_unshared(rng, options, self._running.values())
         handle = self._new_handle()  # the target holds context[:-1] and at most k <= wanted - 1 drafts
         self._running[handle] = new_sequence(self.target, self.draft, [int(t) for t in prompt_ids], int(n_tokens), K,
-                                             options, rng, stops)
+                                             options, rng, stops, cap)
         self._newcomers.add(handle)
         if auto:
             self._auto[handle] = K
@@ -174,6 +178,8 @@ def keep(seq):  # -> what put_back restores (ContinuousSpeculativeBatch.step)
 
 def put_back(seq, kept):  # a Sequence where an undone round found it
     n_target, n_draft, n_context, n_emitted, seq.K, state = kept
+    if seq.schedule is not None:  # K="heuristic": its schedule is where its K was
+        seq.schedule.K = seq.K
     seq.target_cache.truncate(n_target)
     if seq.draft_cache is not None:
         seq.draft_cache.truncate(n_draft)

@@ -173,6 +173,28 @@ def test_the_joint_law_of_a_two_sequence_batch_is_the_product_of_the_targets_law
     assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
 
 
+def test_the_joint_law_with_heuristic_K_is_the_product_of_the_targets_laws():
+    """K="heuristic" for both (each its own schedule, within 1..2 so that it moves in a few tokens): enumerated.
+    A schedule that followed the other sequence's rounds would keep this law too (any K from the past does); what
+    catches it is each sequence drawing what it draws alone (test_continuous_speculative's shared-schedule test)."""
+    target, draft, prompts, _, _, options = toy_batch(**BATCHES["3 tokens, eot=2"])
+    n_tokens = [4, 3]
+    expected = product_of_target_laws(target, prompts, n_tokens, options)
+    got = batch_law(target, draft, prompts, n_tokens, "heuristic", options, K_max=2)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+
+
+def test_heuristic_K_draws_what_each_sequence_draws_alone_beside_fixed_and_plain_ones(pair):
+    """speculative_generate_batch(K=[...]) with "heuristic" beside a fixed K and K 0, sampled: each sequence's
+    tokens are its solo speculative_generate's with the same K and seed."""
+    target, draft = pair
+    prompts = [target.tokenizer.encode(p) for p in PROMPTS]
+    options = [dict(temperature=0.8), dict(temperature=1.2, top_k=20), dict(temperature=0), dict(top_p=0.9)]
+    requests = (prompts, [50, 70, 30, 45], ["heuristic", 0, "heuristic", 3], options, [11, 12, None, 13],
+                [None, None, None, [10]])
+    assert_same(together(target, draft, *requests), alone(target, draft, *requests), "heuristic, bundled pair")
+
+
 @pytest.mark.parametrize("variant", sorted(BROKEN_BATCH_VARIANTS))
 def test_the_exact_check_rejects_each_broken_batch_variant(variant):
     # the negative control: the same comparison, which passes above, must fail for every known bug
@@ -256,7 +278,7 @@ def test_stream_events_add_up_to_the_tokens_and_sequences_leave_when_done():
     (dict(K=[1, 2]), "K must be one value for every sequence or a list of one per prompt \\(3\\)"),
     (dict(K=[1, -1, 2]), "sequence 1: K \\(draft tokens per round\\) must be an integer >= 0"),
     (dict(K=[1, 2, True]), "sequence 2: K .* got True"),
-    (dict(K="heuristic"), "^K .* got 'heuristic'"),  # given once, for all: said once, no sequence named
+    (dict(K="fancy"), "^K .* got 'fancy'"),  # given once, for all: said once, no sequence named
     (dict(temperature=[0, 0, 0.5]), "sequence 2: sampling \\(temperature 0.5 > 0\\) needs rng"),
     (dict(n_tokens=[3, 3, 9]), "sequence 2: prompt \\(2 tokens\\) \\+ n_tokens \\(9\\) = 11 exceeds"),
     (dict(n_tokens=[3, 7, 3]), "sequence 1: draft: prompt \\(2 tokens\\) \\+ n_tokens \\(7\\) = 9 exceeds .* of 8 .*"

@@ -18,6 +18,7 @@ from conftest import random_params
 from gpt2np.decoding import batched_speculative
 from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.batch_policy import BatchAutoK
+from gpt2np.decoding.policies import HeuristicK
 from gpt2np.decoding.continuous_speculative import ContinuousSpeculativeBatch
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.model.forward import GPT2
@@ -112,7 +113,7 @@ def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
     for _ in range(n_seqs):
         prompt = data.draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=5))
         sampled = data.draw(st.booleans())
-        requests.append(dict(prompt=prompt, n=data.draw(st.integers(1, 12)), K=data.draw(st.integers(0, 4)),
+        requests.append(dict(prompt=prompt, n=data.draw(st.integers(1, 12)), K=data.draw(st.one_of(st.integers(0, 4), st.just("heuristic"))),
                              options=dict(temperature=data.draw(st.sampled_from([0.7, 1.0]))) if sampled else {},
                              seed=data.draw(st.integers(0, 1000)) if sampled else None,
                              stops=data.draw(st.sampled_from([None, [0]])), join=data.draw(st.integers(0, 4))))
@@ -220,7 +221,7 @@ def test_one_packed_target_call_per_round(monkeypatch):
 # ---- (4) errors ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(K="heuristic"), r"K \(draft tokens per round\) must be an integer >= 0"),
+    (dict(K="fancy"), r"K \(draft tokens per round\) must be an integer >= 0 .* got 'fancy'"),
     (dict(K=-1), r"K \(draft tokens per round\) must be an integer >= 0"),
     (dict(K=True), r"K \(draft tokens per round\) must be an integer >= 0"),
     (dict(temperature=-1.0), "temperature must be"),
@@ -342,6 +343,63 @@ def test_prompt_lookup_requests_joining_finishing_and_cancelled_each_equal_their
     assert [batch.pop_tokens(h) for h in auto] == [generate(target, p, 12) for p in ids[:3]]
 
 
+def heuristic_schedule(target):  # bundled_schedule with K="heuristic" for three: greedy, sampled, sampled cancelled
+    requests = bundled_schedule(target)
+    for i in (0, 1, 3):
+        requests[i]["K"] = "heuristic"
+    return requests
+
+
+@pytest.mark.parametrize("lookup", [False, True], ids=["draft model", "prompt lookup"])
+def test_heuristic_requests_joining_finishing_and_cancelled_each_equal_their_solo_runs(pair, lookup):
+    """K="heuristic" in a batch: each sequence keeps its own schedule (K + 2 after a round whose drafts were all
+    accepted, else K - 1: Hugging Face's), a function of its own rounds only, so each equals its solo run with
+    K="heuristic", sampled ones too, beside a plain one, joining, stopping and cancelled; and its K moves."""
+    target, draft = pair
+    draft = gpt2np.NgramDrafter() if lookup else draft
+    requests = heuristic_schedule(target)
+    got, sizes, events = run_schedule(target, draft, requests)
+    assert max(sizes) >= 3, sizes
+    assert_each_as_alone(target, draft, requests, got, "K heuristic")
+    proposed = [e.K for e in events[0]]
+    assert len(set(proposed)) >= 3, f"the greedy heuristic request's K should move, drafted {proposed}"
+
+
+def test_a_schedule_shared_by_the_sequences_is_caught(pair, monkeypatch):
+    """The negative control: one HeuristicK for every sequence (each round's K following the others' rounds too)
+    and the sampled heuristic requests no longer equal their solo runs."""
+    target, draft = pair
+    shared = HeuristicK(8)
+    monkeypatch.setattr(batched_speculative, "HeuristicK", lambda K_max: shared)
+    requests = heuristic_schedule(target)
+    got, _, _ = run_schedule(target, draft, requests)
+    with pytest.raises(AssertionError, match="differs from its solo run"):
+        assert_each_as_alone(target, draft, requests, got, "a shared schedule")
+
+
+def test_a_round_interrupted_in_the_schedules_update_puts_them_back(pair, monkeypatch):
+    """Ctrl-C in the third round after the first sequence's schedule moved and before the second's: the round is
+    undone, the first schedule put back with its sequence's K, and both still equal their solo runs."""
+    target, draft = pair
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+    requests = [dict(prompt=ids[1], n=30, K="heuristic", options=dict(temperature=0.8), seed=7, stops=None),
+                dict(prompt=ids[0], n=30, K="heuristic", options={}, seed=None, stops=None)]
+    calls, update = {"n": 0}, HeuristicK.update
+
+    def interrupted(self, event):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+        update(self, event)
+    monkeypatch.setattr(HeuristicK, "update", interrupted)
+    batch = ContinuousSpeculativeBatch(target, draft)
+    handles = [batch.add(r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
+    assert steps_through_interrupts(batch) == 1
+    monkeypatch.setattr(HeuristicK, "update", update)
+    for i, (handle, r) in enumerate(zip(handles, requests)):
+        assert batch.pop_tokens(handle) == solo(target, draft, r), f"request {i} differs from its solo run"
+
+
 def test_a_round_undone_puts_the_policy_and_a_counting_lookup_back_too(pair, monkeypatch):
     """Two things an undone round left changed (an audit, interrupting every line of a round): the counting lookup's
     counts, when the interrupt came between its counting and its index's advance (the round done again counted the
@@ -349,7 +407,6 @@ def test_a_round_undone_puts_the_policy_and_a_counting_lookup_back_too(pair, mon
     round showed it (the round done again chose its K from the coins it was about to redraw: K must be a function
     of the past; and an interrupt inside its update left a timing without its round number, KeyError for ever).
     Now both are put back: every sequence equals its solo run, and the policy is as before the round."""
-    from gpt2np.decoding.batch_policy import BatchAutoK
     from gpt2np.decoding.drafters import CountingNgramDrafter, NgramDrafter
     target, _ = pair
     ids = [target.tokenizer.encode(p + p) for p in PROMPTS[:3]]

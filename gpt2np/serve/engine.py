@@ -10,17 +10,17 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     (below): gpt2np.ContinuousBatch, in
     which a newly admitted job's prompt rows ride with the others' last tokens (prefill joins the
     step; a long prompt is fed prefill_chunk rows a step, so the others' steps stay short), and
-  * one round of every active speculative job drafted by a draft model with a chain (K an int or
-    "auto"), or by prompt lookup, that joined while others ran:
+  * one round of every active speculative job drafted by a draft model with a chain (K an int,
+    "heuristic" or "auto"), or by prompt lookup, that joined while others ran:
     gpt2np.ContinuousSpeculativeBatch, one per served drafter, whose round packs every job's draft
     calls (prompt lookup: each job looks up its own context) and verifies every job's K + 1 rows in ONE
     target pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting
     stops where rows cannot pay), and
-  * one round of each other speculative job (a token tree, K="heuristic",
-    and a job that started alone), run as its own stream (gpt2np's round stream, gpt2np/decoding/stream.py) one
-    after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
+  * one round of each other speculative job (a token tree, and a job that started alone), run as its own
+    stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
     statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs). A chain
-    that started alone joins its drafter's batch once others draft there, and plain jobs ride in a drafting
+    that started alone joins its drafter's batch once others draft there (but "heuristic": its schedule is
+    its stream's), and plain jobs ride in a drafting
     batch as sequences with K = 0 (plain_home, _pack): one target pass a step where it can.
 
 Capacity is max_batch + max_queue generations, running and waiting together: a request is refused
@@ -94,14 +94,14 @@ class Engine:
                           for name, d in self.drafters.items() if packed_draft(d) is not None}
 
     def batch_for(self, g):  # -> the packed batch a Generation joins, or None: it runs as its own stream
-        """Plain jobs: plain_home (a drafting batch running, else the plain batch). A chain drafted by a draft model or prompt lookup (a fixed K or
-        "auto"): its drafter's batch, unless it would run alone (nothing active, nothing waiting): then its
-        own stream, which reports its own costs (c, v, the predicted speedup) and runs the single-sequence
-        K policies."""
+        """Plain jobs: plain_home (a drafting batch running, else the plain batch). A chain drafted by a draft
+        model or prompt lookup (a fixed K, "heuristic" or "auto"): its drafter's batch, unless it would run alone
+        (nothing active, nothing waiting): then its own stream, which reports its own costs (c, v, the predicted
+        speedup) and runs the single-sequence K policies. A tree: its own stream."""
         if g.drafter is None:
             return self.plain_home(len(g.prompt_ids))
         alone = not self._active and self._waiting.empty() and not self._held
-        if g.tree is None and (g.K == "auto" or not isinstance(g.K, str)) and not alone:
+        if g.tree is None and not alone:  # a chain: an int K, "heuristic" (its own schedule) or "auto"
             return self._drafting.get(g.drafter)
         return None
 
@@ -363,8 +363,8 @@ class Engine:
         it is (the others' step stays short), as does one that has all its tokens, or <|endoftext|>: it is ending."""
         for job, active in list(self._active.items()):
             g, rows = job.generation, len(job.generation.prompt_ids) + len(active.tokens)
-            home = (self.batch_for(g) if active.stream is not None else
-                    self.plain_home(rows) if active.batch is self._batch else None)
+            home = (self.batch_for(g) if active.stream is not None and g.K != "heuristic" else  # (its schedule's
+                    self.plain_home(rows) if active.batch is self._batch else None)               # K is its stream's)
             if (home is None or home is self._batch or not len(home) or not self.fits_a_step(rows)
                     or len(active.tokens) >= g.max_tokens or self.target.eot_id in active.tokens):
                 continue

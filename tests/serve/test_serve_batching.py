@@ -376,6 +376,32 @@ def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_come
     assert not logged_errors(caplog)
 
 
+def test_a_heuristic_request_that_started_alone_keeps_its_stream(reference, caplog):
+    """A K "heuristic" request alone runs as its own stream, its schedule inside it: when another comes it stays
+    there (joining would start a new schedule, so a seeded one would draw otherwise), and its text is its solo
+    run's. The newcomer is packed."""
+    engine = batching_engine()
+    gate = threading.Event()
+    slow_down(engine, gate=gate)
+    first = {"prompt": PROMPTS[1], "max_tokens": 40, "temperature": 0.8, "seed": 5, "K": "heuristic",
+             "drafter": DRAFT}
+    other = {"prompt": PROMPTS[2], "max_tokens": 30, "temperature": 0, "K": 2, "drafter": DRAFT}
+    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
+    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
+        alone = pool.submit(post, first)
+        assert wait_until(lambda: engine.active == 1)
+        later = pool.submit(post, other)
+        assert wait_until(lambda: engine.queued == 1)
+        gate.set()
+        replies = [alone.result(timeout=120), later.result(timeout=120)]
+    assert [r.status_code for r in replies] == [200, 200], [r.text[:200] for r in replies]
+    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in (first, other)]
+    assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    stats = [r.json()["gpt2np"]["stats"] for r in replies]
+    assert not stats[0].get("batched") and stats[1]["batched"], stats
+    assert not logged_errors(caplog)
+
+
 def test_plain_requests_ride_in_the_drafting_batch_one_target_pass_a_step(reference, caplog):
     """A plain request running in the plain batch moves into the drafting batch when a drafting request comes
     (a sequence with K = 0 there, going on from its tokens with its own generator), and a plain request that
@@ -447,6 +473,43 @@ def test_a_job_that_would_feed_more_than_a_chunk_to_join_stays_where_it_is(refer
     assert {name for name, _ in passes} == {"plain", "drafting"}, passes  # the long plain prompt stayed in its batch
     assert max(size for name, size in passes if name == "drafting") == 1, passes  # the one alone never joined
     assert not replies[0].json()["gpt2np"]["stats"].get("batched"), replies[0].json()["gpt2np"]["stats"]
+    assert not logged_errors(caplog)
+
+
+def test_heuristic_requests_that_arrive_while_others_run_are_packed_each_as_alone(reference, caplog):
+    """K "heuristic" requests (the draft model sampled with a seed, prompt lookup greedy) that arrive while a plain
+    one holds the worker join their drafters' packed batches, each with its own schedule: each text is its solo
+    run's (speculative_generate with K "heuristic" and the seed), its rounds' K moves, and it reports batched.
+    Before, each ran as its own stream beside the passes."""
+    engine = batching_engine()
+    held = HeldSteps(engine)
+    sizes = {DRAFT: [], "ngram": []}
+    for name, batch in engine._drafting.items():
+        step = batch.step
+        batch.step = lambda name=name, step=step, batch=batch: sizes[name].append(len(batch)) or step()
+    plain = {"prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0, "speculative": False}
+    bodies = [{"prompt": PROMPTS[1], "max_tokens": 40, "temperature": 0.8, "seed": 3, "K": "heuristic",
+               "drafter": DRAFT},
+              {"prompt": PROMPTS[2] * 3, "max_tokens": 40, "temperature": 0, "K": "heuristic", "drafter": "ngram"},
+              {"prompt": PROMPTS[3], "max_tokens": 30, "temperature": 0, "K": 2, "drafter": DRAFT}]
+    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
+    with running_server(engine) as url, ThreadPoolExecutor(4) as pool:
+        first = pool.submit(post, plain)
+        assert wait_until(lambda: len(held.seen) == 1)  # the plain one holds the worker: the others queue
+        sent = [pool.submit(post, b) for b in bodies]
+        assert wait_until(lambda: engine.queued == 3)
+        held.free()
+        replies = [f.result(timeout=120) for f in [first, *sent]]
+    assert [r.status_code for r in replies] == [200] * 4, [r.text[:200] for r in replies]
+    got = [r.json()["choices"][0]["text"] for r in replies[1:]]
+    want = [solo_text(reference, b) for b in bodies]
+    assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    # packed, not streams of their own: the draft model's batch held the two drafting there and the plain rider
+    assert max(sizes[DRAFT], default=0) == 3 and max(sizes["ngram"], default=0) == 1, sizes
+    for body, reply in zip(bodies[:2], replies[1:3]):
+        stats, rounds = reply.json()["gpt2np"]["stats"], reply.json()["gpt2np"]["rounds"]
+        assert stats["batched"] and stats["rounds"] == len(rounds), stats
+        assert len({r["K"] for r in rounds}) >= 2, f"{body['drafter']}: the schedule's K never moved: {rounds}"
     assert not logged_errors(caplog)
 
 

@@ -337,6 +337,23 @@ def solo_text(target, body):  # -> the text of body's request alone (greedy: gen
     return target.tokenizer.decode([t for t in run.tokens if t != target.eot_id])
 
 
+def alone_then_others(engine, gate, reference, first, others):
+    """`first` reaches the idle server (its own stream, its first round held at `gate`: slow_down's) and `others`
+    queue behind it; -> the replies, each checked 200 and equal to its request's solo run (solo_text)."""
+    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
+    with running_server(engine) as url, ThreadPoolExecutor(1 + len(others)) as pool:
+        sent = [pool.submit(post, first)]
+        assert wait_until(lambda: engine.active == 1)
+        sent += [pool.submit(post, b) for b in others]
+        assert wait_until(lambda: engine.queued == len(others))
+        gate.set()
+        replies = [f.result(timeout=120) for f in sent]
+    assert [r.status_code for r in replies] == [200] * len(replies), [r.text[:200] for r in replies]
+    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in (first, *others)]
+    assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    return replies
+
+
 @pytest.mark.parametrize("drafter, K, temperature, seed", [(DRAFT, 3, 0.8, 5), ("ngram", 2, 0.9, 7),
                                                            (DRAFT, "auto", 0, None)])
 def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_comes(reference, caplog, drafter, K,
@@ -354,17 +371,7 @@ def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_come
     first = {"prompt": PROMPTS[1], "max_tokens": 40, "temperature": temperature, "seed": seed, "K": K,
              "drafter": drafter}
     other = {"prompt": PROMPTS[2], "max_tokens": 30, "temperature": 0, "K": 2, "drafter": drafter}
-    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
-    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
-        alone = pool.submit(post, first)
-        assert wait_until(lambda: engine.active == 1)
-        later = pool.submit(post, other)
-        assert wait_until(lambda: engine.queued == 1)
-        gate.set()
-        replies = [alone.result(timeout=120), later.result(timeout=120)]
-    assert [r.status_code for r in replies] == [200, 200], [r.text[:200] for r in replies]
-    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in (first, other)]
-    assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    replies = alone_then_others(engine, gate, reference, first, [other])
     assert 2 in sizes, f"the request that started alone never joined the batch: its sizes were {sizes}"
     reply = replies[0].json()["gpt2np"]
     emitted = [r["n_emitted"] for r in reply["rounds"]]
@@ -386,17 +393,7 @@ def test_a_heuristic_request_that_started_alone_keeps_its_stream(reference, capl
     first = {"prompt": PROMPTS[1], "max_tokens": 40, "temperature": 0.8, "seed": 5, "K": "heuristic",
              "drafter": DRAFT}
     other = {"prompt": PROMPTS[2], "max_tokens": 30, "temperature": 0, "K": 2, "drafter": DRAFT}
-    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
-    with running_server(engine) as url, ThreadPoolExecutor(2) as pool:
-        alone = pool.submit(post, first)
-        assert wait_until(lambda: engine.active == 1)
-        later = pool.submit(post, other)
-        assert wait_until(lambda: engine.queued == 1)
-        gate.set()
-        replies = [alone.result(timeout=120), later.result(timeout=120)]
-    assert [r.status_code for r in replies] == [200, 200], [r.text[:200] for r in replies]
-    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in (first, other)]
-    assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    replies = alone_then_others(engine, gate, reference, first, [other])
     stats = [r.json()["gpt2np"]["stats"] for r in replies]
     assert not stats[0].get("batched") and stats[1]["batched"], stats
     assert not logged_errors(caplog)
@@ -459,17 +456,7 @@ def test_a_job_that_would_feed_more_than_a_chunk_to_join_stays_where_it_is(refer
               {"prompt": PROMPTS[2], "max_tokens": 20, "temperature": 0, "K": 2},
               {"prompt": PROMPTS[3], "max_tokens": 20, "temperature": 0, "speculative": False}]
     assert all(len(reference.tokenizer.encode(b["prompt"])) > 8 for b in bodies)
-    post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
-    with running_server(engine) as url, ThreadPoolExecutor(3) as pool:
-        sent = [pool.submit(post, bodies[0])]
-        assert wait_until(lambda: engine.active == 1)  # alone: its own stream, its first round held
-        sent += [pool.submit(post, b) for b in bodies[1:]]
-        assert wait_until(lambda: engine.queued == 2)
-        gate.set()
-        replies = [f.result(timeout=120) for f in sent]
-    assert [r.status_code for r in replies] == [200] * 3, [r.text[:200] for r in replies]
-    got, want = [r.json()["choices"][0]["text"] for r in replies], [solo_text(reference, b) for b in bodies]
-    assert got == want, f"answers differ from their requests alone: {[(g, w) for g, w in zip(got, want) if g != w]}"
+    replies = alone_then_others(engine, gate, reference, bodies[0], bodies[1:])
     assert {name for name, _ in passes} == {"plain", "drafting"}, passes  # the long plain prompt stayed in its batch
     assert max(size for name, size in passes if name == "drafting") == 1, passes  # the one alone never joined
     assert not replies[0].json()["gpt2np"]["stats"].get("batched"), replies[0].json()["gpt2np"]["stats"]

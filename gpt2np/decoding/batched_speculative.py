@@ -172,15 +172,17 @@ def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_
             for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
 
 
-def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops, K_max=8):  # -> a checked request's Sequence
-    """Both caches sized prompt + n_tokens - 1 (the module docstring); prompt lookup: no draft cache, its own
-    drafter instead. K "heuristic": its own schedule within 1..K_max, starting where speculative_generate's does."""
-    room = len(prompt) + n_tokens - 1
-    lookup = looks_up(draft)
+def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops, K_max=8, lookup=None):  # -> its Sequence
+    """Both caches sized prompt + n_tokens - 1 (the module docstring); prompt lookup (the batch's draft, or
+    `lookup`: this sequence's own in a batch whose draft is a model, ContinuousSpeculativeBatch.add): no draft
+    cache, its own drafter instead. K "heuristic": its own schedule within 1..K_max, where speculative_generate's
+    starts."""
+    room, mine = len(prompt) + n_tokens - 1, draft if lookup is None else lookup
+    looking = looks_up(mine)
     schedule = HeuristicK(int(K_max)) if K == "heuristic" else None
     return Sequence(prompt, n_tokens, K if schedule is None else schedule.K, options, rng, stops,
-                    request_cache(target, room), None if lookup else request_cache(draft, room),
-                    context=list(prompt), drafter=own_drafter(draft, target) if lookup else None, schedule=schedule)
+                    request_cache(target, room), None if looking else request_cache(draft, room),
+                    context=list(prompt), drafter=own_drafter(mine, target) if looking else None, schedule=schedule)
 
 
 def follow_schedules(seqs, events):  # [(i, RoundEvent)]: each "heuristic" sequence's K after its round
@@ -197,9 +199,13 @@ def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vo
     """x_1..x_{k_i} for every sequence, one packed draft call per draft step for all that still draft;
     each draws from its own q with its own rng (ModelDrafter.propose, sequence by sequence). Each
     step's rows and seconds (its call and draws): the first step's rows carry what the caches lack.
-    Prompt lookup: each sequence's own drafter looks up its own context (look_up_all)."""
-    if looks_up(draft):
-        return look_up_all(seqs, ks)
+    Prompt lookup: each sequence's own drafter looks up its own context (look_up_all), the batch's draft or,
+    in a batch whose draft is a model, that sequence's own."""
+    looked = {i: k for i, k in ks.items() if seqs[i].drafter is not None}
+    if looked:
+        found, found_q, _ = look_up_all(seqs, looked)
+        drafts, q, timed = draft_all(draft, seqs, {i: k for i, k in ks.items() if i not in looked})
+        return {**drafts, **found}, {**q, **found_q}, timed
     drafts, q, timed = {i: [] for i in ks}, {i: [] for i in ks}, []
     for j in range(max(ks.values(), default=0)):
         start, active = time.perf_counter(), [i for i in ks if ks[i] > j]
@@ -314,19 +320,18 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> 
     if policy:
         # the target's side of the round: its pass, and every sequence's verification, sampling and roll-back
         # (on a small model those cost what the pass does; a plain round pays them too)
-        policy.update([b for _, event, _ in step for b in event.overlaps] + lookup_misses(draft, step, ks), rows,
+        policy.update([b for _, event, _ in step for b in event.overlaps] + lookup_misses(seqs, step, ks), rows,
                       seconds - propose_seconds, draft_calls, first_round=policy.t == 1)
     return follow_schedules(seqs, [(i, replace(event, seconds=seconds)) for i, event, _ in step])
 
 
-def lookup_misses(draft, step, ks):  # -> [0.0] per sequence whose chain reached a draft the lookup did not find
+def lookup_misses(seqs, step, ks):  # -> [0.0] per sequence whose chain reached a draft the lookup did not find
     """What the K policy learns from a lookup that proposed fewer than k_i drafts: the position after the last
     one found, reached when every one found was accepted, is a rejected draft (q has no mass there: its
     overlap is 0), so that alpha's belief counts a miss as E(alpha, K) counts a rejection. A draft model
     always proposes k_i: nothing."""
-    if not looks_up(draft):
-        return []
-    return [0.0 for i, event, _ in step if len(event.drafts) < ks[i] and all(event.decisions)]
+    return [0.0 for i, event, _ in step
+            if seqs[i].drafter is not None and len(event.drafts) < ks[i] and all(event.decisions)]
 
 
 def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_each, policy=None):

@@ -41,7 +41,7 @@ import numpy as np
 from .autoregressive import check_model
 from .batched import check_sequence
 from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, draft_debt,
-                                  new_sequence, own_drafter, roll_back_each, verify_each)
+                                  looks_up, new_sequence, not_batched, own_drafter, roll_back_each, verify_each)
 from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
@@ -109,21 +109,29 @@ class ContinuousSpeculativeBatch(Handles):
                                    self._auto, self._newcomers)
 
     def add(self, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None, top_p=None, rng=None, *,
-            stop_tokens=None, K_max=None):
+            stop_tokens=None, K_max=None, lookup=None):
         """Check one request as speculative_generate checks it (one-line ValueError) and put it in the
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max) and bounds a K="heuristic" one's schedule (default: the
-        batch's K_max), as speculative_generate's K_max does alone."""
+        batch's K_max), as speculative_generate's K_max does alone. lookup: prompt lookup (an NgramDrafter) this
+        sequence drafts with instead of the batch's draft (its own copy, its own context), with a K of its own
+        (an int or "heuristic": the batch's "auto" prices the draft model's calls), so that it shares the
+        batch's target pass."""
         cap = self.K_max if K_max is None else checked_K_max(K_max)
         K, auto = check_K(K, min(cap, self.K_max))
+        if lookup is not None and not looks_up(lookup):
+            raise ValueError(f"lookup must be prompt lookup (gpt2np.NgramDrafter), {not_batched(lookup)}")
+        if lookup is not None and auto:
+            raise ValueError("K='auto' with a sequence's own prompt lookup: the batch's K policy prices its draft "
+                             "model's calls; give it an integer K or 'heuristic', or a batch whose draft is the lookup")
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
-        if K:
+        if K and lookup is None:
             check_draft_room(self.draft, prompt_ids, n_tokens)  # the draft sees it too
         check_rng_unshared(rng, options, self._running.values())
         handle = self._new_handle()  # the target holds context[:-1] and at most k <= wanted - 1 drafts
         self._running[handle] = new_sequence(self.target, self.draft, [int(t) for t in prompt_ids], int(n_tokens), K,
-                                             options, rng, stops, cap)
+                                             options, rng, stops, cap, lookup)
         self._newcomers.add(handle)
         if auto:
             self._auto[handle] = K

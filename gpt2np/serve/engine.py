@@ -20,8 +20,9 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
     statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs). A chain
     that started alone joins its drafter's batch once others draft there (but "heuristic": its schedule is
-    its stream's), and plain jobs ride in a drafting
-    batch as sequences with K = 0 (plain_home, _pack): one target pass a step where it can.
+    its stream's), prompt-lookup chains with a K of their own ride in the draft model's batch (chain_home),
+    and plain jobs ride in a drafting batch as sequences with K = 0 (plain_home, _pack): one target pass a
+    step where it can.
 
 Capacity is max_batch + max_queue generations, running and waiting together: a request is refused
 (429) only when that many are in already. Jobs join the batch at step boundaries only, so a burst that
@@ -102,8 +103,19 @@ class Engine:
             return self.plain_home(len(g.prompt_ids))
         alone = not self._active and self._waiting.empty() and not self._held
         if g.tree is None and not alone:  # a chain: an int K, "heuristic" (its own schedule) or "auto"
-            return self._drafting.get(g.drafter)
+            return self.chain_home(g)
         return None
+
+    def chain_home(self, g):  # -> the drafting batch a chain joins
+        """Its drafter's batch; but a prompt-lookup chain with a K of its own (an int or "heuristic") rides in a
+        draft model's batch where one is served, looking up its own context there (ContinuousSpeculativeBatch.add
+        (lookup=)), so that both share one target pass. Under "auto" it keeps the lookup's batch: the draft
+        model's batch prices the draft model's calls."""
+        own = self._drafting.get(g.drafter)
+        if g.K == "auto" or not isinstance(self.drafters[g.drafter], gpt2np.NgramDrafter):
+            return own
+        return next((b for name, b in self._drafting.items()
+                     if not isinstance(self.drafters[name], gpt2np.NgramDrafter)), own)
 
     def plain_home(self, rows):  # -> the packed batch a plain job's rows join (`rows` to feed when it joins)
         """The fullest drafting batch running, where a plain job rides as a sequence with K = 0 (the same tokens
@@ -309,7 +321,8 @@ class Engine:
             return batch.add(ids, n_tokens, **sampling)
         if g.drafter is None:  # a plain job riding in a drafting batch
             return batch.add(ids, n_tokens, 0, **sampling)
-        return batch.add(ids, n_tokens, g.K, K_max=g.K_max, **sampling)
+        lookup = None if batch is self._drafting[g.drafter] else self.drafters[g.drafter]  # (chain_home)
+        return batch.add(ids, n_tokens, g.K, K_max=g.K_max, lookup=lookup, **sampling)
 
     def _open(self, job):
         """Start a job: it joins its packed batch (batch_for), or gets its own stream."""

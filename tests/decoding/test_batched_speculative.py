@@ -4,6 +4,8 @@ an identically seeded rng), the batch's joint law is the product of the target's
 1e-12), each broken batch variant (teach/broken_batch_kernels.py) is caught, one packed target call per
 round, and every bad request is a one-line error naming the sequence before any work.
 """
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -509,8 +511,10 @@ def test_a_lookup_miss_is_a_rejection_to_the_policy():
     nothing = RoundEvent([7], ["target"], 0, 1, drafts=[], decisions=[])
     step = [(0, found_all, 0), (1, missed, 0), (2, rejected, 0), (3, nothing, 0)]
     ks = {0: 1, 1: 3, 2: 3, 3: 2}
-    assert batched_speculative.lookup_misses(gpt2np.NgramDrafter(), step, ks) == [0.0, 0.0]
-    assert batched_speculative.lookup_misses(random_toy_model(np.random.default_rng(0), 3), step, ks) == []
+    looking, drafted = SimpleNamespace(drafter=gpt2np.NgramDrafter()), SimpleNamespace(drafter=None)
+    assert batched_speculative.lookup_misses([looking] * 4, step, ks) == [0.0, 0.0]
+    assert batched_speculative.lookup_misses([drafted] * 4, step, ks) == []  # a draft model's sequences
+    assert batched_speculative.lookup_misses([drafted, looking, looking, drafted], step, ks) == [0.0]  # one batch
 
 
 @pytest.mark.parametrize("variant", ["shared_uniform", "copied_decision"])

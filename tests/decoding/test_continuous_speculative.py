@@ -400,6 +400,43 @@ def test_a_round_interrupted_in_the_schedules_update_puts_them_back(pair, monkey
         assert batch.pop_tokens(handle) == solo(target, draft, r), f"request {i} differs from its solo run"
 
 
+def test_prompt_lookup_sequences_ride_in_a_draft_model_batch_each_as_alone(pair, monkeypatch):
+    """A batch whose draft is the draft model, with sequences that draft by their own prompt lookup (add(lookup=)),
+    greedy and sampled, a fixed K and "heuristic", joining beside draft-model ones, a K 0 one and "auto" ones:
+    each equals its solo run with its own drafter (auto: the target's greedy tokens), and the draft model is
+    called for its own sequences only (none at all while only lookups draft). "auto" with a lookup is refused."""
+    target, draft = pair
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+    drafted_rows = []
+    packed = batched_speculative.packed_call
+    monkeypatch.setattr(batched_speculative, "packed_call", lambda model, calls, n: (
+        drafted_rows.append(sum(len(i) for i, _ in calls)) if model is draft else None) or packed(model, calls, n))
+    requests = [  # prompt, n, K, lookup, temperature, seed, the round it joins
+        (ids[1] * 2, 40, 3, True, 0.8, 7, 0), (ids[2] * 2, 30, "heuristic", True, 0, None, 0), (ids[3], 20, 0, False, 0,
+        None, 0), (ids[0], 40, 4, False, 0.9, 3, 2), (ids[1], 30, "auto", False, 0, None, 3),
+        (ids[0] * 2, 25, "heuristic", True, 1.0, 5, 4)]
+    batch, handles, step = ContinuousSpeculativeBatch(target, draft, K_max=4), {}, 0
+    while step == 0 or batch or len(handles) < len(requests):
+        for i, (prompt, n, K, lookup, temperature, seed, join) in enumerate(requests):
+            if join == step:
+                handles[i] = batch.add(prompt, n, K, temperature=temperature, rng=rng_of(seed),
+                                       lookup=gpt2np.NgramDrafter() if lookup else None)
+        if step == 1:
+            assert drafted_rows == [], f"only lookups drafted in rounds 0-1, yet the draft model ran: {drafted_rows}"
+        batch.step()
+        step += 1
+    for i, (prompt, n, K, lookup, temperature, seed, _) in enumerate(requests):
+        mine = gpt2np.NgramDrafter() if lookup else draft
+        want = (generate(target, prompt, n) if K in (0, "auto") and not temperature else
+                speculative_generate(target, mine, prompt, n, K, temperature=temperature, rng=rng_of(seed)).tokens)
+        assert batch.pop_tokens(handles[i]) == want, f"request {i} (K {K!r}, lookup {lookup}) differs from its solo run"
+    assert drafted_rows, "the draft model's sequences drafted"
+    with pytest.raises(ValueError, match="K='auto' with a sequence's own prompt lookup"):
+        batch.add(ids[0], 5, "auto", lookup=gpt2np.NgramDrafter())
+    with pytest.raises(ValueError, match="lookup must be prompt lookup"):
+        batch.add(ids[0], 5, 2, lookup=draft)
+
+
 def test_a_round_undone_puts_the_policy_and_a_counting_lookup_back_too(pair, monkeypatch):
     """Two things an undone round left changed (an audit, interrupting every line of a round): the counting lookup's
     counts, when the interrupt came between its counting and its index's advance (the round done again counted the

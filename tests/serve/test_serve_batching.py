@@ -365,7 +365,7 @@ def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_come
     engine = batching_engine()
     gate = threading.Event()
     slow_down(engine, gate=gate)  # its first round waits until the other request is queued
-    batch, sizes = engine._drafting[drafter], []
+    batch, sizes = engine._drafting[DRAFT], []  # prompt lookup with a K of its own rides in the draft model's batch
     step = batch.step
     batch.step = lambda: sizes.append(len(batch)) or step()
     first = {"prompt": PROMPTS[1], "max_tokens": 40, "temperature": temperature, "seed": seed, "K": K,
@@ -465,9 +465,9 @@ def test_a_job_that_would_feed_more_than_a_chunk_to_join_stays_where_it_is(refer
 
 def test_heuristic_requests_that_arrive_while_others_run_are_packed_each_as_alone(reference, caplog):
     """K "heuristic" requests (the draft model sampled with a seed, prompt lookup greedy) that arrive while a plain
-    one holds the worker join their drafters' packed batches, each with its own schedule: each text is its solo
-    run's (speculative_generate with K "heuristic" and the seed), its rounds' K moves, and it reports batched.
-    Before, each ran as its own stream beside the passes."""
+    one holds the worker join the draft model's packed batch (the lookup one drafting by its own lookup there),
+    each with its own schedule: each text is its solo run's (speculative_generate with K "heuristic" and the
+    seed), its rounds' K moves, and it reports batched. Before, each ran as its own stream beside the passes."""
     engine = batching_engine()
     held = HeldSteps(engine)
     sizes = {DRAFT: [], "ngram": []}
@@ -491,8 +491,9 @@ def test_heuristic_requests_that_arrive_while_others_run_are_packed_each_as_alon
     got = [r.json()["choices"][0]["text"] for r in replies[1:]]
     want = [solo_text(reference, b) for b in bodies]
     assert got == want, f"answers differ from their solo runs: {[(g, w) for g, w in zip(got, want) if g != w]}"
-    # packed, not streams of their own: the draft model's batch held the two drafting there and the plain rider
-    assert max(sizes[DRAFT], default=0) == 3 and max(sizes["ngram"], default=0) == 1, sizes
+    # packed, not streams of their own: the draft model's batch held all three (the lookup one riding there with
+    # its own lookup) and the plain rider; the lookup's own batch never ran a pass
+    assert max(sizes[DRAFT], default=0) == 4 and sizes["ngram"] == [], sizes
     for body, reply in zip(bodies[:2], replies[1:3]):
         stats, rounds = reply.json()["gpt2np"]["stats"], reply.json()["gpt2np"]["rounds"]
         assert stats["batched"] and stats["rounds"] == len(rounds), stats

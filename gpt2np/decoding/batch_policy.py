@@ -65,8 +65,8 @@ F_tok tokens count whatever K is, so both goodputs add them, (B E(alpha, K) + F_
 ...). Counted as B + F drafting sequences (before), their rows were priced as drafts and their tokens as a gain,
 which drafts where drafting does not pay (simulated, a closed loop of 1-6 "auto" clients beside 1-6 plain ones,
 each finished request replaced, 32 tokens, alpha 0.5-0.95, 124M -> 355M and 1558M curves, 30 seeds, 54 cells:
-auto's goodput over the best fixed K's 0.867-1.000, mean 0.981, told nothing; 0.950-1.010, mean 0.996, told). K is a function
-of the past only, so every sequence stays exact (tests/decoding/test_batched_speculative.py enumerates
+auto's goodput over the best fixed K's 0.867-1.000, mean 0.981, told nothing; 0.950-1.010, mean 0.996, told).
+K is a function of the past only, so every sequence stays exact (tests/decoding/test_batched_speculative.py enumerates
 it; tests/decoding/test_batch_policy.py runs the rule against scripted costs).
 
 >>> [BatchAutoK(K_max=4, c_prior=0.1).choose(B) for B in (1, 2, 4, 8, 64)]  # before any timing: the prior's v
@@ -185,7 +185,7 @@ class BatchAutoK:
         self.t, self.waited, self.overlaps, self.target_durations, self.draft_durations = 0, 0, [], {}, {}
         self.n_calls, self.last_timed = 0, {}  # target rounds timed; rows -> n_calls when that size was last timed
 
-    def costs(self, B, rows=0):  # -> (D: rows -> draft call seconds, T: rows -> target round seconds), t1 units if untimed
+    def costs(self, B, rows=0):  # -> (D: rows -> draft seconds, T: rows -> target round seconds), t1 units if untimed
         last = max(FEW_ROWS, B * (self.K_max + 1) + rows)  # rows: the fixed sequences' (choose)
         v = v_curve(self.target_durations, last)
         t1 = t1_estimate(self.target_durations, v) or 1.0

@@ -12,9 +12,10 @@ target in the packed call, to the draft in the first draft step): prefill joins 
     round r + 1  target rows [c's newest + 4 drafts | b's newest + 4 drafts]     a finished in round r
 
 K per sequence: an int (that many drafts a round, clamped to what it still wants; 0 is plain
-decoding), "heuristic" (its own HeuristicK, moved by its own rounds only, as speculative_generate's) or "auto": then batch_policy.BatchAutoK picks one K a round for every "auto" sequence from
-the batch's measured costs, so drafting stops as the batch fills (the goodput rule). A round in which
-a sequence joined carries prompts, so its timing is not shown to the policy.
+decoding), "heuristic" (its own HeuristicK, moved by its own rounds only, as speculative_generate's) or
+"auto": then batch_policy.BatchAutoK picks one K a round for every "auto" sequence from the batch's
+measured costs, so drafting stops as the batch fills (the goodput rule). A round in which a sequence
+joined carries prompts, so its timing is not shown to the policy.
 
 Exactness is batched_speculative's: a sequence with a fixed K (or "heuristic") gets exactly what speculative_generate
 gives it alone with an identically seeded rng (greedy: the target's own greedy tokens), whatever

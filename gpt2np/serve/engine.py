@@ -17,8 +17,9 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     target pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting
     stops where rows cannot pay), and
   * one round of each other speculative job (a token tree, and a job that started alone), run as its own
-    stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other; its rows are not packed with the others'. A job alone keeps the single-sequence
-    statistics (its own c and v: a packed job's passes are shared, so its reply has no such costs). A chain
+    stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other; its rows are not packed
+    with the others'. A job alone keeps the single-sequence statistics (its own c and v: a packed job's
+    passes are shared, so its reply has no such costs). A chain
     that started alone joins its drafter's batch once others draft there (but "heuristic": its schedule is
     its stream's), prompt-lookup chains with a K of their own ride in the draft model's batch (chain_home),
     and plain jobs ride in a drafting batch as sequences with K = 0 (plain_home, _pack): one target pass a

@@ -113,7 +113,8 @@ def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
     for _ in range(n_seqs):
         prompt = data.draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=5))
         sampled = data.draw(st.booleans())
-        requests.append(dict(prompt=prompt, n=data.draw(st.integers(1, 12)), K=data.draw(st.one_of(st.integers(0, 4), st.just("heuristic"))),
+        K = data.draw(st.one_of(st.integers(0, 4), st.just("heuristic")))
+        requests.append(dict(prompt=prompt, n=data.draw(st.integers(1, 12)), K=K,
                              options=dict(temperature=data.draw(st.sampled_from([0.7, 1.0]))) if sampled else {},
                              seed=data.draw(st.integers(0, 1000)) if sampled else None,
                              stops=data.draw(st.sampled_from([None, [0]])), join=data.draw(st.integers(0, 4))))

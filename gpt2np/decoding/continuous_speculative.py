@@ -72,6 +72,7 @@ class AutoKForSome:
         self.policy, self.seqs, self.auto, self.newcomers = policy, seqs, auto, newcomers
 
     def choose(self, B, lag, horizon):  # -> None: batch_round then takes each sequence's own K
+        # (B, lag, horizon are the whole batch's: the policy is asked for the "auto" sequences' own)
         if self.auto:
             fixed = [s.k() for handle, s in self.seqs.items() if handle not in self.auto]
             K = self.policy.choose(len(self.auto), *draft_debt(self.seqs, list(self.auto)), fixed=fixed)

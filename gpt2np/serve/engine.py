@@ -331,7 +331,7 @@ class Engine:
         lookup = g.drafter is not None and not isinstance(self.drafters.get(g.drafter), gpt2np.ModelDrafter)
         active = Active(TokenTexts(self.tokenizer), time.perf_counter(), live=LiveStats(counted_K(g, lookup)))
         try:
-            active.batch, active.rng = self.batch_for(g), sampling_of(g)["rng"]
+            active.batch, active.rng = self.batch_for(g), generator_of(g)
             if active.batch is not None:
                 active.handle = self._add_to_batch(active.batch, g, rng=active.rng)
                 self._members[active.batch, active.handle] = job
@@ -377,8 +377,10 @@ class Engine:
         it is (the others' step stays short), as does one that has all its tokens, or <|endoftext|>: it is ending."""
         for job, active in list(self._active.items()):
             g, rows = job.generation, len(job.generation.prompt_ids) + len(active.tokens)
-            home = (self.batch_for(g) if active.stream is not None and g.K != "heuristic" else  # (its schedule's
-                    self.plain_home(rows) if active.batch is self._batch else None)               # K is its stream's)
+            if active.stream is not None:  # started alone; a "heuristic" one stays: its schedule is its stream's
+                home = None if g.K == "heuristic" else self.batch_for(g)
+            else:  # in the plain batch, or in a drafting batch already
+                home = self.plain_home(rows) if active.batch is self._batch else None
             if (home is None or home is self._batch or not len(home) or not self.fits_a_step(rows)
                     or len(active.tokens) >= g.max_tokens or self.target.eot_id in active.tokens):
                 continue
@@ -431,9 +433,12 @@ def packed_draft(drafter):  # -> what a drafting batch drafts with: a draft mode
     return drafter if isinstance(drafter, gpt2np.NgramDrafter) else None
 
 
-def sampling_of(g, rng=None):  # -> the decoders' sampling arguments for a Generation, its own seeded generator
-    return dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p,
-                rng=np.random.default_rng(g.seed) if rng is None else rng)
+def generator_of(g):  # -> a Generation's own generator, fresh from its seed
+    return np.random.default_rng(g.seed)
+
+
+def sampling_of(g, rng=None):  # -> the decoders' sampling arguments for a Generation, with rng or its own generator
+    return dict(temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, rng=generator_of(g) if rng is None else rng)
 
 
 def hide_drafter_path(drafter):

@@ -195,22 +195,26 @@ def follow_schedules(seqs, events):  # [(i, RoundEvent)]: each "heuristic" seque
     return events
 
 
-def draft_all(draft, seqs, ks):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}, [(rows, seconds)]
+def draft_all(draft, seqs, ks, feeds=()):  # Step 1 -> {i: drafts [k_i]}, {i: q [k_i, n_vocab]}, [(rows, seconds)]
     """x_1..x_{k_i} for every sequence, one packed draft call per draft step for all that still draft;
     each draws from its own q with its own rng (ModelDrafter.propose, sequence by sequence). Each
     step's rows and seconds (its call and draws): the first step's rows carry what the caches lack.
     Prompt lookup: each sequence's own drafter looks up its own context (look_up_all), the batch's draft or,
-    in a batch whose draft is a model, that sequence's own."""
+    in a batch whose draft is a model, that sequence's own. feeds: prompt chunks for draft caches (prompt_chunks),
+    in the first step's call (or a call of their own where no sequence drafts with the model)."""
     looked = {i: k for i, k in ks.items() if seqs[i].drafter is not None}
     if looked:
         found, found_q, _ = look_up_all(seqs, looked)
-        drafts, q, timed = draft_all(draft, seqs, {i: k for i, k in ks.items() if i not in looked})
+        drafts, q, timed = draft_all(draft, seqs, {i: k for i, k in ks.items() if i not in looked}, feeds)
         return {**drafts, **found}, {**q, **found_q}, timed
+    if not any(ks.values()):
+        return {i: [] for i in ks}, {i: np.zeros((0, draft.n_vocab)) for i in ks}, feed_prompts(draft, feeds)
     drafts, q, timed = {i: [] for i in ks}, {i: [] for i in ks}, []
-    for j in range(max(ks.values(), default=0)):
+    for j in range(max(ks.values())):
         start, active = time.perf_counter(), [i for i in ks if ks[i] > j]
         calls = [(seqs[i].context[len(seqs[i].draft_cache):] if j == 0 else drafts[i][-1:], seqs[i].draft_cache)
                  for i in active]  # x_k is never fed: the round ends before anyone needs q_{k+1}
+        calls += list(feeds) if j == 0 else []  # their logits are not read (zip stops at `active`)
         for i, logits in zip(active, packed_call(draft, calls, 1)):
             s, q_i = seqs[i], distribution(logits[-1], **seqs[i].options)  # [n_vocab]
             drafts[i].append(int(np.argmax(q_i)) if is_greedy(s.options["temperature"]) else sample(q_i, s.rng))
@@ -231,13 +235,35 @@ def look_up_all(seqs, ks):  # Step 1, prompt lookup -> {i: drafts [<= k_i]}, {i:
     return drafts, q, []
 
 
-def score_all(target, seqs, drafts):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed in all
-    """ONE packed target call: each sequence's uncached tokens and drafts, its last k_i + 1 rows."""
+def score_all(target, seqs, drafts, feeds=()):  # Step 2 -> {i: p [k_i+1, n_vocab]}, rows fed in all
+    """ONE packed target call: each sequence's uncached tokens and drafts, its last k_i + 1 rows; and the
+    prompt chunks of the sequences that only feed this round (prompt_chunks), whose logits are not read."""
     running = list(drafts)
     calls = [(seqs[i].context[len(seqs[i].target_cache):] + drafts[i], seqs[i].target_cache) for i in running]
-    logits = packed_call(target, calls, [len(drafts[i]) + 1 for i in running])
+    logits = packed_call(target, calls + list(feeds), [len(drafts[i]) + 1 for i in running] + [1] * len(feeds))
     p = {i: distribution(rows, **seqs[i].options) for i, rows in zip(running, logits)}
-    return p, sum(len(ids) for ids, _ in calls)
+    return p, sum(len(ids) for ids, _ in calls + list(feeds))
+
+
+def prompt_chunks(seqs, feeding):  # {i: n} -> [(ids, target cache)], [(ids, draft cache)]
+    """Each feeding sequence's next n prompt rows for its target cache, and for its draft cache where it drafts
+    with a model (K >= 1): a long prompt enters a chunk a round (ContinuousSpeculativeBatch's prefill_chunk), fed
+    to both models in the calls the round makes anyway, while the others' rounds go on. Its last token is never in
+    a chunk (the round that feeds it draws the sequence's first token: an ordinary round)."""
+    def chunk(s, cache, n):
+        return s.context[len(cache):len(cache) + n], cache
+    fed = [(seqs[i], n) for i, n in feeding.items()]
+    return ([chunk(s, s.target_cache, n) for s, n in fed],
+            [chunk(s, s.draft_cache, n) for s, n in fed if s.draft_cache is not None and s.K >= 1])
+
+
+def feed_prompts(model, feeds):  # [(ids, cache)] -> [(rows, seconds)]: one packed call that only fills caches
+    """Prompt chunks for a model that is asked nothing else this round (no sequence drafts with it)."""
+    if not feeds:
+        return []
+    start = time.perf_counter()
+    packed_call(model, feeds, 1)
+    return [(sum(len(ids) for ids, _ in feeds), time.perf_counter() - start)]
 
 
 def verify_each(rounds, rngs):  # Steps 3-4: [(drafts, q, p, greedy)] -> [RoundResult]
@@ -279,10 +305,11 @@ def choose_K(policy, seqs, running):  # Step 0: K for every running sequence (No
     return None if policy is None else policy.choose(len(running), *draft_debt(seqs, running))
 
 
-def plain_round(target, seqs, running):  # -> [(i, token)], rows fed
+def plain_round(target, seqs, running, feeds=()):  # -> [(i, token)], rows fed
     """Every k_i = 0: batched.py's step. One packed target call, each sequence's next_token from its
-    own rng (verify_round with no drafts draws the same), its target cache left holding context[:-1]."""
-    calls = [(seqs[i].context[len(seqs[i].target_cache):], seqs[i].target_cache) for i in running]
+    own rng (verify_round with no drafts draws the same), its target cache left holding context[:-1];
+    the prompt chunks of the sequences that only feed (prompt_chunks) ride in the same call."""
+    calls = [(seqs[i].context[len(seqs[i].target_cache):], seqs[i].target_cache) for i in running] + list(feeds)
     tokens = [(i, next_token(rows[-1], rng=seqs[i].rng, **seqs[i].options))
               for i, rows in zip(running, packed_call(target, calls, 1))]
     for i, token in tokens:
@@ -296,21 +323,24 @@ def plain_events(seqs, tokens, seconds):  # -> [(i, RoundEvent)]: a plain step's
                            seconds=seconds)) for i, t in tokens]
 
 
-def batch_round(target, draft, seqs, running, verify, roll_back, policy):  # -> [(i, RoundEvent)]
-    """One round of every running sequence: Steps 0-4, then each rolls its own caches back."""
+def batch_round(target, draft, seqs, running, verify, roll_back, policy, feeding=None):  # -> [(i, RoundEvent)]
+    """One round of every running sequence: Steps 0-4, then each rolls its own caches back. feeding: {i: n}, the
+    sequences that only feed the next n rows of a long prompt this round (prompt_chunks), in the same calls."""
     start = time.perf_counter()
+    target_feeds, draft_feeds = prompt_chunks(seqs, feeding or {})
     K = choose_K(policy, seqs, running)                                           # Step 0: from the past only
     ks = {i: seqs[i].k() if K is None else min(K, seqs[i].k()) for i in running}
     if not any(ks.values()):                                                      # a plain step for all
+        draft_calls = feed_prompts(draft, draft_feeds)
         chosen = time.perf_counter()
-        tokens, rows = plain_round(target, seqs, running)
+        tokens, rows = plain_round(target, seqs, running, target_feeds)
         seconds = time.perf_counter() - start
         if policy:
-            policy.update([], rows, start + seconds - chosen, [], first_round=policy.t == 1)
+            policy.update([], rows, start + seconds - chosen, draft_calls, first_round=policy.t == 1)
         return follow_schedules(seqs, plain_events(seqs, tokens, seconds))
-    drafts, q, draft_calls = draft_all(draft, seqs, ks)                           # Step 1
+    drafts, q, draft_calls = draft_all(draft, seqs, ks, draft_feeds)              # Step 1
     propose_seconds = time.perf_counter() - start
-    p, rows = score_all(target, seqs, drafts)                                     # Step 2
+    p, rows = score_all(target, seqs, drafts, target_feeds)                       # Step 2
     results = verify([(drafts[i], q[i], p[i], is_greedy(seqs[i].options["temperature"])) for i in running],
                      [seqs[i].rng for i in running])                              # Steps 3-4
     step = [(i, *round_event(seqs[i], drafts[i], q[i], p[i], r, propose_seconds)) for i, r in zip(running, results)]

@@ -66,6 +66,14 @@ class Sequence:
         return len(self.tokens) == self.n_tokens or (self.tokens and self.tokens[-1] in self.stops)
 
 
+def check_prefill_chunk(prefill_chunk):  # -> it, or a one-line ValueError
+    """None (whole prompts) or the most prompt rows a sequence feeds in a step, an integer >= 1."""
+    if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or
+                                      not isinstance(prefill_chunk, (int, np.integer)) or prefill_chunk < 1):
+        raise ValueError(f"prefill_chunk must be None (whole prompts) or an integer >= 1, got {prefill_chunk!r}")
+    return None if prefill_chunk is None else int(prefill_chunk)
+
+
 def check_rng_unshared(rng, options, running):
     """A sampling newcomer's generator is none a running sampling sequence draws from (their draws would
     interleave); a greedy one draws nothing, and may share it (batched.check_own_generators)."""
@@ -167,10 +175,7 @@ class ContinuousBatch(Handles):
 
     def __init__(self, model, prefill_chunk=None):
         check_model(model, "model", USAGE)
-        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or
-                                          not isinstance(prefill_chunk, (int, np.integer)) or prefill_chunk < 1):
-            raise ValueError(f"prefill_chunk must be None (whole prompts) or an integer >= 1, got {prefill_chunk!r}")
-        self.model, self.prefill_chunk = model, prefill_chunk
+        self.model, self.prefill_chunk = model, check_prefill_chunk(prefill_chunk)
         self._running, self._finished, self._first, self._next = {}, {}, None, 0
 
     def add(self, prompt_ids, n_tokens, temperature=None, top_k=None, top_p=None, rng=None, *, stop_tokens=None):

@@ -6,7 +6,10 @@ A server has neither: requests that ask for drafting arrive while others are hal
 that file's promises: the draft model's calls packed (one per draft step), ONE packed target call for
 every sequence's newest token and k_i drafts, each sequence verified with its own rng and rolled back
 on its own caches. A sequence added since the last step feeds its whole prompt in that round (to the
-target in the packed call, to the draft in the first draft step): prefill joins the round.
+target in the packed call, to the draft in the first draft step): prefill joins the round. With
+prefill_chunk=n a longer prompt is fed n rows a round instead, to the target and (if it drafts with the
+model) to the draft, in the calls the round makes for the others; it draws nothing until its prompt is in,
+so the others' rounds stay short (a 355M pass over 1,000 prompt rows takes ~4 s on a 2-core EPYC).
 
     round r      target rows [prompt of c | a's newest + 4 drafts | b's newest + 4 drafts]
     round r + 1  target rows [c's newest + 4 drafts | b's newest + 4 drafts]     a finished in round r
@@ -43,7 +46,7 @@ from .autoregressive import check_model
 from .batched import check_sequence
 from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, draft_debt,
                                   looks_up, new_sequence, not_batched, own_drafter, roll_back_each, verify_each)
-from .continuous import Handles, check_rng_unshared, generator_state, set_generator_state
+from .continuous import Handles, check_prefill_chunk, check_rng_unshared, generator_state, set_generator_state
 from .policies import checked_K_max
 from .speculative import DEFAULT_K
 
@@ -66,18 +69,20 @@ class AutoKForSome:
     its own K_max (the others keep their own K), and hides from the policy the timing of rounds that
     carry a newcomer's prompt. The policy chooses for the "auto" sequences (their number, what their draft
     lacks, the tokens they want) and is told the others' K: their rows share the pass, their tokens count,
-    whatever it chooses (a server's plain requests ride in the batch with K = 0)."""
+    whatever it chooses (a server's plain requests ride in the batch with K = 0). A sequence that only feeds a
+    chunk of its prompt this round (`feeding`) is in neither: it drafts nothing and draws nothing."""
 
-    def __init__(self, policy, seqs, auto, newcomers):
-        self.policy, self.seqs, self.auto, self.newcomers = policy, seqs, auto, newcomers
+    def __init__(self, policy, seqs, auto, newcomers, feeding):
+        self.policy, self.seqs, self.auto, self.newcomers, self.feeding = policy, seqs, auto, newcomers, feeding
 
     def choose(self, B, lag, horizon):  # -> None: batch_round then takes each sequence's own K
         # (B, lag, horizon are the whole batch's: the policy is asked for the "auto" sequences' own)
-        if self.auto:
-            fixed = [s.k() for handle, s in self.seqs.items() if handle not in self.auto]
-            K = self.policy.choose(len(self.auto), *draft_debt(self.seqs, list(self.auto)), fixed=fixed)
-            for handle, cap in self.auto.items():
-                self.seqs[handle].K = min(K, cap)
+        auto = [handle for handle in self.auto if handle not in self.feeding]
+        if auto:
+            fixed = [s.k() for handle, s in self.seqs.items() if handle not in self.auto and handle not in self.feeding]
+            K = self.policy.choose(len(auto), *draft_debt(self.seqs, auto), fixed=fixed)
+            for handle in auto:
+                self.seqs[handle].K = min(K, self.auto[handle])
         return None
 
     def update(self, *measured, first_round, **more):
@@ -97,18 +102,19 @@ class ContinuousSpeculativeBatch(Handles):
     add(...) -> a handle (an int); step() -> [(handle, RoundEvent)], one per sequence in the round; a
     sequence that finished (n_tokens, a stop token, eot_id) has left when step returns and its tokens
     stay readable once with pop_tokens(handle). draft: a model of the target's vocabulary, or prompt lookup
-    (an NgramDrafter: each sequence looks up its own context). verify and roll_back exist for
+    (an NgramDrafter: each sequence looks up its own context). prefill_chunk: the most prompt rows a
+    sequence feeds in a round (None: its whole prompt in its first round). verify and roll_back exist for
     teaching, as in speculative_batch_stream (teach/broken_batch_kernels.py)."""
 
-    def __init__(self, target, draft, K_max=8, *, verify=verify_each, roll_back=roll_back_each):
+    def __init__(self, target, draft, K_max=8, *, prefill_chunk=None, verify=verify_each, roll_back=roll_back_each):
         check_model(target, "target", USAGE)
         check_draft_model(target, draft, USAGE)
         self.target, self.draft, self.K_max = target, draft, checked_K_max(K_max)
-        self.verify, self.roll_back = verify, roll_back
+        self.prefill_chunk, self.verify, self.roll_back = check_prefill_chunk(prefill_chunk), verify, roll_back
         self._running, self._finished, self._first, self._next = {}, {}, None, 0
-        self._auto, self._newcomers = {}, set()  # handle -> its K_max, for the K="auto" sequences
+        self._auto, self._newcomers, self._feeding = {}, set(), {}  # _auto: handle -> its K_max ("auto" sequences)
         self.policy = AutoKForSome(batch_auto_K(target, draft, self.K_max), self._running,
-                                   self._auto, self._newcomers)
+                                   self._auto, self._newcomers, self._feeding)
 
     def add(self, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None, top_p=None, rng=None, *,
             stop_tokens=None, K_max=None, lookup=None):
@@ -164,9 +170,14 @@ class ContinuousSpeculativeBatch(Handles):
             raise
 
     def _round(self):
-        events = batch_round(self.target, self.draft, self._running, list(self._running), self.verify,
-                             self.roll_back, self.policy)
-        self._newcomers.clear()
+        self._feeding.clear()  # the sequences with more prompt left to feed than a chunk: a chunk this round
+        chunk = self.prefill_chunk
+        self._feeding.update({h: chunk for h, s in self._running.items()
+                              if chunk is not None and len(s.context) - len(s.target_cache) > chunk})
+        running = [h for h in self._running if h not in self._feeding]
+        events = batch_round(self.target, self.draft, self._running, running, self.verify, self.roll_back,
+                             self.policy, self._feeding)
+        self._newcomers.intersection_update(self._feeding)  # their next round feeds prompt rows too
         for handle in [h for h, s in self._running.items() if not s.running()]:
             seq = self._running.pop(handle)  # it leaves now: its last token is never fed
             self._auto.pop(handle, None)

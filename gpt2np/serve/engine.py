@@ -13,7 +13,8 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
   * one round of every active speculative job drafted by a draft model with a chain (K an int,
     "heuristic" or "auto"), or by prompt lookup, that joined while others ran:
     gpt2np.ContinuousSpeculativeBatch, one per served drafter, whose round packs every job's draft
-    calls (prompt lookup: each job looks up its own context) and verifies every job's K + 1 rows in ONE
+    calls (prompt lookup: each job looks up its own context; a newcomer's prompt rides in them, prefill_chunk
+    rows a round to each model) and verifies every job's K + 1 rows in ONE
     target pass (a job with K="auto" gets the batch's K, which falls to 0 as the batch fills: drafting
     stops where rows cannot pay), and
   * one round of each other speculative job (a token tree, and a job that started alone), run as its own
@@ -92,7 +93,8 @@ class Engine:
     def _new_batches(self):
         """The packed batches, empty: plain jobs in one, drafting jobs in one per served draft model."""
         self._batch = gpt2np.ContinuousBatch(self.target, self.prefill_chunk)
-        self._drafting = {name: gpt2np.ContinuousSpeculativeBatch(self.target, packed_draft(d), K_max=BATCH_K_MAX)
+        self._drafting = {name: gpt2np.ContinuousSpeculativeBatch(self.target, packed_draft(d), K_max=BATCH_K_MAX,
+                                                                  prefill_chunk=self.prefill_chunk)
                           for name, d in self.drafters.items() if packed_draft(d) is not None}
 
     def batch_for(self, g):  # -> the packed batch a Generation joins, or None: it runs as its own stream
@@ -101,7 +103,7 @@ class Engine:
         (nothing active, nothing waiting): then its own stream, which reports its own costs (c, v, the predicted
         speedup) and runs the single-sequence K policies. A tree: its own stream."""
         if g.drafter is None:
-            return self.plain_home(len(g.prompt_ids))
+            return self.plain_home()
         alone = not self._active and self._waiting.empty() and not self._held
         if g.tree is None and not alone:  # a chain: an int K, "heuristic" (its own schedule) or "auto"
             return self.chain_home(g)
@@ -118,13 +120,13 @@ class Engine:
         return next((b for name, b in self._drafting.items()
                      if not isinstance(self.drafters[name], gpt2np.NgramDrafter)), own)
 
-    def plain_home(self, rows):  # -> the packed batch a plain job's rows join (`rows` to feed when it joins)
+    def plain_home(self):  # -> the packed batch a plain job joins
         """The fullest drafting batch running, where a plain job rides as a sequence with K = 0 (the same tokens
         as the plain batch's: generate's), so that a step runs one target pass, not one for the plain jobs
-        and one for the drafting ones; else the plain batch. A prompt longer than prefill_chunk goes to the
-        plain batch, which feeds it a chunk a step (a drafting batch feeds a newcomer's prompt whole)."""
+        and one for the drafting ones; else the plain batch. Either feeds a long prompt prefill_chunk rows a
+        step."""
         running = [b for b in self._drafting.values() if len(b)]
-        return max(running, key=len) if running and self.fits_a_step(rows) else self._batch
+        return max(running, key=len) if running else self._batch
 
     def fits_a_step(self, rows):  # -> whether `rows` prompt rows may be fed in one step (prefill_chunk)
         return self.prefill_chunk is None or rows <= self.prefill_chunk
@@ -373,14 +375,15 @@ class Engine:
         job the fullest drafting batch (plain_home). Its prompt is the request's prompt and every token it
         emitted, its generator its own: a fixed K (0 for a plain job) draws what it would alone (each round the
         same rows, from the same context and generator), "auto" follows the target's law as any packed job.
-        It feeds the tokens it joins with in one round, so one that would feed more than prefill_chunk stays where
-        it is (the others' step stays short), as does one that has all its tokens, or <|endoftext|>: it is ending."""
+        It feeds its prompt and tokens again on joining, so one with more than prefill_chunk of them stays where it
+        is (it would draw nothing for the steps its chunks take), as does one that has all its tokens, or
+        <|endoftext|>: it is ending."""
         for job, active in list(self._active.items()):
             g, rows = job.generation, len(job.generation.prompt_ids) + len(active.tokens)
             if active.stream is not None:  # started alone; a "heuristic" one stays: its schedule is its stream's
                 home = None if g.K == "heuristic" else self.batch_for(g)
             else:  # in the plain batch, or in a drafting batch already
-                home = self.plain_home(rows) if active.batch is self._batch else None
+                home = self.plain_home() if active.batch is self._batch else None
             if (home is None or home is self._batch or not len(home) or not self.fits_a_step(rows)
                     or len(active.tokens) >= g.max_tokens or self.target.eot_id in active.tokens):
                 continue

@@ -44,10 +44,11 @@ def solo(target, draft, r):  # r: dict(prompt, n, K, options, seed, stops, join[
                                 stop_tokens=r["stops"], **r["options"]).tokens
 
 
-def run_schedule(target, draft, requests, K_max=8):
+def run_schedule(target, draft, requests, K_max=8, prefill_chunk=None):
     """Request i joins before round r["join"] and is cancelled before round r.get("cancel"); returns
     each request's tokens, the batch's size at each round, and each request's RoundEvents."""
-    batch, handles, tokens, sizes, step = ContinuousSpeculativeBatch(target, draft, K_max), {}, {}, [], 0
+    batch = ContinuousSpeculativeBatch(target, draft, K_max, prefill_chunk=prefill_chunk)
+    handles, tokens, sizes, step = {}, {}, [], 0
     events = {i: [] for i in range(len(requests))}
     while step == 0 or batch or any(r["join"] >= step for r in requests):
         for i, r in enumerate(requests):
@@ -99,6 +100,17 @@ def test_bundled_pair_requests_joining_finishing_and_cancelled_each_equal_their_
     assert_each_as_alone(target, draft, requests, got, "bundled pair")
 
 
+def test_long_prompts_fed_a_chunk_a_round_each_equal_their_solo_runs(pair):
+    """prefill_chunk=3: the bundled schedule's prompts of 15, 60 and 8 tokens enter their caches 3 rows a round
+    while the others decode; each request still gets its solo run, greedy and sampled, K 0-4, stopped and
+    cancelled."""
+    target, draft = pair
+    requests = bundled_schedule(target)
+    assert sum(len(r["prompt"]) > 3 for r in requests) >= 3, "three prompts should take more than one chunk"
+    got, _, _ = run_schedule(target, draft, requests, prefill_chunk=3)
+    assert_each_as_alone(target, draft, requests, got, "bundled pair, prefill_chunk=3")
+
+
 @settings(deadline=None, max_examples=25)
 @given(data=st.data(), n_seqs=st.integers(1, 4), seed=st.integers(0, 2**31), gpt=st.booleans())
 def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
@@ -111,15 +123,17 @@ def test_random_schedules_on_toy_and_small_gpt2_pairs(data, n_seqs, seed, gpt):
         target, draft = random_toy_model(rng, n_vocab, order=3), random_toy_model(rng, n_vocab, order=2)
     requests = []
     for _ in range(n_seqs):
-        prompt = data.draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=5))
+        prompt = data.draw(st.lists(st.integers(0, n_vocab - 1), min_size=1, max_size=7))
         sampled = data.draw(st.booleans())
         K = data.draw(st.one_of(st.integers(0, 4), st.just("heuristic")))
         requests.append(dict(prompt=prompt, n=data.draw(st.integers(1, 12)), K=K,
                              options=dict(temperature=data.draw(st.sampled_from([0.7, 1.0]))) if sampled else {},
                              seed=data.draw(st.integers(0, 1000)) if sampled else None,
                              stops=data.draw(st.sampled_from([None, [0]])), join=data.draw(st.integers(0, 4))))
-    got, _, _ = run_schedule(target, draft, requests)
-    assert_each_as_alone(target, draft, requests, got, f"{'small GPT-2' if gpt else 'toy'} pair, seed {seed}")
+    chunk = data.draw(st.none() | st.integers(1, 4))
+    got, _, _ = run_schedule(target, draft, requests, prefill_chunk=chunk)
+    assert_each_as_alone(target, draft, requests, got,
+                         f"{'small GPT-2' if gpt else 'toy'} pair, seed {seed}, prefill_chunk {chunk}")
 
 
 def test_the_policy_chooses_for_the_auto_sequences_told_the_others_K(pair, monkeypatch):
@@ -219,6 +233,88 @@ def test_one_packed_target_call_per_round(monkeypatch):
     assert draft_calls == [1, 1], f"two draft steps for the drafting sequence only, got {draft_calls}"
 
 
+def rows_per_call(monkeypatch, models):  # -> [(model's name, [rows of each sequence's call])], one per packed call
+    calls, real = [], batched_speculative.forward_packed
+    names = {id(m): name for name, m in models.items()}
+    monkeypatch.setattr(batched_speculative, "forward_packed", lambda model, c, n: calls.append(
+        (names[id(model)], [len(ids) for ids, _ in c])) or real(model, c, n))
+    return calls
+
+
+def test_a_long_prompt_joins_a_chunk_a_round_in_the_calls_the_others_make(monkeypatch):
+    """prefill_chunk=4: a drafting newcomer with a 13-token prompt joins a running K = 2 sequence. Each round stays
+    ONE target call; the newcomer feeds 4 prompt rows a round to the target and in the first draft step's call (no
+    draft call of its own), draws nothing until its prompt is in, and the other sequence emits every round."""
+    rng = np.random.default_rng(0)
+    target, draft = GPT2(SMALL, random_params(SMALL, rng)), GPT2(SMALL, random_params(SMALL, rng))
+    batch = ContinuousSpeculativeBatch(target, draft, prefill_chunk=4)
+    old = batch.add([1, 2, 3], 20, K=2)
+    batch.step()
+    calls = rows_per_call(monkeypatch, {"target": target, "draft": draft})
+    new = batch.add(list(range(5, 18)), 6, K=3)
+    rounds = []
+    while new in batch:
+        calls.clear()
+        events = dict(batch.step())
+        rounds.append((sorted(events), [c for c in calls if c[0] == "target"], [c for c in calls if c[0] == "draft"]))
+    emitting = [handles for handles, _, _ in rounds]
+    assert emitting[:3] == [[old]] * 3 and new in emitting[3], f"who emitted, round by round: {emitting}"
+    for i, (_, target_calls, draft_calls) in enumerate(rounds[:3]):
+        assert len(target_calls) == 1 and target_calls[0][1][1:] == [4], f"round {i}: target calls {target_calls}"
+        assert draft_calls[0][1][1:] == [4] and all(len(rows) == 1 for _, rows in draft_calls[1:]), \
+            f"round {i}: the newcomer's chunk rides in the first draft step only: {draft_calls}"
+    assert rounds[3][1] == [("target", [1 + 2, 1 + 3])], \
+        f"round 3: the other's token and 2 drafts, the newcomer's last prompt row and 3 drafts: {rounds[3][1]}"
+    assert batch.pop_tokens(new) == speculative_generate(target, draft, list(range(5, 18)), 6, K=3).tokens
+
+
+def test_a_plain_round_feeds_the_chunk_to_the_draft_in_a_call_of_its_own(monkeypatch):
+    """When no sequence drafts with the model this round (a K = 0 one only), a drafting newcomer's chunk still
+    reaches its draft cache (one call over its chunk), so its first drafting round owes the draft one chunk at
+    most; a K = 0 newcomer's prompt never reaches the draft."""
+    rng = np.random.default_rng(1)
+    target, draft = GPT2(SMALL, random_params(SMALL, rng)), GPT2(SMALL, random_params(SMALL, rng))
+    batch = ContinuousSpeculativeBatch(target, draft, prefill_chunk=5)
+    batch.add([1], 30, K=0)
+    batch.step()
+    calls = rows_per_call(monkeypatch, {"target": target, "draft": draft})
+    batch.add(list(range(2, 14)), 4, K=2)   # 12 prompt rows: 5, 5, then the last 2 in its first round
+    batch.add(list(range(20, 31)), 4, K=0)  # 11: 5, 5, then 1
+    batch.step()
+    batch.step()
+    assert calls[:2] == [("draft", [5]), ("target", [1, 5, 5])] and calls[2:4] == [("draft", [5]), ("target", [1, 5, 5])],\
+        f"two chunk rounds: {calls}"
+    calls.clear()
+    batch.step()
+    assert calls[0] == ("draft", [2]), f"the drafting newcomer's first draft step owes its last 2 rows: {calls}"
+
+
+def test_the_policy_neither_times_nor_counts_a_round_that_feeds_a_chunk(pair, monkeypatch):
+    """An "auto" sequence feeding its prompt a chunk a round is not among the sequences the policy chooses for
+    (it drafts nothing yet), and no round that feeds prompt rows is timed for the policy, up to and including the
+    round that feeds its last rows."""
+    target, draft = pair
+    asked, updates = [], []
+    choose, update = BatchAutoK.choose, BatchAutoK.update
+    monkeypatch.setattr(BatchAutoK, "choose", lambda self, B, lag=0, horizon=None, fixed=(): asked.append(
+        (B, sorted(fixed))) or choose(self, B, lag, horizon, fixed))
+    monkeypatch.setattr(BatchAutoK, "update", lambda self, *a, first_round: updates.append(first_round) or update(
+        self, *a, first_round=first_round))
+    batch = ContinuousSpeculativeBatch(target, draft, K_max=4, prefill_chunk=4)
+    ids = [target.tokenizer.encode(p) for p in PROMPTS[:2]]
+    assert len(ids[1]) > 8, "the newcomer's prompt should take more than two chunks"
+    batch.add(ids[0][:4], 150, "auto")
+    for _ in range(3):
+        batch.step()
+    asked.clear(), updates.clear()
+    batch.add(ids[1], 20, "auto")
+    chunks = -(-len(ids[1]) // 4)  # rounds that feed its prompt, the last one included
+    for _ in range(chunks + 1):
+        batch.step()
+    assert [B for B, _ in asked] == [1] * (chunks - 1) + [2, 2], f"the policy's B, round by round: {asked}"
+    assert updates == [True] * chunks + [False], f"rounds shown to the policy as timed (False): {updates}"
+
+
 # ---- (4) errors ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -236,6 +332,14 @@ def test_bad_requests_are_one_line_errors(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
         batch.add(**args)
     assert "\n" not in str(error.value) and len(batch) == 0
+
+
+@pytest.mark.parametrize("chunk", [0, -3, 2.5, True, "8"])
+def test_a_bad_prefill_chunk_is_a_one_line_error(chunk):
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"prefill_chunk must be None \(whole prompts\) or an integer >= 1") as e:
+        ContinuousSpeculativeBatch(random_toy_model(rng, 4), random_toy_model(rng, 4), prefill_chunk=chunk)
+    assert "\n" not in str(e.value)
 
 
 def test_a_prompt_too_long_for_the_draft_alone_names_the_draft():
@@ -283,13 +387,14 @@ def test_the_models_and_shared_generators_are_refused():
         batch.add([1], 3, 2, rng=coins)
 
 
+@pytest.mark.parametrize("chunk", [None, 3], ids=["whole prompts", "prefill_chunk 3"])
 @pytest.mark.parametrize("where", ["verifying", "rolling back"])
-def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(pair, where):
+def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(pair, where, chunk):
     """Ctrl-C in a round (a notebook user stopping a cell) used to leave caches and generators half moved: the
     next round failed deep inside ("need 1 <= n_logits <= len(ids)"). Now a round that raises is undone, so
     after one interrupted round every sequence still gets exactly its solo run, greedy and sampled alike:
     interrupted after half the sequences drew their coins, or after the target caches were rolled back and
-    before the draft caches were."""
+    before the draft caches were; with prefill_chunk 3, in a round that also fed a chunk of the longer prompts."""
     target, draft = pair
     ids = [target.tokenizer.encode(p) for p in PROMPTS[:4]]
     requests = [dict(prompt=p, n=14, K=k, seed=seed, stops=None, options=dict(temperature=temperature))
@@ -308,7 +413,7 @@ def test_a_round_interrupted_anywhere_changes_nothing_and_the_batch_carries_on(p
         if where == "rolling back" and calls["roll_back"] == 6:
             raise KeyboardInterrupt
         batched_speculative.roll_back_each(pairs)
-    batch = ContinuousSpeculativeBatch(target, draft, verify=verify, roll_back=roll_back)
+    batch = ContinuousSpeculativeBatch(target, draft, verify=verify, roll_back=roll_back, prefill_chunk=chunk)
     handles = [batch.add(r["prompt"], r["n"], r["K"], rng=rng_of(r["seed"]), **r["options"]) for r in requests]
     assert steps_through_interrupts(batch) == 1
     for i, (handle, r) in enumerate(zip(handles, requests)):

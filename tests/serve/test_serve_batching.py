@@ -441,25 +441,32 @@ def test_plain_requests_ride_in_the_drafting_batch_one_target_pass_a_step(refere
     assert not logged_errors(caplog)
 
 
-def test_a_job_that_would_feed_more_than_a_chunk_to_join_stays_where_it_is(reference, caplog):
+def test_long_prompts_ride_in_the_drafting_batch_a_chunk_a_step(reference, caplog, monkeypatch):
     """With --prefill_chunk 8, a drafting request that started alone (its prompt already past 8 tokens) keeps its
-    own stream when another comes, and a plain request with a prompt past 8 stays in the plain batch (fed a chunk
-    a step) beside the drafting batch: joining would feed more than a chunk in one round. Each text as alone."""
+    own stream when another comes (joining, it would draw nothing for the steps its chunks take); a drafting and a
+    plain request with prompts past 8 that arrive meanwhile ride in the drafting batch, each fed 8 prompt rows a
+    step in the target's one pass (before, the drafting one fed its whole prompt in one round and the plain one
+    took a pass of its own in the plain batch). Each text as alone."""
+    from gpt2np.decoding import batched_speculative
     engine = batching_engine(prefill_chunk=8)
     gate = threading.Event()
     slow_down(engine, gate=gate)
-    passes = []
+    passes, rows, packed = [], [], batched_speculative.forward_packed
     for name, batch in (("plain", engine._batch), ("drafting", engine._drafting[DRAFT])):
         step = batch.step
         batch.step = lambda name=name, step=step, batch=batch: passes.append((name, len(batch))) or step()
+    monkeypatch.setattr(batched_speculative, "forward_packed", lambda model, calls, n: (
+        model is engine.target and rows.append([len(ids) for ids, _ in calls])) or packed(model, calls, n))
     bodies = [{"prompt": PROMPTS[1], "max_tokens": 30, "temperature": 0, "K": 3},
               {"prompt": PROMPTS[2], "max_tokens": 20, "temperature": 0, "K": 2},
               {"prompt": PROMPTS[3], "max_tokens": 20, "temperature": 0, "speculative": False}]
-    assert all(len(reference.tokenizer.encode(b["prompt"])) > 8 for b in bodies)
+    n_prompt = [len(reference.tokenizer.encode(b["prompt"])) for b in bodies]
+    assert min(n_prompt) > 8, n_prompt
     replies = alone_then_others(engine, gate, reference, bodies[0], bodies[1:])
-    assert {name for name, _ in passes} == {"plain", "drafting"}, passes  # the long plain prompt stayed in its batch
-    assert max(size for name, size in passes if name == "drafting") == 1, passes  # the one alone never joined
+    assert {name for name, _ in passes} == {"drafting"} and max(size for _, size in passes) == 2, passes
     assert not replies[0].json()["gpt2np"]["stats"].get("batched"), replies[0].json()["gpt2np"]["stats"]
+    assert all(max(call) <= 8 + 2 for call in rows), rows[:12]  # a chunk, or its last rows and 2 drafts
+    assert any(call.count(8) == 2 for call in rows), rows  # both newcomers fed a chunk in one pass
     assert not logged_errors(caplog)
 
 

@@ -122,6 +122,32 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class Crashes:
+    """ASGI middleware, inside CORS: an unhandled error becomes crashed()'s 500 here, so that its answer carries the
+    CORS headers a page's script needs to read it (the handler Starlette calls for Exception sits outside every
+    middleware: its 500 had none, and the page saw a network error). One that comes after the answer began
+    (a stream) goes on up, as before."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            await (await crashed(None, exc))(scope, receive, send)
+
+
 class CORS(CORSMiddleware):
     """Starlette's CORS middleware, its refused preflight in OpenAI's error shape (it is plain text there), naming
     the origin and what the server allows. A browser shows neither to the page's script, but whoever reads the
@@ -202,6 +228,7 @@ def create_app(engine, max_body_bytes=MAX_BODY_BYTES, log_requests=False, on_sto
     app = FastAPI(lifespan=lifespan, title="gpt2np", description="GPT-2 in NumPy with speculative decoding: OpenAI-compatible "
                   "completions with per-token provenance (draft / resample / bonus).", version="1.0")
     app.state.engine, app.state.on_stop = engine, on_stop
+    app.add_middleware(Crashes)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if allow_origins:  # outside BodyLimit: a 413 reaches the page's script too
         app.add_middleware(CORS, allow_origins=list(allow_origins), allow_methods=["GET", "HEAD", "POST"],

@@ -97,3 +97,23 @@ def test_a_page_from_another_origin_calls_the_api_in_a_browser_only_when_allowed
         assert (state, text) == ("done", want["text"]), (state, text)
     else:
         assert state == "error" and "Failed to fetch" in text, (state, text)
+
+
+def test_a_server_error_reaches_the_page_with_its_cors_headers(caplog):
+    """A bug in a route (an unhandled error) answers OpenAI's 500 JSON, and, for an allowed origin, with the CORS
+    headers its browser needs to let the page's script read it: Starlette's handler for Exception sits outside
+    every middleware, so its 500 had none and the page saw only a network error."""
+    page = "http://localhost:3000"
+    engine = bundled_engine()
+
+    def broken(prompt):
+        raise RuntimeError("a bug in encode")
+    engine.encode = broken
+    body = {"model": TARGET, "prompt": "ROMEO:", "max_tokens": 3, "temperature": 0}
+    with running_server(engine, allow_origins=[page]) as url:
+        answer = requests.post(url + "/v1/completions", json=body, headers={"Origin": page}, timeout=30)
+        health = requests.get(url + "/health", timeout=30)
+    assert answer.status_code == 500 and answer.headers.get("Access-Control-Allow-Origin") == page, answer.headers
+    assert answer.json()["error"]["type"] == "server_error" and "a bug" not in answer.text, answer.text
+    assert health.status_code == 200
+    assert any("unhandled error" in r.getMessage() for r in caplog.records), "the bug is logged on the server"

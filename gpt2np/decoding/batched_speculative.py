@@ -172,14 +172,20 @@ def open_sequences(target, draft, prompts, n_tokens, K, K_max, temperature, top_
             for p, n, k, o, r, s in zip(prompts, n_tokens, Ks, options, rngs, stops)]
 
 
-def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops, K_max=8, lookup=None):  # -> its Sequence
+def new_sequence(target, draft, prompt, n_tokens, K, options, rng, stops, K_max=8, lookup=None,
+                 schedule=None):  # -> its Sequence
     """Both caches sized prompt + n_tokens - 1 (the module docstring); prompt lookup (the batch's draft, or
     `lookup`: this sequence's own in a batch whose draft is a model, ContinuousSpeculativeBatch.add): no draft
     cache, its own drafter instead. K "heuristic": its own schedule within 1..K_max, where speculative_generate's
-    starts."""
+    starts, or a copy of `schedule` (a HeuristicK: where a run's rounds so far left it)."""
     room, mine = len(prompt) + n_tokens - 1, draft if lookup is None else lookup
     looking = looks_up(mine)
-    schedule = HeuristicK(int(K_max)) if K == "heuristic" else None
+    if K != "heuristic":
+        schedule = None
+    elif schedule is None:
+        schedule = HeuristicK(int(K_max))
+    else:
+        schedule = copy.copy(schedule)  # its own: the batch moves it round by round
     return Sequence(prompt, n_tokens, K if schedule is None else schedule.K, options, rng, stops,
                     request_cache(target, room), None if looking else request_cache(draft, room),
                     context=list(prompt), drafter=own_drafter(mine, target) if looking else None, schedule=schedule)

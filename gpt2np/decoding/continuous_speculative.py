@@ -47,7 +47,7 @@ from .batched import check_sequence
 from .batched_speculative import (batch_auto_K, batch_round, check_draft_model, check_draft_room, draft_debt,
                                   looks_up, new_sequence, not_batched, own_drafter, roll_back_each, verify_each)
 from .continuous import Handles, check_prefill_chunk, check_rng_unshared, generator_state, set_generator_state
-from .policies import checked_K_max
+from .policies import HeuristicK, checked_K_max
 from .speculative import DEFAULT_K
 
 USAGE = "ContinuousSpeculativeBatch(target, draft).add(prompt_ids, n_tokens, K, ...)"
@@ -117,16 +117,20 @@ class ContinuousSpeculativeBatch(Handles):
                                    self._auto, self._newcomers, self._feeding)
 
     def add(self, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None, top_p=None, rng=None, *,
-            stop_tokens=None, K_max=None, lookup=None):
+            stop_tokens=None, K_max=None, lookup=None, schedule=None):
         """Check one request as speculative_generate checks it (one-line ValueError) and put it in the
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max) and bounds a K="heuristic" one's schedule (default: the
         batch's K_max), as speculative_generate's K_max does alone. lookup: prompt lookup (an NgramDrafter) this
         sequence drafts with instead of the batch's draft (its own copy, its own context), with a K of its own
         (an int or "heuristic": the batch's "auto" prices the draft model's calls), so that it shares the
-        batch's target pass."""
+        batch's target pass. schedule: with K="heuristic", the schedule to go on from (a HeuristicK, copied: a
+        request that ran alone so far joins with the K its rounds left it at, so it drafts what it would alone)."""
         cap = self.K_max if K_max is None else checked_K_max(K_max)
         K, auto = check_K(K, min(cap, self.K_max))
+        if schedule is not None and (K != "heuristic" or not isinstance(schedule, HeuristicK)):
+            raise ValueError(f"schedule is a HeuristicK to go on from, for K='heuristic' only; got {schedule!r} "
+                             f"with K={K!r}")
         if lookup is not None and not looks_up(lookup):
             raise ValueError(f"lookup must be prompt lookup (gpt2np.NgramDrafter), {not_batched(lookup)}")
         if lookup is not None and auto:
@@ -139,7 +143,7 @@ class ContinuousSpeculativeBatch(Handles):
         check_rng_unshared(rng, options, self._running.values())
         handle = self._new_handle()  # the target holds context[:-1] and at most k <= wanted - 1 drafts
         self._running[handle] = new_sequence(self.target, self.draft, [int(t) for t in prompt_ids], int(n_tokens), K,
-                                             options, rng, stops, cap, lookup)
+                                             options, rng, stops, cap, lookup, schedule)
         self._newcomers.add(handle)
         if auto:
             self._auto[handle] = K

@@ -21,8 +21,8 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     stream (gpt2np's round stream, gpt2np/decoding/stream.py) one after the other; its rows are not packed
     with the others'. A job alone keeps the single-sequence statistics (its own c and v: a packed job's
     passes are shared, so its reply has no such costs). A chain
-    that started alone joins its drafter's batch once others draft there (but "heuristic": its schedule is
-    its stream's), prompt-lookup chains with a K of their own ride in the draft model's batch (chain_home),
+    that started alone joins its drafter's batch once others draft there ("heuristic" with the schedule its
+    rounds left it at), prompt-lookup chains with a K of their own ride in the draft model's batch (chain_home),
     and plain jobs ride in a drafting batch as sequences with K = 0 (plain_home, _pack): one target pass a
     step where it can.
 
@@ -315,9 +315,10 @@ class Engine:
                 self._open(job)
         return bool(self._active) or not self._stopping
 
-    def _add_to_batch(self, batch, g, emitted=(), rng=None):  # -> its handle in the batch
+    def _add_to_batch(self, batch, g, emitted=(), rng=None, schedule=None):  # -> its handle in the batch
         """The adapter to gpt2np's packed batches: a Generation joins a plain or a drafting batch (a plain one with
-        K = 0); one that moves mid-way (_pack) joins with the tokens it emitted as more prompt and its own generator."""
+        K = 0); one that moves mid-way (_pack) joins with the tokens it emitted as more prompt, its own generator
+        and, K "heuristic", the schedule its rounds left it at."""
         sampling = sampling_of(g, rng)
         ids, n_tokens = list(g.prompt_ids) + list(emitted), g.max_tokens - len(emitted)
         if batch is self._batch:
@@ -325,7 +326,7 @@ class Engine:
         if g.drafter is None:  # a plain job riding in a drafting batch
             return batch.add(ids, n_tokens, 0, **sampling)
         lookup = None if batch is self._drafting[g.drafter] else self.drafters[g.drafter]  # (chain_home)
-        return batch.add(ids, n_tokens, g.K, K_max=g.K_max, lookup=lookup, **sampling)
+        return batch.add(ids, n_tokens, g.K, K_max=g.K_max, lookup=lookup, schedule=schedule, **sampling)
 
     def _open(self, job):
         """Start a job: it joins its packed batch (batch_for), or gets its own stream."""
@@ -339,6 +340,8 @@ class Engine:
                 self._members[active.batch, active.handle] = job
             else:
                 active.stream = self.open_stream(g, active.rng)
+                if g.K == "heuristic" and g.tree is None:  # the schedule its stream follows, kept beside it
+                    active.schedule = gpt2np.make_policy("heuristic", g.K_max)
         except ValueError as e:  # check() should have caught it; still the client's error
             job.put(("error", 400, str(e).splitlines()[0]))
             self.failed += 1
@@ -374,20 +377,21 @@ class Engine:
         clients of 124M -> 355M, K "auto": 18-21 output tok/s, packed 32-33) joins its drafter's batch, a plain
         job the fullest drafting batch (plain_home). Its prompt is the request's prompt and every token it
         emitted, its generator its own: a fixed K (0 for a plain job) draws what it would alone (each round the
-        same rows, from the same context and generator), "auto" follows the target's law as any packed job.
+        same rows, from the same context and generator), and so does "heuristic" (its schedule, kept beside its
+        stream, goes with it: Active.schedule); "auto" follows the target's law as any packed job.
         It feeds its prompt and tokens again on joining, so one with more than prefill_chunk of them stays where it
         is (it would draw nothing for the steps its chunks take), as does one that has all its tokens, or
         <|endoftext|>: it is ending."""
         for job, active in list(self._active.items()):
             g, rows = job.generation, len(job.generation.prompt_ids) + len(active.tokens)
-            if active.stream is not None:  # started alone; a "heuristic" one stays: its schedule is its stream's
-                home = None if g.K == "heuristic" else self.batch_for(g)
+            if active.stream is not None:  # started alone
+                home = self.batch_for(g)
             else:  # in the plain batch, or in a drafting batch already
                 home = self.plain_home() if active.batch is self._batch else None
             if (home is None or home is self._batch or not len(home) or not self.fits_a_step(rows)
                     or len(active.tokens) >= g.max_tokens or self.target.eot_id in active.tokens):
                 continue
-            handle = self._add_to_batch(home, g, active.tokens, active.rng)
+            handle = self._add_to_batch(home, g, active.tokens, active.rng, active.schedule)
             if active.stream is not None:
                 active.stream.close()
             else:
@@ -404,6 +408,8 @@ class Engine:
             event = dataclasses.replace(event, n_emitted=event.n_emitted + active.offset)
         active.tokens += event.tokens
         active.live.add(event)
+        if active.schedule is not None and active.stream is not None:  # as its stream's own schedule moves
+            active.schedule.update(event)
         pieces = ["" if t == eot else p for t, p in zip(event.tokens, active.texts.pieces(event.tokens))]
         job.put(("round", event, pieces, active.live.as_dict()))
 

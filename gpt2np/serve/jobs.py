@@ -159,4 +159,5 @@ class Active:
     rng: object = None            # the generator it draws from (it goes on drawing when the job moves: Engine._pack)
     tokens: list = field(default_factory=list)  # the tokens delivered so far
     offset: int = 0               # tokens emitted before it joined its batch (its batch counts from there)
+    schedule: object = None       # a K "heuristic" chain alone: its schedule, moved by its rounds (it joins with it)
     live: LiveStats = field(default_factory=LiveStats)

@@ -471,6 +471,49 @@ def test_heuristic_requests_joining_finishing_and_cancelled_each_equal_their_sol
     assert len(set(proposed)) >= 3, f"the greedy heuristic request's K should move, drafted {proposed}"
 
 
+def test_a_heuristic_sequence_joins_with_the_schedule_its_solo_rounds_left(pair):
+    """A sampled "heuristic" run alone for 6 rounds (speculative_stream), then added to a batch beside another with
+    its tokens as more prompt, its generator and a schedule moved by those 6 rounds (add(schedule=), as the server
+    moves a request that started alone): its tokens are its whole solo run's. A fresh schedule in its place draws
+    otherwise (the negative control), and the schedule given is the caller's still (the batch moves a copy)."""
+    target, draft = pair
+    prompt, n = target.tokenizer.encode(PROMPTS[0]), 60
+    solo_tokens = speculative_generate(target, draft, prompt, n, "heuristic", temperature=0.9,
+                                       rng=np.random.default_rng(4)).tokens
+
+    def joined(carry):
+        rng, schedule = np.random.default_rng(4), HeuristicK(8)
+        stream = gpt2np.speculative_stream(target, draft, prompt, n, "heuristic", temperature=0.9, rng=rng)
+        tokens = []
+        for _ in range(6):
+            event = next(stream)
+            tokens += event.tokens
+            schedule.update(event)
+        stream.close()
+        moved = schedule.K
+        batch = ContinuousSpeculativeBatch(target, draft)
+        other = batch.add(target.tokenizer.encode(PROMPTS[3]), 30, 2)
+        mine = batch.add(prompt + tokens, n - len(tokens), "heuristic", temperature=0.9, rng=rng,
+                         schedule=schedule if carry else None)
+        while batch:
+            batch.step()
+        assert schedule.K == moved and batch.pop_tokens(other)
+        return tokens + batch.pop_tokens(mine), moved
+    carried, moved = joined(True)
+    assert moved != HeuristicK(8).K, f"the 6 rounds should move the schedule from its start, K {moved}"
+    assert carried == solo_tokens, "the sequence joined with its schedule differs from its solo run"
+    assert joined(False)[0] != solo_tokens, "a fresh schedule should draw otherwise (else this test proves nothing)"
+
+
+def test_a_schedule_is_for_heuristic_sequences_only(pair):
+    target, draft = pair
+    batch = ContinuousSpeculativeBatch(target, draft)
+    for K, schedule in ((3, HeuristicK(8)), ("heuristic", object()), ("auto", HeuristicK(8))):
+        with pytest.raises(ValueError, match="schedule is a HeuristicK to go on from, for K='heuristic' only") as e:
+            batch.add([1, 2], 5, K, schedule=schedule)
+        assert "\n" not in str(e.value) and len(batch) == 0
+
+
 def test_a_schedule_shared_by_the_sequences_is_caught(pair, monkeypatch):
     """The negative control: one HeuristicK for every sequence (each round's K following the others' rounds too)
     and the sampled heuristic requests no longer equal their solo runs."""

@@ -339,13 +339,15 @@ def solo_text(target, body):  # -> the text of body's request alone (greedy: gen
 
 def alone_then_others(engine, gate, reference, first, others):
     """`first` reaches the idle server (its own stream, its first round held at `gate`: slow_down's) and `others`
-    queue behind it; -> the replies, each checked 200 and equal to its request's solo run (solo_text)."""
+    queue behind it in their order (each sent once the one before is queued: the order they are admitted in);
+    -> the replies, each checked 200 and equal to its request's solo run (solo_text)."""
     post = lambda b: requests.post(url + "/v1/completions", json={**b, "model": TARGET}, timeout=120)  # noqa: E731
     with running_server(engine) as url, ThreadPoolExecutor(1 + len(others)) as pool:
         sent = [pool.submit(post, first)]
         assert wait_until(lambda: engine.active == 1)
-        sent += [pool.submit(post, b) for b in others]
-        assert wait_until(lambda: engine.queued == len(others))
+        for n, body in enumerate(others, 1):
+            sent.append(pool.submit(post, body))
+            assert wait_until(lambda n=n: engine.queued == n)
         gate.set()
         replies = [f.result(timeout=120) for f in sent]
     assert [r.status_code for r in replies] == [200] * len(replies), [r.text[:200] for r in replies]
@@ -355,13 +357,15 @@ def alone_then_others(engine, gate, reference, first, others):
 
 
 @pytest.mark.parametrize("drafter, K, temperature, seed", [(DRAFT, 3, 0.8, 5), ("ngram", 2, 0.9, 7),
-                                                           (DRAFT, "auto", 0, None)])
+                                                           (DRAFT, "auto", 0, None), (DRAFT, "heuristic", 0.8, 5),
+                                                           ("ngram", "heuristic", 0.9, 7)])
 def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_comes(reference, caplog, drafter, K,
                                                                                    temperature, seed):
     """A drafting request that finds the server idle runs as its own stream. Once another drafts with its
     drafter it joins their packed batch (before, it ran its own target pass beside the batch's every step
     to its end) and goes on from the tokens it has with its own generator: its text is still its solo
-    run's (a seeded fixed K: the same draws), and its rounds count on from its first."""
+    run's (a seeded fixed K, or "heuristic" with the schedule its rounds left it at: the same draws; before,
+    a "heuristic" one kept its stream), and its rounds count on from its first."""
     engine = batching_engine()
     gate = threading.Event()
     slow_down(engine, gate=gate)  # its first round waits until the other request is queued
@@ -377,25 +381,9 @@ def test_a_drafting_request_that_started_alone_joins_the_batch_when_another_come
     emitted = [r["n_emitted"] for r in reply["rounds"]]
     assert emitted == sorted(set(emitted)) and emitted[-1] == len(reply["tokens"]) == 40, emitted
     assert reply["stats"]["batched"] and reply["stats"]["rounds"] == len(emitted), reply["stats"]
-    if K != "auto":  # K_counts: each round's K clamped to the tokens it still wanted - 1
+    if isinstance(K, int):  # K_counts: each round's K clamped to the tokens it still wanted - 1
         clamped = [min(K, 40 - n - 1) for n in [0] + emitted[:-1]]
         assert reply["stats"]["K_counts"] == {str(k): clamped.count(k) for k in sorted(set(clamped))}, reply["stats"]
-    assert not logged_errors(caplog)
-
-
-def test_a_heuristic_request_that_started_alone_keeps_its_stream(reference, caplog):
-    """A K "heuristic" request alone runs as its own stream, its schedule inside it: when another comes it stays
-    there (joining would start a new schedule, so a seeded one would draw otherwise), and its text is its solo
-    run's. The newcomer is packed."""
-    engine = batching_engine()
-    gate = threading.Event()
-    slow_down(engine, gate=gate)
-    first = {"prompt": PROMPTS[1], "max_tokens": 40, "temperature": 0.8, "seed": 5, "K": "heuristic",
-             "drafter": DRAFT}
-    other = {"prompt": PROMPTS[2], "max_tokens": 30, "temperature": 0, "K": 2, "drafter": DRAFT}
-    replies = alone_then_others(engine, gate, reference, first, [other])
-    stats = [r.json()["gpt2np"]["stats"] for r in replies]
-    assert not stats[0].get("batched") and stats[1]["batched"], stats
     assert not logged_errors(caplog)
 
 

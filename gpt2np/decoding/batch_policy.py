@@ -242,10 +242,10 @@ class BatchAutoK:
         del self.overlaps[n_overlaps:]
 
     def update(self, overlaps, rows, target_seconds, draft_calls, first_round):
-        """After a round: its examined positions' overlaps, its target side (rows in all, seconds) and
-        each draft call's (rows, seconds). The first round's target call carries the prompts and is not
-        timed; a draft call is priced by its rows whatever they catch up on."""
-        self.overlaps += overlaps
+        """After a round: its examined positions' overlaps (a list, or {sequence: list}: batch_round's), its
+        target side (rows in all, seconds) and each draft call's (rows, seconds). The first round's target call
+        carries the prompts and is not timed; a draft call is priced by its rows whatever they catch up on."""
+        self.overlaps += [b for bs in overlaps.values() for b in bs] if isinstance(overlaps, dict) else overlaps
         for M, seconds in draft_calls:
             keep(self.draft_durations.setdefault(M, []), seconds)
         if not first_round:

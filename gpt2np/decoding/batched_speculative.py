@@ -342,7 +342,7 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy, feeding
         tokens, rows = plain_round(target, seqs, running, target_feeds)
         seconds = time.perf_counter() - start
         if policy:
-            policy.update([], rows, start + seconds - chosen, draft_calls, first_round=policy.t == 1)
+            policy.update({}, rows, start + seconds - chosen, draft_calls, first_round=policy.t == 1)
         return follow_schedules(seqs, plain_events(seqs, tokens, seconds))
     drafts, q, draft_calls = draft_all(draft, seqs, ks, draft_feeds)              # Step 1
     propose_seconds = time.perf_counter() - start
@@ -356,17 +356,23 @@ def batch_round(target, draft, seqs, running, verify, roll_back, policy, feeding
     if policy:
         # the target's side of the round: its pass, and every sequence's verification, sampling and roll-back
         # (on a small model those cost what the pass does; a plain round pays them too)
-        policy.update([b for _, event, _ in step for b in event.overlaps] + lookup_misses(seqs, step, ks), rows,
-                      seconds - propose_seconds, draft_calls, first_round=policy.t == 1)
+        policy.update(observed(seqs, step, ks), rows, seconds - propose_seconds, draft_calls,
+                      first_round=policy.t == 1)
     return follow_schedules(seqs, [(i, replace(event, seconds=seconds)) for i, event, _ in step])
 
 
-def lookup_misses(seqs, step, ks):  # -> [0.0] per sequence whose chain reached a draft the lookup did not find
+def observed(seqs, step, ks):  # -> {i: overlaps}: what the K policy learns of each sequence's round
+    """Each sequence's examined positions' overlaps, and its lookup's miss (lookup_misses) after them."""
+    missed = set(lookup_misses(seqs, step, ks))
+    return {i: list(event.overlaps) + [0.0] * (i in missed) for i, event, _ in step}
+
+
+def lookup_misses(seqs, step, ks):  # -> the sequences whose chain reached a draft their lookup did not find
     """What the K policy learns from a lookup that proposed fewer than k_i drafts: the position after the last
     one found, reached when every one found was accepted, is a rejected draft (q has no mass there: its
     overlap is 0), so that alpha's belief counts a miss as E(alpha, K) counts a rejection. A draft model
-    always proposes k_i: nothing."""
-    return [0.0 for i, event, _ in step
+    always proposes k_i: none."""
+    return [i for i, event, _ in step
             if seqs[i].drafter is not None and len(event.drafts) < ks[i] and all(event.decisions)]
 
 

@@ -17,7 +17,8 @@ so the others' rounds stay short (a 355M pass over 1,000 prompt rows takes ~4 s 
 K per sequence: an int (that many drafts a round, clamped to what it still wants; 0 is plain
 decoding), "heuristic" (its own HeuristicK, moved by its own rounds only, as speculative_generate's) or
 "auto": then batch_policy.BatchAutoK picks one K a round for every "auto" sequence from the batch's
-measured costs, so drafting stops as the batch fills (the goodput rule). A round in which a sequence
+measured costs, so drafting stops as the batch fills (the goodput rule); sequences that draft by their own prompt
+lookup in a draft model's batch have a BatchAutoK of their own (AutoKForSome). A round in which a sequence
 joined carries prompts, so its timing is not shown to the policy.
 
 Exactness is batched_speculative's: a sequence with a fixed K (or "heuristic") gets exactly what speculative_generate
@@ -70,30 +71,57 @@ class AutoKForSome:
     carry a newcomer's prompt. The policy chooses for the "auto" sequences (their number, what their draft
     lacks, the tokens they want) and is told the others' K: their rows share the pass, their tokens count,
     whatever it chooses (a server's plain requests ride in the batch with K = 0). A sequence that only feeds a
-    chunk of its prompt this round (`feeding`) is in neither: it drafts nothing and draws nothing."""
+    chunk of its prompt this round (`feeding`) is in neither: it drafts nothing and draws nothing.
 
-    def __init__(self, policy, seqs, auto, newcomers, feeding):
+    Two kinds of sequence share a draft model's batch: those the draft model drafts for, priced by `policy`, and
+    those that draft by their own prompt lookup (add(lookup=)), priced by `lookup_policy` (no model call to pay,
+    and an acceptance of their own): each policy learns from its own kind's rounds only and chooses for its own
+    "auto" sequences, told the other kind's K (the draft model's kind first; the lookup's as it chose last round)."""
+
+    def __init__(self, policy, seqs, auto, newcomers, feeding, lookup_policy=None, own_lookup=lambda s: False):
         self.policy, self.seqs, self.auto, self.newcomers, self.feeding = policy, seqs, auto, newcomers, feeding
+        self.policies = {"draft": policy, "lookup": lookup_policy}  # the lookup's: made when one first joins
+        self.own_lookup, self.last = own_lookup, {}  # own_lookup(sequence): whether it is the lookup's kind
+
+    def kind(self, handle):
+        return "lookup" if self.own_lookup(self.seqs[handle]) else "draft"
 
     def choose(self, B, lag, horizon):  # -> None: batch_round then takes each sequence's own K
-        # (B, lag, horizon are the whole batch's: the policy is asked for the "auto" sequences' own)
+        # (B, lag, horizon are the whole batch's: each policy is asked for its "auto" sequences' own)
         auto = [handle for handle in self.auto if handle not in self.feeding]
-        if auto:
-            fixed = [s.k() for handle, s in self.seqs.items() if handle not in self.auto and handle not in self.feeding]
-            K = self.policy.choose(len(auto), *draft_debt(self.seqs, auto), fixed=fixed)
-            for handle in auto:
-                self.seqs[handle].K = min(K, self.auto[handle])
+        for handle in auto:  # the lookup's kind as it chose last, until it chooses this round (after the other)
+            if self.kind(handle) == "lookup":
+                self.seqs[handle].K = min(self.last.get("lookup", 0), self.auto[handle])
+        for kind in ("draft", "lookup"):
+            mine = [handle for handle in auto if self.kind(handle) == kind]
+            if mine:
+                fixed = [s.k() for handle, s in self.seqs.items() if handle not in mine and handle not in self.feeding]
+                K = self.last[kind] = self.policies[kind].choose(len(mine), *draft_debt(self.seqs, mine), fixed=fixed)
+                for handle in mine:
+                    self.seqs[handle].K = min(K, self.auto[handle])
         return None
 
-    def update(self, *measured, first_round, **more):
-        if self.auto:
-            self.policy.update(*measured, first_round=first_round or bool(self.newcomers), **more)
-            for handle, cap in self.auto.items():  # until the next choice: what the draft would owe if they draft
-                self.seqs[handle].K = cap
+    def update(self, overlaps, rows, target_seconds, draft_calls, first_round):  # overlaps: {handle: [overlaps]}
+        kinds = {self.kind(handle) for handle in self.auto}
+        for kind in kinds:  # each learns from its own kind's rounds, and prices the draft model's calls or none
+            seen = {handle: o for handle, o in overlaps.items() if self.kind(handle) == kind}
+            policy = self.policies[kind]
+            policy.update(seen, rows, target_seconds, draft_calls if kind == "draft" else [],
+                          first_round=(first_round if kind == "draft" else policy.t == 1) or bool(self.newcomers))
+        for handle, cap in self.auto.items():  # until the next choice: what the draft would owe if they draft
+            self.seqs[handle].K = cap
 
     @property
     def t(self):  # batch_round asks whether this is the policy's first round
         return self.policy.t
+
+    def snapshot(self):  # -> what restore puts back (ContinuousSpeculativeBatch.step)
+        return dict(self.last), {kind: p.snapshot() for kind, p in self.policies.items() if p is not None}
+
+    def restore(self, state):
+        self.last, states = dict(state[0]), state[1]
+        for kind, policy_state in states.items():
+            self.policies[kind].restore(policy_state)
 
 
 class ContinuousSpeculativeBatch(Handles):
@@ -113,8 +141,10 @@ class ContinuousSpeculativeBatch(Handles):
         self.prefill_chunk, self.verify, self.roll_back = check_prefill_chunk(prefill_chunk), verify, roll_back
         self._running, self._finished, self._first, self._next = {}, {}, None, 0
         self._auto, self._newcomers, self._feeding = {}, set(), {}  # _auto: handle -> its K_max ("auto" sequences)
-        self.policy = AutoKForSome(batch_auto_K(target, draft, self.K_max), self._running,
-                                   self._auto, self._newcomers, self._feeding)
+        model_drafts = not looks_up(draft)
+        self.policy = AutoKForSome(batch_auto_K(target, draft, self.K_max), self._running, self._auto,
+                                   self._newcomers, self._feeding,
+                                   own_lookup=lambda s: model_drafts and s.drafter is not None)
 
     def add(self, prompt_ids, n_tokens, K=DEFAULT_K, temperature=None, top_k=None, top_p=None, rng=None, *,
             stop_tokens=None, K_max=None, lookup=None, schedule=None):
@@ -122,10 +152,10 @@ class ContinuousSpeculativeBatch(Handles):
         batch; its prompt is fed in the next round. Returns its handle. K_max caps a K="auto" sequence's
         K (default, and at most: the batch's K_max) and bounds a K="heuristic" one's schedule (default: the
         batch's K_max), as speculative_generate's K_max does alone. lookup: prompt lookup (an NgramDrafter) this
-        sequence drafts with instead of the batch's draft (its own copy, its own context), with a K of its own
-        (an int or "heuristic": the batch's "auto" prices the draft model's calls), so that it shares the
-        batch's target pass. schedule: with K="heuristic", the schedule to go on from (a HeuristicK, copied: a
-        request that ran alone so far joins with the K its rounds left it at, so it drafts what it would alone)."""
+        sequence drafts with instead of the batch's draft (its own copy, its own context), so that it shares the
+        batch's target pass; with K="auto" a policy of the lookups' own chooses its K (AutoKForSome). schedule:
+        with K="heuristic", the schedule to go on from (a HeuristicK, copied: a request that ran alone so far joins
+        with the K its rounds left it at, so it drafts what it would alone)."""
         cap = self.K_max if K_max is None else checked_K_max(K_max)
         K, auto = check_K(K, min(cap, self.K_max))
         if schedule is not None and (K != "heuristic" or not isinstance(schedule, HeuristicK)):
@@ -133,9 +163,6 @@ class ContinuousSpeculativeBatch(Handles):
                              f"with K={K!r}")
         if lookup is not None and not looks_up(lookup):
             raise ValueError(f"lookup must be prompt lookup (gpt2np.NgramDrafter), {not_batched(lookup)}")
-        if lookup is not None and auto:
-            raise ValueError("K='auto' with a sequence's own prompt lookup: the batch's K policy prices its draft "
-                             "model's calls; give it an integer K or 'heuristic', or a batch whose draft is the lookup")
         options, stops = check_sequence(self.target, prompt_ids, n_tokens, temperature, top_k, top_p, rng,
                                         stop_tokens)
         if K and lookup is None:
@@ -147,6 +174,8 @@ class ContinuousSpeculativeBatch(Handles):
         self._newcomers.add(handle)
         if auto:
             self._auto[handle] = K
+        if auto and lookup is not None and self.policy.policies["lookup"] is None:  # the lookups' own policy
+            self.policy.policies["lookup"] = batch_auto_K(self.target, lookup, self.K_max)
         return handle
 
     def cancel(self, handle):
@@ -164,13 +193,13 @@ class ContinuousSpeculativeBatch(Handles):
         again, drawing the same coins, chose its K from those coins: K must be a function of the past only.)"""
         if not self._running:
             return []
-        newcomers, auto, seen = set(self._newcomers), dict(self._auto), self.policy.policy.snapshot()
+        newcomers, auto, seen = set(self._newcomers), dict(self._auto), self.policy.snapshot()
         try:
             return self._undoable(self._round, keep, put_back)
         except BaseException:
             self._newcomers.update(newcomers)  # their prompts are fed again: the round is not the policy's to time
             self._auto.update(auto)
-            self.policy.policy.restore(seen)
+            self.policy.restore(seen)
             raise
 
     def _round(self):

@@ -22,7 +22,8 @@ jobs that finished or whose client has gone (`job.cancelled`). One step is
     with the others'. A job alone keeps the single-sequence statistics (its own c and v: a packed job's
     passes are shared, so its reply has no such costs). A chain
     that started alone joins its drafter's batch once others draft there ("heuristic" with the schedule its
-    rounds left it at), prompt-lookup chains with a K of their own ride in the draft model's batch (chain_home),
+    rounds left it at), prompt-lookup chains ride in the draft model's batch (chain_home; under "auto" with a
+    policy of their own),
     and plain jobs ride in a drafting batch as sequences with K = 0 (plain_home, _pack): one target pass a
     step where it can.
 
@@ -110,12 +111,11 @@ class Engine:
         return None
 
     def chain_home(self, g):  # -> the drafting batch a chain joins
-        """Its drafter's batch; but a prompt-lookup chain with a K of its own (an int or "heuristic") rides in a
-        draft model's batch where one is served, looking up its own context there (ContinuousSpeculativeBatch.add
-        (lookup=)), so that both share one target pass. Under "auto" it keeps the lookup's batch: the draft
-        model's batch prices the draft model's calls."""
+        """Its drafter's batch; but a prompt-lookup chain rides in a draft model's batch where one is served,
+        looking up its own context there (ContinuousSpeculativeBatch.add(lookup=); under "auto" a policy of the
+        lookups' own chooses its K), so that both share one target pass."""
         own = self._drafting.get(g.drafter)
-        if g.K == "auto" or not isinstance(self.drafters[g.drafter], gpt2np.NgramDrafter):
+        if not isinstance(self.drafters[g.drafter], gpt2np.NgramDrafter):
             return own
         return next((b for name, b in self._drafting.items()
                      if not isinstance(self.drafters[name], gpt2np.NgramDrafter)), own)

@@ -4,6 +4,7 @@ an identically seeded rng), the batch's joint law is the product of the target's
 1e-12), each broken batch variant (teach/broken_batch_kernels.py) is caught, one packed target call per
 round, and every bad request is a one-line error naming the sequence before any work.
 """
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -512,9 +513,12 @@ def test_a_lookup_miss_is_a_rejection_to_the_policy():
     step = [(0, found_all, 0), (1, missed, 0), (2, rejected, 0), (3, nothing, 0)]
     ks = {0: 1, 1: 3, 2: 3, 3: 2}
     looking, drafted = SimpleNamespace(drafter=gpt2np.NgramDrafter()), SimpleNamespace(drafter=None)
-    assert batched_speculative.lookup_misses([looking] * 4, step, ks) == [0.0, 0.0]
+    assert batched_speculative.lookup_misses([looking] * 4, step, ks) == [1, 3]
     assert batched_speculative.lookup_misses([drafted] * 4, step, ks) == []  # a draft model's sequences
-    assert batched_speculative.lookup_misses([drafted, looking, looking, drafted], step, ks) == [0.0]  # one batch
+    assert batched_speculative.lookup_misses([drafted, looking, looking, drafted], step, ks) == [1]  # one batch
+    step = [(i, replace(event, overlaps=[1.0] * sum(event.decisions) + [0.0] * (not all(event.decisions))), 0)
+            for i, event, _ in step]  # each examined position's overlap as a greedy round gives it
+    assert batched_speculative.observed([looking] * 4, step, ks) == {0: [1.0], 1: [1.0, 0.0], 2: [0.0], 3: [0.0]}
 
 
 @pytest.mark.parametrize("variant", ["shared_uniform", "copied_decision"])

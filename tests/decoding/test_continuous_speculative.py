@@ -553,7 +553,7 @@ def test_prompt_lookup_sequences_ride_in_a_draft_model_batch_each_as_alone(pair,
     """A batch whose draft is the draft model, with sequences that draft by their own prompt lookup (add(lookup=)),
     greedy and sampled, a fixed K and "heuristic", joining beside draft-model ones, a K 0 one and "auto" ones:
     each equals its solo run with its own drafter (auto: the target's greedy tokens), and the draft model is
-    called for its own sequences only (none at all while only lookups draft). "auto" with a lookup is refused."""
+    called for its own sequences only (none at all while only lookups draft)."""
     target, draft = pair
     ids = [target.tokenizer.encode(p) for p in PROMPTS]
     drafted_rows = []
@@ -563,7 +563,7 @@ def test_prompt_lookup_sequences_ride_in_a_draft_model_batch_each_as_alone(pair,
     requests = [  # prompt, n, K, lookup, temperature, seed, the round it joins
         (ids[1] * 2, 40, 3, True, 0.8, 7, 0), (ids[2] * 2, 30, "heuristic", True, 0, None, 0), (ids[3], 20, 0, False, 0,
         None, 0), (ids[0], 40, 4, False, 0.9, 3, 2), (ids[1], 30, "auto", False, 0, None, 3),
-        (ids[0] * 2, 25, "heuristic", True, 1.0, 5, 4)]
+        (ids[0] * 2, 25, "heuristic", True, 1.0, 5, 4), (ids[3] * 3, 30, "auto", True, 0, None, 2)]
     batch, handles, step = ContinuousSpeculativeBatch(target, draft, K_max=4), {}, 0
     while step == 0 or batch or len(handles) < len(requests):
         for i, (prompt, n, K, lookup, temperature, seed, join) in enumerate(requests):
@@ -580,10 +580,90 @@ def test_prompt_lookup_sequences_ride_in_a_draft_model_batch_each_as_alone(pair,
                 speculative_generate(target, mine, prompt, n, K, temperature=temperature, rng=rng_of(seed)).tokens)
         assert batch.pop_tokens(handles[i]) == want, f"request {i} (K {K!r}, lookup {lookup}) differs from its solo run"
     assert drafted_rows, "the draft model's sequences drafted"
-    with pytest.raises(ValueError, match="K='auto' with a sequence's own prompt lookup"):
-        batch.add(ids[0], 5, "auto", lookup=gpt2np.NgramDrafter())
     with pytest.raises(ValueError, match="lookup must be prompt lookup"):
         batch.add(ids[0], 5, 2, lookup=draft)
+
+
+def test_auto_lookups_in_a_draft_model_batch_have_a_policy_of_their_own(pair, monkeypatch):
+    """An "auto" and a K = 3 sequence drafted by the draft model, an "auto" and a K = 2 one by their own prompt
+    lookup, and a plain one: each policy is asked for its own "auto" sequence and told the 4 others' K;
+    the lookups' policy prices no draft call (it is shown none) and learns from the lookups' rounds only, the draft
+    model's from its own sequences' only (before, a lookup riding with a K of its own taught the draft model's
+    policy its acceptance). Every sequence is greedy: the target's greedy tokens."""
+    target, draft = pair
+    asked, shown, choose, update = [], [], BatchAutoK.choose, BatchAutoK.update
+    monkeypatch.setattr(BatchAutoK, "choose", lambda self, B, lag=0, horizon=None, fixed=(): asked.append(
+        (self.c_prior == 0, B, len(fixed))) or choose(self, B, lag, horizon, fixed))
+    monkeypatch.setattr(BatchAutoK, "update", lambda self, overlaps, rows, t, calls, first_round: shown.append(
+        (self.c_prior == 0, sorted(overlaps), calls)) or update(self, overlaps, rows, t, calls, first_round))
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+    batch = ContinuousSpeculativeBatch(target, draft, K_max=4)
+    requests = [(ids[0], 30, "auto", False), (ids[1], 30, 3, False), (ids[3] * 3, 30, "auto", True),
+                (ids[2] * 4, 30, 2, True), (ids[2], 30, 0, False)]
+    handles = [batch.add(p, n, K, lookup=gpt2np.NgramDrafter() if lookup else None) for p, n, K, lookup in requests]
+    while batch:
+        batch.step()
+    for i, (handle, (prompt, n, _, _)) in enumerate(zip(handles, requests)):
+        assert batch.pop_tokens(handle) == generate(target, prompt, n), f"request {i} differs from greedy decoding"
+    first = [(lookups, B, n_fixed) for lookups, B, n_fixed in asked[:2]]
+    assert first == [(False, 1, 4), (True, 1, 4)], f"(the lookups' policy, B, sequences beside) first: {asked[:2]}"
+    lookups, models = handles[2:4], [handles[0], handles[1], handles[4]]
+    for is_lookup, seen, calls in shown:
+        mine = lookups if is_lookup else models
+        assert set(seen) <= set(mine), f"{'lookup' if is_lookup else 'draft model'} policy shown {seen}"
+        assert not (is_lookup and calls), f"the lookups' policy was shown draft calls: {calls}"
+    assert any(is_lookup and seen for is_lookup, seen, _ in shown) and any(calls for _, _, calls in shown)
+
+
+def test_a_round_undone_puts_the_lookups_policy_back_too(pair, monkeypatch):
+    """A round interrupted after both policies chose (Ctrl-C in verifying) leaves both as they were before it."""
+    target, draft = pair
+    ids = [target.tokenizer.encode(p) for p in PROMPTS]
+
+    def verify(rounds, rngs):
+        if calls.append(1) or len(calls) == 4:
+            raise KeyboardInterrupt
+        return batched_speculative.verify_each(rounds, rngs)
+    calls, batch = [], ContinuousSpeculativeBatch(target, draft, K_max=4, verify=verify)
+    batch.add(ids[0], 30, "auto")
+    batch.add(ids[3] * 3, 30, "auto", lookup=gpt2np.NgramDrafter())
+    batch.add(ids[1], 30, 2)  # a drafting round every round: verify is called in each
+    for _ in range(3):
+        batch.step()
+    policies = batch.policy.policies
+    before = {kind: p.snapshot() for kind, p in policies.items()}
+    with pytest.raises(KeyboardInterrupt):
+        batch.step()
+    assert {kind: p.snapshot() for kind, p in policies.items()} == before, "the undone round is no policy's"
+
+
+def test_the_joint_law_with_auto_lookup_beside_auto_drafting_is_the_product_of_the_targets_laws(monkeypatch):
+    """Exact enumeration (toy pair, a scripted clock): one "auto" sequence drafted by the draft model, and a late
+    joiner drafting by its own prompt lookup under the lookups' own policy; the joint law of their tokens is the
+    product of the target's laws, and both policies' K varied."""
+    target, draft, prompts, n_tokens = toy_pair()
+    chosen = {True: set(), False: set()}
+    choose = BatchAutoK.choose
+    monkeypatch.setattr(BatchAutoK, "choose", lambda self, *a, **k: (lambda K: chosen[self.c_prior == 0].add(K) or K)(
+        choose(self, *a, **k)))
+
+    from gpt2np.decoding import continuous_speculative  # a cheap draft's prior, so that its policy drafts too
+    monkeypatch.setattr(continuous_speculative, "batch_auto_K", lambda target, draft, K_max: BatchAutoK(
+        K_max, 0.0 if batched_speculative.looks_up(draft) else 0.1))
+
+    def run(rng):
+        monkeypatch.setattr(batched_speculative, "time", ScriptedClock())  # a fresh clock: every path the same timings
+        batch = ContinuousSpeculativeBatch(target, draft, K_max=3)
+        first = batch.add(prompts[0], n_tokens[0], "auto", temperature=1.0, rng=RngView(rng),
+                          lookup=gpt2np.NgramDrafter(n_max=2))
+        batch.step()
+        second = batch.add(prompts[1], n_tokens[1], "auto", temperature=1.0, rng=RngView(rng))
+        while batch:
+            batch.step()
+        return tuple(batch.pop_tokens(first)), tuple(batch.pop_tokens(second))
+    got, expected = exact_distribution(run), product_law(target, prompts, n_tokens)
+    assert max_abs_difference(got, expected) <= EXACT, f"max |difference| {max_abs_difference(got, expected):.3g}"
+    assert len(chosen[False]) >= 2 and chosen[True], f"the policies' K: {chosen}"
 
 
 def test_a_round_undone_puts_the_policy_and_a_counting_lookup_back_too(pair, monkeypatch):

@@ -74,13 +74,13 @@ class AutoKForSome:
     chunk of its prompt this round (`feeding`) is in neither: it drafts nothing and draws nothing.
 
     Two kinds of sequence share a draft model's batch: those the draft model drafts for, priced by `policy`, and
-    those that draft by their own prompt lookup (add(lookup=)), priced by `lookup_policy` (no model call to pay,
+    those that draft by their own prompt lookup (add(lookup=)), priced by policies["lookup"] (no model call to pay,
     and an acceptance of their own): each policy learns from its own kind's rounds only and chooses for its own
     "auto" sequences, told the other kind's K (the draft model's kind first; the lookup's as it chose last round)."""
 
-    def __init__(self, policy, seqs, auto, newcomers, feeding, lookup_policy=None, own_lookup=lambda s: False):
+    def __init__(self, policy, seqs, auto, newcomers, feeding, own_lookup=lambda s: False):
         self.policy, self.seqs, self.auto, self.newcomers, self.feeding = policy, seqs, auto, newcomers, feeding
-        self.policies = {"draft": policy, "lookup": lookup_policy}  # the lookup's: made when one first joins
+        self.policies = {"draft": policy, "lookup": None}  # the lookups': the batch makes it when one first joins
         self.own_lookup, self.last = own_lookup, {}  # own_lookup(sequence): whether it is the lookup's kind
 
     def kind(self, handle):
@@ -102,12 +102,13 @@ class AutoKForSome:
         return None
 
     def update(self, overlaps, rows, target_seconds, draft_calls, first_round):  # overlaps: {handle: [overlaps]}
+        # (first_round is batch_round's, the draft model's policy's: each policy's own first round is asked below)
         kinds = {self.kind(handle) for handle in self.auto}
         for kind in kinds:  # each learns from its own kind's rounds, and prices the draft model's calls or none
             seen = {handle: o for handle, o in overlaps.items() if self.kind(handle) == kind}
             policy = self.policies[kind]
             policy.update(seen, rows, target_seconds, draft_calls if kind == "draft" else [],
-                          first_round=(first_round if kind == "draft" else policy.t == 1) or bool(self.newcomers))
+                          first_round=policy.t == 1 or bool(self.newcomers))
         for handle, cap in self.auto.items():  # until the next choice: what the draft would owe if they draft
             self.seqs[handle].K = cap
 

@@ -171,7 +171,8 @@ plt.title(f"position {n + 1}: the target resampled {tokenizer.decode([record.tok
 
 # %%
 Ks = [1, 2, 3, 4, 6, 8]
-sweep = explain.speculative_sweep(target, draft, prompt_ids, n_tokens=200, Ks=Ks, temperature=1.0, seed=0)
+sweep = explain.speculative_sweep(target, draft, prompt_ids, n_tokens=200, Ks=Ks, temperature=1.0, seed=0,
+                                  repeats=explain.repeats(3))  # 3, or 1 in the test suite's run
 print(f"target only: {sweep['autoregressive_seconds']:.3f} s for 200 tokens (best of 3)\n")
 print(f"{'K':>2} {'alpha_hat':>9} {'tokens/call':>11} {'theory':>6} {'c':>6} {'v':>5} "
       f"{'Thm 3.8':>7} {'with v':>6} {'measured':>8}")

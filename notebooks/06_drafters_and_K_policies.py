@@ -155,7 +155,8 @@ plt.tight_layout()
 
 # %%
 Ks = list(range(1, 9)) + ["heuristic", "auto"]
-sweeps = {name: explain.speculative_sweep(target, drafter, prompt_ids, 60, Ks, temperature=0)
+sweeps = {name: explain.speculative_sweep(target, drafter, prompt_ids, 60, Ks, temperature=0,
+                                          repeats=explain.repeats(3))
           for name, drafter in [("prompt lookup", NgramDrafter(n_max=3)), ("draft model", draft)]}
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), sharey=True)
 for ax, (name, sweep) in zip(axes, sweeps.items()):

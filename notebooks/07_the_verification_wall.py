@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "gpt2np" / "__init__.py").is_file())
 sys.path.insert(0, str(ROOT))
 import gpt2np
-from gpt2np.teach import blas_curves
+from gpt2np.teach import blas_curves, explain
 from threadpoolctl import threadpool_limits
 
 # One BLAS thread: on a 2-core machine shared with another job, 2-thread OpenBLAS products slow down
@@ -91,7 +91,7 @@ print(f"CPU: AVX2 {'yes' if 'avx2' in flags else 'no'}, AVX-512 {'yes' if 'avx51
 # alternate at every *M*, and the ratio is taken inside the repeat; we report the median over 7 repeats.
 
 # %%
-here = blas_curves.product_curve(max_m=12, repeats=7, threads=1)
+here = blas_curves.product_curve(max_m=12, repeats=explain.repeats(7), threads=1)
 shape_text = f"[M, {here['shape'][0]}] x {here['shape']}"
 print(f"{here['blas']}\n{shape_text}, {here['n_weights']} weights cycled\n")
 print(f"{'M':>2} {'plain ms':>9} {'t(M)/t(1)':>9} {'gpt2np ms':>10} {'t(M)/t(1)':>9}")
@@ -151,7 +151,7 @@ envs = blas_curves.blas_kernel_envs()
 for name, env in envs.items():
     print(f"{name:>9}: OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')}, "
           f"OPENBLAS_L2_SIZE={env.get('OPENBLAS_L2_SIZE', '(unset)')}")
-curves = {name: blas_curves.product_curve_in_child(env, max_m=12, repeats=7, threads=1)
+curves = {name: blas_curves.product_curve_in_child(env, max_m=12, repeats=explain.repeats(7), threads=1)
           for name, env in envs.items()}
 print()
 for curve in curves.values():

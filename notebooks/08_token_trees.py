@@ -331,7 +331,7 @@ ids = np.array(tokenizer.encode(" But soft, what light through yonder window bre
 seconds = {"forward": {}, "forward_rows": {}, "draft": {}}
 caches = {"target": target.new_cache(), "draft": draft.new_cache()}
 target.forward(prompt_ids, caches["target"]); draft.forward(prompt_ids, caches["draft"])
-for _ in range(30):
+for _ in range(explain.repeats(30)):
     for M in range(1, 17):
         for kind, call in [("forward", partial(target.forward, ids[:M], caches["target"], M)),
                            ("forward_rows", partial(target.forward_rows, ids[:M], len(prompt_ids) + np.arange(M),
@@ -384,14 +384,15 @@ plt.title("what a target call over M rows costs, in one-token calls", fontsize=1
 
 # %%
 SHAPES = [2, 3, 4, 5, (2, 1), (2, 1, 1), (3, 2, 1), "auto", "auto K"]
-_, plain_seconds = explain.best_time(partial(gpt2np.generate, target, prompt_ids, 200), 3)
+_, plain_seconds = explain.best_time(partial(gpt2np.generate, target, prompt_ids, 200), explain.repeats(3))
 sweeps, rates = {}, {}
 for temperature in (0.0, 0.8):
     wide = gpt2np.speculative_generate(target, draft, prompt_ids, 200, tree=(3, 2, 1, 1, 1), temperature=temperature,
                                        rng=np.random.default_rng(0))
     rates[temperature] = [[accepted / tried if tried else 0.0 for tried, accepted in at_depth]
                           for at_depth in wide.stats.by_rank]  # rates[d - 1][r] = a_{d,r}
-    sweeps[temperature] = explain.tree_sweep(target, draft, prompt_ids, 200, SHAPES, temperature, seed=0, repeats=3)
+    sweeps[temperature] = explain.tree_sweep(target, draft, prompt_ids, 200, SHAPES, temperature, seed=0,
+                                             repeats=explain.repeats(3))
 print(f"target alone: {200 / plain_seconds:.0f} tokens/s")
 for temperature, rate in rates.items():
     print(f"temperature {temperature}: a_(d,r) = " + "  ".join(f"d={d + 1}: " + ", ".join(f"{a:.2f}" for a in row)
@@ -453,7 +454,7 @@ breakdown = {}
 for shape in [3, (2, 1, 1), (3, 2, 1)]:
     kwargs = dict(K=shape) if isinstance(shape, int) else dict(tree=shape)
     runs = [explain.best_time(partial(gpt2np.speculative_generate, target, draft, prompt_ids, 200, **kwargs), 1)
-            for _ in range(3)]
+            for _ in range(explain.repeats(3))]
     run, wall = min(runs, key=itemgetter(1))  # (result, seconds) of the fastest run
     s = run.stats
     breakdown[str(shape)] = {"draft calls": s.draft_seconds / s.rounds, "target call": s.target_seconds / s.rounds,

@@ -98,7 +98,7 @@ prompts = [tokenizer.encode(line) for line in lines]  # 8 prompts, byte-level id
 # sizes interleaved, and the fastest of the 11 counts: a busy neighbour only ever slows a pass down.
 
 # %%
-CONTEXT, REPEATS = 32, 11
+CONTEXT, REPEATS = 32, explain.repeats(11)  # 11, or 1 in the test suite's run (it reads no time)
 Ms = [*range(1, 13), 14, 16, 20, 24, 32, 40, 48, 64]
 ids = np.resize(prompts[0], CONTEXT + max(Ms))  # [CONTEXT + 64] ids: the first prompt, repeated
 durations, one_sequence = {}, {}  # model name -> {M: [seconds, one per repeat]}: M sequences x 1 row | 1 x M rows
@@ -230,7 +230,7 @@ plain = {}  # model name -> {"alone": [tokens/s by B], "together": [...]}
 for model in (target, wide):
     solo = [gpt2np.generate(model, p, N_TOKENS) for p in prompts]  # each prompt alone (and a warm-up)
     solo_s, together_s = [np.inf] * len(prompts), [np.inf] * len(Bs)  # the fastest run of each
-    for repeat in range(5):  # solo and batched runs interleaved, so that both see the same neighbours
+    for repeat in range(explain.repeats(5)):  # solo and batched runs interleaved, so that both see the same neighbours
         for i, p in enumerate(prompts):
             solo_s[i] = min(solo_s[i], explain.best_time(partial(gpt2np.generate, model, p, N_TOKENS), 1)[1])
         for j, B in enumerate(Bs):
@@ -298,7 +298,7 @@ speed = {name: [] for name in methods}  # tokens/s by B
 for B in spec_Bs:
     reference = gpt2np.generate_batch(target, many[:B], N_SPEC)
     best = {name: np.inf for name in methods}
-    for repeat in range(3):
+    for repeat in range(explain.repeats(3)):
         for name, run in methods.items():
             out, seconds = explain.best_time(partial(run, many[:B], N_SPEC), 1)
             assert out == reference, f"B = {B}, {name}: {sum(a != b for a, b in zip(out, reference))} sequences differ"
@@ -377,7 +377,7 @@ for model in (target, wide):
     model.forward(ids[:CONTEXT], short)
     caches = [short.copy() for _ in B_range]
     times = {(B, K): [] for B in B_range for K in range(K_MAX + 1)}
-    for repeat in range(5):
+    for repeat in range(explain.repeats(5)):
         for B, K in times:
             start = time.perf_counter()
             forward_packed(model, [(ids[CONTEXT:CONTEXT + K + 1], cache) for cache in caches[:B]], K + 1)

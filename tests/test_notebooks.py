@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_tool
+from gpt2np.teach.explain import CHECK_RUN
 
 nbformat = pytest.importorskip("nbformat", reason="notebook tooling: pip install -r requirements-dev.txt")
 jupytext = pytest.importorskip("jupytext", reason="notebook tooling: pip install -r requirements-dev.txt")
@@ -109,12 +110,15 @@ def executed(request):  # -> {notebook stem: (executed notebook or exception, se
     Every notebook sets one BLAS thread (its models are tiny), so each kernel keeps one core busy:
     two at once on two cores take about half the time of one after the other (the notebooks' own
     timings move, and nothing here checks them; tools/build_notebooks.py, which writes the committed
-    outputs, runs one at a time)."""
+    outputs, runs one at a time). With GPT2NP_NOTEBOOK_CHECK=1 every measurement a notebook repeats
+    (explain.repeats) is taken once: the same cells on the same code paths in about half the time."""
     chosen = sorted((item.callspec.params["path"] for item in request.session.items
                      if getattr(item, "originalname", None) == "test_notebook_executes"), reverse=True)
-    with BUILDER.this_python_kernel() as kernel, ThreadPoolExecutor(WORKERS) as pool:
-        results = pool.map(lambda path: execute_script(path, kernel), chosen)
-        return {path.stem: result for path, result in zip(chosen, results)}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CHECK_RUN, "1")  # each measurement taken once: this run checks that every cell runs
+        with BUILDER.this_python_kernel() as kernel, ThreadPoolExecutor(WORKERS) as pool:
+            results = pool.map(lambda path: execute_script(path, kernel), chosen)
+            return {path.stem: result for path, result in zip(chosen, results)}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

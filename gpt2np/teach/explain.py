@@ -14,6 +14,7 @@ notebook needs lives in gpt2np/ (usually here), where the tests can reach it.
 >>> trace.logits.shape, trace.layers[0].attention_weights.shape  # [n_seq, n_vocab], [n_head, n_seq, n_seq]
 ((3, 64), (2, 3, 3))
 """
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -133,6 +134,15 @@ def incremental_logits(model, ids):  # [n_seq] -> [n_seq, n_vocab]
     """Feed ids one token at a time through ONE cache: row i = logits after ids[:i+1]."""
     cache = model.new_cache()
     return np.concatenate([model.forward(ids[i:i + 1], cache) for i in range(len(ids))])
+
+
+CHECK_RUN = "GPT2NP_NOTEBOOK_CHECK"  # "1" in tests/test_notebooks.py's run of the notebooks
+
+
+def repeats(n):  # -> n, or 1 in the test suite's run
+    """How many times a notebook repeats a measurement: n, the number its figures and prose come from; 1
+    when GPT2NP_NOTEBOOK_CHECK=1, the test suite's run, which checks that every cell runs and reads no time."""
+    return 1 if os.environ.get(CHECK_RUN) == "1" else n
 
 
 def best_time(fn, repeats=3, clock=time.perf_counter):

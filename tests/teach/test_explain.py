@@ -111,6 +111,17 @@ def test_best_time_returns_result_and_minimum():
     assert next(readings, None) is None  # the clock was read exactly twice per call
 
 
+@pytest.mark.parametrize("value, expected", [(None, 7), ("1", 1), ("0", 7), ("", 7), ("yes", 7)])
+def test_repeats_is_one_only_in_the_test_suite_s_run_of_the_notebooks(monkeypatch, value, expected):
+    """tests/test_notebooks.py sets GPT2NP_NOTEBOOK_CHECK=1 and times nothing; any other value, or none, is a
+    person's run, and gets the repeats its figures were measured with."""
+    if value is None:
+        monkeypatch.delenv(explain.CHECK_RUN, raising=False)
+    else:
+        monkeypatch.setenv(explain.CHECK_RUN, value)
+    assert explain.repeats(7) == expected
+
+
 def test_top_tokens_and_entropy():
     class Bytes:  # a stand-in tokenizer: id i is the letter chr(97 + i)
         def decode(self, ids):

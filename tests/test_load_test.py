@@ -230,13 +230,16 @@ def test_busy_answers_are_counted_and_retried(tmp_path):
     """A queue of 1 and one generation at a time (--max_batch 1): 8 clients at once (2 requests each)
     must meet 429s; counted, every request is still accounted for; with --retry_busy every one is served
     (4 clients, 1 request each: still twice what the server holds, and each retry waits Retry-After, >= 1 s,
-    so every further client would add about a second)."""
+    so every further client would add about a second). 64 tokens a request: a generation lasts far longer than
+    starting the clients' threads, so they overlap even when another test process shares the cores (at 8
+    tokens, under pytest-xdist, each request was once served before the next client's arrived: no 429)."""
     pytest.importorskip("fastapi", reason="the server needs FastAPI (pip install -r requirements-serve.txt)")
-    small = "--max_queue 1 --max_batch 1"
+    small, tokens = "--max_queue 1 --max_batch 1", 64
     for retry, clients, per_client in ((False, 8, 2), (True, 4, 1)):
         out = tmp_path / f"busy{retry}.json"
-        done = run_tool("--serve", small, "--concurrency", str(clients), "--max_tokens", "8", "--requests_per_client",
-                        str(per_client), "--json", str(out), *(["--retry_busy"] if retry else []))
+        done = run_tool("--serve", small, "--concurrency", str(clients), "--max_tokens", str(tokens),
+                        "--requests_per_client", str(per_client), "--json", str(out),
+                        *(["--retry_busy"] if retry else []))
         assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
         [level] = json.loads(out.read_text())["configurations"][0]["levels"]
         rows = level["requests"]
@@ -246,7 +249,7 @@ def test_busy_answers_are_counted_and_retried(tmp_path):
             assert level["busy"] == 0 and level["busy_retries"] > 0, level
         else:
             assert level["busy"] > 0, "8 clients against a queue of 1 were never told busy"
-            assert level["output_tokens"] == 8 * level["served"], level
+            assert level["output_tokens"] == tokens * level["served"], level
 
 
 def test_compare_max_batch(tmp_path):

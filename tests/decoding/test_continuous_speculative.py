@@ -154,12 +154,35 @@ def test_the_policy_chooses_for_the_auto_sequences_told_the_others_K(pair, monke
     assert lag == len(ids[0]) + len(ids[1]) - 2, (lag, [len(i) for i in ids])  # each auto one's prompt but a row
 
 
+class CostModelClock:
+    """time.perf_counter's stand-in for the batch's rounds: time passes only in model calls, by a cost model (a target
+    call 1 ms + 0.05 ms a row, a draft call a tenth of that, about the pair's parameter ratio). Under the real clock
+    the policy's choices follow the machine's load: a fresh-clone CI run on two busy test processes timed this
+    pair's draft calls dear enough that auto never drafted."""
+
+    def __init__(self, target):
+        self.now, self.target = 0.0, target
+
+    def perf_counter(self):
+        return self.now
+
+    def install(self, monkeypatch):
+        packed_call = batched_speculative.packed_call
+
+        def timed_call(model, calls, n_logits):
+            self.now += (1.0 if model is self.target else 0.1) * 1e-3 * (1 + 0.05 * sum(len(ids) for ids, _ in calls))
+            return packed_call(model, calls, n_logits)
+        monkeypatch.setattr(batched_speculative, "packed_call", timed_call)
+        monkeypatch.setattr(batched_speculative, "time", self)
+
+
 def test_auto_K_sequences_get_the_targets_greedy_tokens_and_fixed_ones_keep_their_K(pair, monkeypatch):
     target, draft = pair
     ids = [target.tokenizer.encode(p) for p in PROMPTS]
     requests = [dict(prompt=ids[i], n=n, K=K, options={}, seed=None, stops=None, join=j)
                 for i, (n, K, j) in enumerate([(40, "auto", 0), (30, "auto", 1), (35, 3, 2), (20, "auto", 4)])]
     chosen = recording_choices(monkeypatch)  # the K the policy gives the "auto" requests, round by round
+    CostModelClock(target).install(monkeypatch)  # the pair chooses K, not the load of the machine the suite runs on
     got, _, events = run_schedule(target, draft, requests, K_max=4)
     for i, (r, tokens) in enumerate(zip(requests, got)):
         assert tokens == generate(target, r["prompt"], r["n"], temperature=0), f"request {i} (K={r['K']!r})"

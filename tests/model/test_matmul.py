@@ -385,7 +385,7 @@ def test_the_products_agree_under_another_blas_kernel():
     if found is None:
         pytest.skip(f"no other OpenBLAS kernel runs on this CPU (this one: {mm.KERNEL})")
     env, name = found
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__],
                          env={**env, "GPT2NP_OTHER_KERNEL": "1"}, capture_output=True, text=True, cwd=ROOT,
                          timeout=600)
     tail = "\n".join(run.stdout.splitlines()[-15:])
@@ -404,7 +404,7 @@ def test_the_methods_older_x86_kernels_get_equal_numpy_there(kernel):
     env = {**kernel_env(), "OPENBLAS_CORETYPE": kernel, "GPT2NP_OTHER_KERNEL": "1"}
     if child_kernel(env) != kernel:
         pytest.skip(f"this NumPy's OpenBLAS cannot be made to run {kernel}")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "this_kernel_gets"],
-                         env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__,
+                          "-k", "this_kernel_gets"], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
     tail = "\n".join(run.stdout.splitlines()[-15:])
     assert run.returncode == 0 and " passed" in tail, f"under {kernel}:\n{tail}"

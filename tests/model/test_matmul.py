@@ -375,6 +375,7 @@ def other_kernel():
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+THIS_FILE_AGAIN = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__]  # in a child
 
 
 @pytest.mark.skipif(os.environ.get("GPT2NP_OTHER_KERNEL") == "1", reason="already the other kernel's run")
@@ -385,9 +386,8 @@ def test_the_products_agree_under_another_blas_kernel():
     if found is None:
         pytest.skip(f"no other OpenBLAS kernel runs on this CPU (this one: {mm.KERNEL})")
     env, name = found
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__],
-                         env={**env, "GPT2NP_OTHER_KERNEL": "1"}, capture_output=True, text=True, cwd=ROOT,
-                         timeout=600)
+    run = subprocess.run(THIS_FILE_AGAIN, env={**env, "GPT2NP_OTHER_KERNEL": "1"}, capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
     tail = "\n".join(run.stdout.splitlines()[-15:])
     assert run.returncode == 0, f"tests/model/test_matmul.py under {name} (this process: {mm.KERNEL}) failed:\n{tail}"
     print(f"{name}: {tail.splitlines()[-1]}")
@@ -404,7 +404,7 @@ def test_the_methods_older_x86_kernels_get_equal_numpy_there(kernel):
     env = {**kernel_env(), "OPENBLAS_CORETYPE": kernel, "GPT2NP_OTHER_KERNEL": "1"}
     if child_kernel(env) != kernel:
         pytest.skip(f"this NumPy's OpenBLAS cannot be made to run {kernel}")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__,
-                          "-k", "this_kernel_gets"], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    run = subprocess.run([*THIS_FILE_AGAIN, "-k", "this_kernel_gets"], env=env, capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
     tail = "\n".join(run.stdout.splitlines()[-15:])
     assert run.returncode == 0 and " passed" in tail, f"under {kernel}:\n{tail}"

@@ -26,7 +26,8 @@ decodes plainly, which costs a round or two of drafting's gain where drafting pa
 catch-up where it does not.
 
 T and D are measured in this run (every packed call's seconds by its rows: policies.v_curve draws a
-line through the target's; the draft's are joined size to size and carried past them by T's shape;
+line through the target's, and no size costs more than a larger timed one, whose rows it could be padded
+to (padded_price); the draft's are joined size to size and carried past them by T's shape;
 before the draft is timed, D(M) = c_prior T(M)), so the same rule needs no profiling tables: as B
 grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Where the target's
 products take matmul's few-row methods (large weights, streamed from memory: every GPT-2 release),
@@ -88,6 +89,8 @@ FEW_ROWS = 16  # the rows a pass takes nearly free (model/fast/matmul.py's few-r
                # pass of 4 sequences, 77 ms at 16 rows, 140 ms at 20), until this run times them
 
 
+SETTLED = 3  # readings after which a size's own median prices it even above a larger size's (padded_price): a
+             # median of three is out of one slow reading's reach
 ONE_READING = 0.2  # where the plan's best drafting round is within this of plain decoding, the plain pass is timed a
                    # second time before the plan is trusted: one reading on a shared machine is off by this much
                    # (355M plain rounds of one hour: 41-62 ms around a median of 53)
@@ -119,6 +122,36 @@ def at_full_price(seconds, M, top, few_rows=FEW_ROWS):  # seconds(M), past few_r
     if few_rows is None or M <= max(few_rows, top):
         return seconds(M)
     return max(seconds(M), seconds(few_rows) * M / few_rows)
+
+
+def padding_caps(durations):  # {rows: [seconds]} -> [(M, least median of the sizes of M rows or more)], M falling
+    """For padded_price(): each timed size with the least median over it and every larger timed size.
+
+    >>> padding_caps({2: [1.0], 6: [3.0, 2.8], 8: [1.4]})
+    [(8, 1.4), (6, 1.4), (2, 1.0)]
+    """
+    caps, least = [], float("inf")
+    for M in sorted((m for m, s in durations.items() if s), reverse=True):
+        least = min(least, median(durations[M]))
+        caps.append((M, least))
+    return caps
+
+
+def padded_price(seconds, M, caps):  # seconds of M rows as the curve prices them -> at most any larger timed size's
+    """A size not yet SETTLED is priced at most a larger timed size's median: its rows could be padded to that
+    size (model/fast/matmul.py's `padded` does so for 13-15 rows under Haswell), so a price above it is more
+    likely a reading taken in a slow second (a 6-row round of 1558M read 428 ms twice beside 43 readings of 8
+    rows at 262 ms) or a line pulled up by one (4 rows, never timed, priced 290 ms where 5 read 214 ms) than
+    the curve falling. Either made the cheaper K look dear, so it was never played, never timed, and never
+    corrected (PERFORMANCE.md, "An AMD EPYC of family 26"). A settled size's own median stands: the loop does
+    not pad, and some sizes are dearer than larger ones (3 rows of 1558M in panels, 212 ms over 25 readings
+    against 4 rows' 192 ms over 26). caps: padding_caps' (M, least seconds at M or more), M falling.
+
+    >>> caps = padding_caps({2: [1.0], 6: [3.0, 2.8], 8: [1.4]})
+    >>> [padded_price(s, M, caps) for M, s in ((4, 2.0), (6, 2.9), (7, 1.3), (8, 1.4), (9, 1.6))]
+    [1.4, 1.4, 1.3, 1.4, 1.6]
+    """
+    return min([seconds] + [least for m, least in caps if m > M][-1:])
 
 
 def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> seconds -> (rows -> seconds)
@@ -196,8 +229,11 @@ class BatchAutoK:
                 return v[last] + max(0.0, v[last] - v[last - 1]) * (m - last)
             return v[FEW_ROWS] * m / FEW_ROWS
 
-        def T(M):  # past the curve: past few_rows too, at full price
-            return at_full_price(lambda m: t1 * (v[m] if m in v else v_past(m)), M, top, self.few_rows)
+        def T(M):  # past the curve: past few_rows too, at full price; unless settled, never above a larger size's
+            seconds = at_full_price(lambda m: t1 * (v[m] if m in v else v_past(m)), M, top, self.few_rows)
+            return seconds if M in settled else padded_price(seconds, M, caps)
+        caps = padding_caps(self.target_durations)
+        settled = {m for m, s in self.target_durations.items() if len(s) >= SETTLED}
         timed = self.draft_durations if self.target_durations else {}  # seconds only beside seconds (not t1 units)
         return draft_seconds(timed, T, self.c_prior), T
 

@@ -121,6 +121,49 @@ def test_the_plain_pass_is_read_twice_near_a_tie_and_again_when_stale():
     assert not policy.times_plain(1, 1.05), "read again: fresh"
 
 
+def traced_1558M_rounds(policy):
+    """Two sequences, 124M -> 1558M under SkylakeX, as an AMD EPYC of family 26 timed them (seconds by rows): 2
+    (plain), 5, 8 (K = 3, 43 rounds), 10, 12, 16 rows, and 6 rows (K = 2) read twice in a slow second; 4 rows
+    (K = 1) never; alpha 0.5 well known; the draft's two-row step 19.7 ms."""
+    policy.overlaps = [1.0, 0.0] * 60
+    policy.update([], 32, 0.9, [], first_round=True)  # the prompts' round: not timed
+    timed = {5: [0.214], 6: [0.428, 0.428], 8: [0.262] * 12, 10: [0.312] * 3, 12: [0.376] * 2, 16: [0.314],
+             2: [0.201] * 6}  # the plain pass last: fresh, not read again
+    for rows, readings in timed.items():
+        for seconds in readings:
+            policy.update([], rows, seconds, [(2, 0.0197)], first_round=False)
+    return policy
+
+
+def test_an_unsettled_round_is_never_priced_above_a_larger_timed_one(monkeypatch):
+    """A slow reading at 6 rows (K = 2) and a line pulled up by it at 4 rows (K = 1, never timed) priced both
+    above the 8-row round's 43 readings, so auto played K = 3 (the bench: 78 rounds of K = 3, 0.929 of K = 1) and
+    never timed the cheaper sizes that would have corrected it. Rows can be padded, so a size read fewer than
+    SETTLED times costs no more than a larger timed one: K = 1. Control: without that bound the trace plays K = 3."""
+    policy = traced_1558M_rounds(BatchAutoK(K_max=4, c_prior=0.09))
+    T = policy.costs(2)[1]
+    assert T(4) <= 0.214 and T(6) <= 0.262 and T(8) == pytest.approx(0.262), [T(M) for M in (4, 6, 8)]
+    assert policy.choose(2, lag=0, horizon=100) == 1
+    monkeypatch.setattr(batch_policy, "padded_price", lambda seconds, M, caps: seconds)
+    unbounded = traced_1558M_rounds(BatchAutoK(K_max=4, c_prior=0.09))
+    T = unbounded.costs(2)[1]
+    print(f"unbounded: T(4) {T(4):.3f} s, T(6) {T(6):.3f} s, T(8) {T(8):.3f} s")
+    assert T(6) > T(8) and unbounded.choose(2, lag=0, horizon=100) == 3
+
+
+@pytest.mark.parametrize("n", [1, batch_policy.SETTLED])
+def test_a_settled_size_keeps_its_own_median_above_a_larger_one(n):
+    """3 rows of 1558M in panels read 212 ms over 25 rounds, 4 rows 192 ms over 26 (the loop does not pad: the
+    3-row round costs what it reads). Read fewer than SETTLED times, the 3 rows are priced at the 4 rows'."""
+    policy = BatchAutoK(K_max=4, c_prior=0.09)
+    policy.update([], 17, 0.5, [], first_round=True)
+    for rows, seconds, times in ((1, 0.165, 5), (3, 0.212, n), (4, 0.192, 26)):
+        for _ in range(times):
+            policy.update([], rows, seconds, [(1, 0.017)], first_round=False)
+    T = policy.costs(1)[1]
+    assert T(3) == pytest.approx(0.212 if n >= batch_policy.SETTLED else 0.192), (n, T(3))
+
+
 def test_a_new_batch_size_is_not_timed_where_the_draft_s_clock_vouches_for_it():
     """A batch of 2, its rounds timed, loses a sequence: one row was never timed. Where the plan clearly
     pays and the draft's one-row calls over c_prior agree with the curve's guess of a one-row round,

@@ -26,8 +26,8 @@ decodes plainly, which costs a round or two of drafting's gain where drafting pa
 catch-up where it does not.
 
 T and D are measured in this run (every packed call's seconds by its rows: policies.v_curve draws a
-line through the target's, and no size costs more than a larger timed one, whose rows it could be padded
-to (padded_price); the draft's are joined size to size and carried past them by T's shape;
+line through the target's, and a size read fewer than SETTLED times costs no more than a larger timed
+one, whose rows it could be padded to (padded_price); the draft's are joined size to size and carried past them by T's shape;
 before the draft is timed, D(M) = c_prior T(M)), so the same rule needs no profiling tables: as B
 grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Where the target's
 products take matmul's few-row methods (large weights, streamed from memory: every GPT-2 release),

@@ -104,7 +104,8 @@ bytes throughout:
               column-major | row-major | panels), stops_paying{alpha: B or null (pays at
               every B)}, crossover[] (the printed sentences), cells[]: {B, alpha, best (plain | K=k),
               best_tokens_per_s, drafting_pays, best_over_plain, drafting_over_plain (the best fixed K / plain,
-              paired, as the switched-off line prints it), auto_over_best, auto_over_plain, alpha_hat,
+              paired, as the switched-off line prints it), auto_over_best, auto_over_best_runs (its
+              per-repeat ratios, the table's range), auto_over_plain, alpha_hat,
               exact, mismatched, sides{plain, K=k, auto}: {tokens_per_s, runs_tokens_per_s, seconds,
               K_counts, accepted, examined, alpha_hat, exact, mismatch}}}, targets[] (as below)
   trees       plan, draft, target, profile, profile_source, ratios (a_r / a_0), costs{t1, c, v{M}}, seconds,

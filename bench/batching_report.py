@@ -43,8 +43,21 @@ def side_summary(runs, reference):
             "exact": not errors, "mismatch": errors[0] if errors else None}
 
 
+def per_repeat(sides, num, den):  # -> [num's tokens/s / den's], a ratio per repeat (the two timed side by side)
+    return [a / b for a, b in zip(sides[num]["runs_tokens_per_s"], sides[den]["runs_tokens_per_s"])]
+
+
 def paired(sides, num, den):  # median over repeats of num's tokens/s / den's, the same repeat's
-    return statistics.median(a / b for a, b in zip(sides[num]["runs_tokens_per_s"], sides[den]["runs_tokens_per_s"]))
+    return statistics.median(per_repeat(sides, num, den))
+
+
+def spread(ratios):  # -> "lowest-highest", 3 significant digits each: how far one repeat's ratio strays
+    """The range of a cell's per-repeat ratios, so a median by a goal reads as settled or as a coin toss.
+
+    >>> spread([0.9141, 1.0563, 0.975]), spread([0.95])
+    ('0.914-1.06', '0.95-0.95')
+    """
+    return f"{min(ratios):.3g}-{max(ratios):.3g}"
 
 
 def summarise_cell(runs, reference, B, alpha):
@@ -60,7 +73,8 @@ def summarise_cell(runs, reference, B, alpha):
     return {"B": B, "alpha": alpha, "sides": sides, "best": best, "best_tokens_per_s": sides[best]["tokens_per_s"],
             "drafting_pays": best != "plain", "best_over_plain": paired(sides, best, "plain"),
             "drafting_over_plain": max((paired(sides, k, "plain") for k in fixed), default=None),
-            "auto_over_best": paired(sides, "auto", best), "auto_over_plain": paired(sides, "auto", "plain"),
+            "auto_over_best": paired(sides, "auto", best), "auto_over_best_runs": per_repeat(sides, "auto", best),
+            "auto_over_plain": paired(sides, "auto", "plain"),
             "alpha_hat": accepted / examined if examined else None, "exact": not mismatched,
             "mismatched": mismatched}
 
@@ -139,7 +153,8 @@ def rate(tokens_per_s):  # 3 significant digits, never in e-notation
 def pair_rows(pair, Ks):
     plain_at_first = {a: row[0]["sides"]["plain"]["tokens_per_s"] for a, row in by_alpha(pair["cells"]).items()}
     return [[c["B"], c["alpha"], *[rate(c["sides"][k]["tokens_per_s"]) for k in ["plain", *Ks, "auto"]],
-             rate(c["best_tokens_per_s"]), c["best"], c["best_over_plain"], c["auto_over_best"], c["auto_over_plain"],
+             rate(c["best_tokens_per_s"]), c["best"], c["best_over_plain"], c["auto_over_best"],
+             spread(c["auto_over_best_runs"]), c["auto_over_plain"],
              c["sides"]["plain"]["tokens_per_s"] / plain_at_first[c["alpha"]], k_rounds(c["sides"]["auto"]["K_counts"]),
              c["alpha_hat"], c["exact"]] for c in pair["cells"]]
 
@@ -147,10 +162,11 @@ def pair_rows(pair, Ks):
 NOTE = ("tokens/s: the batch's new tokens / wall seconds of the side's own steps (prompt prefill included);\n"
         "plain: generate_batch; K=k: speculative_generate_batch, every sequence drafting k a round;\n"
         "auto: K='auto' (one K a round for the batch, 0 where drafting cannot pay); best: the fastest of\n"
-        "plain and the fixed Ks; best/plain, auto/best, auto/plain: per-repeat ratios, median; plain/B1:\n"
-        "plain tokens/s over plain's at the smallest B (batching's own gain); auto K:rounds: rounds at\n"
-        "each K over all repeats; a_hat: accepted / examined drafts of the fixed Ks; exact: every side's\n"
-        "tokens equal plain decoding's")
+        "plain and the fixed Ks; best/plain, auto/best, auto/plain: per-repeat ratios, median; auto/best\n"
+        "range: the lowest repeat's and the highest (a median near the goal with a wide range wants more\n"
+        "repeats); plain/B1: plain tokens/s over plain's at the smallest B (batching's own gain); auto\n"
+        "K:rounds: rounds at each K over all repeats; a_hat: accepted / examined drafts of the fixed Ks;\n"
+        "exact: every side's tokens equal plain decoding's")
 
 
 def print_report(section):
@@ -162,8 +178,9 @@ def print_report(section):
                     f"{', sides in lockstep' if plan.get('lockstep') else ', sides back to back'}; weights "
                     f"{pair['weights_order']}; BLAS: "
                     f"{section['blas_kernel']}",
-                    ["B", "alpha", "plain", *Ks, "auto", "best", "best is", "best/plain", "auto/best", "auto/plain",
-                     "plain/B1", "auto K:rounds", "a_hat", "exact"], pair_rows(pair, Ks), note=NOTE)
+                    ["B", "alpha", "plain", *Ks, "auto", "best", "best is", "best/plain", "auto/best",
+                     "auto/best range", "auto/plain", "plain/B1", "auto K:rounds", "a_hat", "exact"],
+                    pair_rows(pair, Ks), note=NOTE)
         print(f"where drafting stops paying, {pair['draft']} -> {pair['target']}:")
         for line in pair["crossover"]:
             print(f"  {line}")

@@ -71,7 +71,8 @@ def test_the_table_and_the_crossover_lines(tiny_run):
     assert "## Batched decoding, tiny draft (forced acceptance) -> tiny2 target" in stdout
     header = next(line for line in stdout.splitlines() if line.strip().startswith("B  alpha"))
     assert header.split() == ["B", "alpha", "plain", "K=1", "K=2", "auto", "best", "best", "is", "best/plain",
-                              "auto/best", "auto/plain", "plain/B1", "auto", "K:rounds", "a_hat", "exact"]
+                              "auto/best", "auto/best", "range", "auto/plain", "plain/B1", "auto", "K:rounds", "a_hat",
+                              "exact"]
     assert "BLAS: " + section["blas_kernel"] in stdout
     assert section["pairs"][0]["weights_order"] == "row-major" and "weights row-major; BLAS" in stdout  # tiny: small
     lines = stdout.split("where drafting stops paying, tiny -> tiny2:\n")[1].splitlines()
@@ -177,6 +178,11 @@ def test_forced_batch_draft_docstring_example():
     assert doctest.testmod(forced_batch_draft).failed == 0
 
 
+def test_the_reports_docstring_examples():  # bench/ is not collected for doctests (pytest.ini): spread's, here
+    result = doctest.testmod(batching_report)
+    assert result.attempted > 0 and result.failed == 0, result
+
+
 # ---- the numbers --------------------------------------------------------------------------------
 
 def run(seconds, tokens, Ks=(0,)):
@@ -205,6 +211,7 @@ def test_best_and_paired_ratios():
     assert cell["best"] == "K=1" and cell["drafting_pays"]
     assert cell["best_over_plain"] == pytest.approx(np.median([2.0, 2.0 / 1.5]))      # per repeat, then median
     assert cell["auto_over_best"] == pytest.approx(np.median([0.5 / 0.6, 1.0]))
+    assert cell["auto_over_best_runs"] == pytest.approx([0.5 / 0.6, 1.0])  # in repeat order (the range's)
     assert cell["sides"]["plain"]["tokens_per_s"] == pytest.approx(np.median([2.0, 1.0]))
 
 

@@ -47,9 +47,14 @@ grows with the rounds waited, but spread over the tokens left it stays a fractio
 token saves until the run is nearly over). Where the belief says drafting loses, a try must promise
 more than its price (explore_price): the larger of EXPLORE_PRICE times the loss the belief expects
 and what a try that finds nothing loses, its whole catch-up paid in one round; the price falls with
-every plain round waited (PATIENCE). K at the belief's average. The plain pass of the batch's B rows
-is timed by a plain round when nothing else would time it, read a second time where the plan is
-within ONE_READING of plain decoding, and read again STALE_CALLS rounds later where it is within
+every plain round waited (PATIENCE). That rule makes the batch's first try. Once the batch has
+drafted, a retry where the belief says drafting loses must be worth what it could teach (retry,
+try_value: the best plan after about TRY_ROUNDS rounds' positions, over the rounds the tokens left
+would take, against what one try round loses), so a belief that has seen enough, or a run near its
+end, stops paying catch-ups for nothing, and a wide belief after a bad start still retries. K at the
+belief's average. The plain pass of the batch's B rows is timed by a plain round when nothing else
+would time it, read a second time where the plan is within ONE_READING of plain decoding, and read
+again STALE_CALLS rounds later where it is within
 MARGINAL (the machine's speed drifts), each only while the run wants enough rounds after it to use the
 reading (worth_timing). Where the batch's size has changed (a sequence finished) and
 the plan clearly pays (by ONE_READING or more), the new size is not timed by a plain round if the
@@ -82,7 +87,7 @@ from statistics import median
 
 from .policies import (ALPHA_PRIOR, CLOCK_AGREEMENT, EXPLORE_PRICE, MARGINAL, PATIENCE, STALE_CALLS, TIMING_MARGIN,
                        keep, optimistic_alpha, t1_estimate, v_curve)
-from .theory import expected_tokens_per_round, expected_tokens_under_belief
+from .theory import beta_binomial, expected_tokens_per_round, expected_tokens_under_belief
 
 FEW_ROWS = 16  # the rows a pass takes nearly free (model/fast/matmul.py's few-row methods go to 16); past them,
                # rows never timed are priced as if each cost its share of a 16-row pass (measured: a packed 124M
@@ -94,6 +99,11 @@ SETTLED = 3  # readings after which a size's own median prices it even above a l
 ONE_READING = 0.2  # where the plan's best drafting round is within this of plain decoding, the plain pass is timed a
                    # second time before the plan is trusted: one reading on a shared machine is off by this much
                    # (355M plain rounds of one hour: 41-62 ms around a median of 53)
+TRY_ROUNDS = 3  # a retry is judged by what about this many rounds of it would show (try_value): the positions
+               # they examine. Simulated (teach/batch_simulation.py's 48 cells, 40 seeds; PERFORMANCE.md, session 70)
+               # against the rule before (an optimistic alpha and a price that decays with the rounds waited):
+               # at 100 tokens the cells' medians' mean 0.9763 -> 0.978, the lowest 0.945 -> 0.963 (the cells
+               # where plain decoding is best: B = 1, alpha 0.5, +0.02); the 32-token table unchanged
 TIMING_ROUNDS = 3  # a plain round is spent timing a size only while the running sequences want more than this many
                    # rounds at the belief's longest (worth_timing): a batch that falls to one sequence with 8 tokens
                    # left timed its new size and then finished in one or two rounds (simulated, 100 seeds, 12 %
@@ -178,6 +188,25 @@ def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> s
     return seconds
 
 
+def try_value(a, b, n, plan_gain, points=17):  # Beta(a, b), n positions, (a, b) -> the plan's goodput over plain's
+    """What a try is worth to every round after it, as a share of a plain round's seconds: the best plan's
+    saving, max(0, 1 - 1 / plan_gain), averaged over what the try's n examined positions could show
+    (beta_binomial; each count's chance given to the nearest of `points` counts spread over 0..n, where plan_gain
+    is read). A knowledge gradient (Frazier, Powell and Dayanik 2008): the plan made after the try, less the
+    plan made now, which saves nothing where the belief says drafting loses. Where the belief is wide a try may
+    reveal an alpha that pays; where many positions have shown a low alpha, it cannot.
+
+    >>> pays_above = lambda cut: (lambda a, b: 1.5 if a / (a + b) > cut else 0.8)  # drafting pays past `cut`
+    >>> round(try_value(2, 2, 4, pays_above(0.6)), 3), round(try_value(20, 20, 4, pays_above(0.6)), 3)
+    (0.124, 0.0)
+    """
+    mass = [0.0] * min(points, n + 1)
+    for s, p in enumerate(beta_binomial(n, a, b)):
+        mass[round(s * (len(mass) - 1) / n)] += p
+    counts = [round(j * n / (len(mass) - 1)) for j in range(len(mass))]
+    return sum(p * max(0.0, 1.0 - 1.0 / plan_gain(a + s, b + n - s)) for s, p in zip(counts, mass) if p > 1e-9)
+
+
 def worth_timing(horizon, B, tokens):
     """Whether a plain round spent timing can still pay for itself: its reading changes only the rounds after
     it, so the running sequences must want more than TIMING_ROUNDS rounds of B sequences at the belief's
@@ -256,6 +285,8 @@ class BatchAutoK:
         gain = max(planned[1:]) / planned[0]                           # the belief's best drafting over plain
         if self.target_durations and self.times_plain(B + beside[0], gain) and worth_timing(horizon, B, believed):
             return 0                                                   # time the plain pass of these rows
+        if gain < 1.0 and self.overlaps and horizon is not None:        # a retry: worth what it could teach
+            return self.retry(a, b, B, d, T, catch_up, horizon, behind, beside, fixed)
         alpha = optimistic_alpha(a, b, self.t)
         hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T,
                            catch_up, horizon, behind, beside)
@@ -265,6 +296,35 @@ class BatchAutoK:
             return 0                                                   # plain wins even so, or a try costs too much
         self.waited = 0
         return max(range(1, self.K_max + 1), key=planned.__getitem__)
+
+    def retry(self, a, b, B, d, T, catch_up, horizon, behind, beside, fixed):  # -> K: 0, or the K of a try
+        """Where the batch has drafted and the belief says drafting loses: try the K whose round, its whole
+        catch-up paid in it, loses least, if what about TRY_ROUNDS such rounds could teach (try_value), over
+        the plain rounds the tokens left would take, is worth more than the plain rounds that one loses. The
+        rule of a first try (an optimistic alpha, explore_price) retried however little the try could change:
+        its price decays with the rounds waited and its optimism grows with the rounds played, so where
+        drafting clearly loses it paid a catch-up and a losing round every so often (the Haswell kernels, 355M,
+        B = 1 - 4, alpha 0.5: auto 0.94-0.955 of plain decoding, PERFORMANCE.md); here a belief that has seen
+        enough, or a run near its end, stops trying."""
+        K_max = max([self.K_max, *fixed])
+        rows, extra = beside
+        seconds = [T(B + rows)] + [K * d + behind + T(B * (K + 1) + rows) for K in range(1, self.K_max + 1)]
+
+        def plan_gain(a, b):  # the belief's best plan over plain decoding at this round's costs (goodputs)
+            tokens = expected_tokens_under_belief(a, b, K_max)
+            owed = [catch_up * min(1.0, B * tokens[K] / horizon) for K in range(self.K_max + 1)]
+            plain = (B + extra) / seconds[0]
+            return max((B * tokens[K] + extra) / (seconds[K] + owed[K]) for K in range(1, self.K_max + 1)) / plain
+        believed = expected_tokens_under_belief(a, b, K_max)[:self.K_max + 1]
+        trial = goodputs(believed, B, d, T, catch_up, None, behind, beside)  # the whole catch-up on this round
+        K = max(range(1, self.K_max + 1), key=trial.__getitem__)
+        lost = believed[K] * (trial[0] / trial[K] - 1.0)            # plain rounds of seconds the try round loses
+        n = max(1, round(TRY_ROUNDS * B * believed[K - 1]))        # positions examined: up to the first rejection
+        if (horizon / B - 1.0) * try_value(a, b, n, plan_gain) <= lost:
+            self.waited += 1
+            return 0
+        self.waited = 0
+        return K
 
     def snapshot(self):  # -> what restore puts back (a round undone: ContinuousSpeculativeBatch.step)
         """The state a round changes: overlaps only grow (their count), the timing windows are short (copied)."""

@@ -146,6 +146,20 @@ def expected_tokens_under_belief(a, b, K_max):  # -> [K_max + 1]: E[1 + alpha + 
     return out
 
 
+def beta_binomial(n, a, b):  # -> [n + 1]: P(s of n examined positions accepted), s = 0..n, under Beta(a, b)
+    """What n more examined positions would show, predicted by a Beta(a, b) belief about alpha (each
+    accepted with probability alpha): the Beta-binomial, C(n, s) B(a + s, b + n - s) / B(a, b).
+
+    >>> [round(p, 3) for p in beta_binomial(2, 1.0, 1.0)]       # uniform belief: every count alike
+    [0.333, 0.333, 0.333]
+    >>> [round(p, 3) for p in beta_binomial(2, 500.0, 500.0)]   # alpha known to be 0.5: the binomial
+    [0.25, 0.5, 0.25]
+    """
+    log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) - math.lgamma(a + b + n)
+    return [math.exp(math.lgamma(n + 1) - math.lgamma(s + 1) - math.lgamma(n - s + 1) + math.lgamma(a + s)
+                     + math.lgamma(b + n - s) + log_norm) for s in range(n + 1)]
+
+
 def predicted_speedup_mixed(alpha_hat, K_counts, c, v_of_K):
     """sum_r E(alpha, K_r) / sum_r (K_r c + v(K_r + 1)): theory's speedup for a run of varying K."""
     if any(v_of_K(K) is None for K in K_counts):

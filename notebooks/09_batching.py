@@ -473,7 +473,10 @@ for B in (1, 4, 8, 12):
 # belief over it from every position examined so far, and averages *E* over the belief
 # (`expected_tokens_under_belief`: by Jensen's inequality this is more than *E* at the belief's mean,
 # because *E* is convex in α); whether to draft at all it decides at an optimistic α, so that an
-# unlucky start does not lock drafting out. And *T*, *d* are its own run's timed calls (its target
+# unlucky start does not lock drafting out, and once the batch has drafted, a retry must be worth what it
+# could teach: the best plan after about three rounds' positions, over the rounds the tokens left take,
+# against what one try round loses (`try_value`, a knowledge gradient). And *T*, *d* are its own run's
+# timed calls (its target
 # calls by rows in all, its draft calls by rows including their sampling), a prior curve until there
 # are some. A row count it has not timed follows the line through those it has, except past the
 # few-row products (16 rows on a GPT-2 release, where OpenBLAS starts packing): there each untimed row

@@ -83,6 +83,7 @@ it; tests/decoding/test_batch_policy.py runs the rule against scripted costs).
 >>> [fresh(0.35).choose(B) for B in (1, 2, 8)]  # a 124M draft for a 355M target: the belief says 8 rows lose
 [2, 1, 0]
 """
+from functools import cache
 from statistics import median
 
 from .policies import (ALPHA_PRIOR, CLOCK_AGREEMENT, EXPLORE_PRICE, MARGINAL, PATIENCE, STALE_CALLS, TIMING_MARGIN,
@@ -286,7 +287,7 @@ class BatchAutoK:
         if self.target_durations and self.times_plain(B + beside[0], gain) and worth_timing(horizon, B, believed):
             return 0                                                   # time the plain pass of these rows
         if gain < 1.0 and self.overlaps and horizon is not None:        # a retry: worth what it could teach
-            return self.retry(a, b, B, d, T, catch_up, horizon, behind, beside, fixed)
+            return self.retry(a, b, B, d, T, catch_up, horizon, behind, beside, believed, fixed)
         alpha = optimistic_alpha(a, b, self.t)
         hopeful = goodputs([expected_tokens_per_round(alpha, K) for K in range(self.K_max + 1)], B, d, T,
                            catch_up, horizon, behind, beside)
@@ -297,7 +298,7 @@ class BatchAutoK:
         self.waited = 0
         return max(range(1, self.K_max + 1), key=planned.__getitem__)
 
-    def retry(self, a, b, B, d, T, catch_up, horizon, behind, beside, fixed):  # -> K: 0, or the K of a try
+    def retry(self, a, b, B, d, T, catch_up, horizon, behind, beside, believed, fixed):  # -> K: 0, or a try's
         """Where the batch has drafted and the belief says drafting loses: try the K whose round, its whole
         catch-up paid in it, loses least, if what about TRY_ROUNDS such rounds could teach (try_value), over
         the plain rounds the tokens left would take, is worth more than the plain rounds that one loses. The
@@ -307,15 +308,12 @@ class BatchAutoK:
         B = 1 - 4, alpha 0.5: auto 0.94-0.955 of plain decoding, PERFORMANCE.md); here a belief that has seen
         enough, or a run near its end, stops trying."""
         K_max = max([self.K_max, *fixed])
-        rows, extra = beside
-        seconds = [T(B + rows)] + [K * d + behind + T(B * (K + 1) + rows) for K in range(1, self.K_max + 1)]
+        T = cache(T)  # plan_gain reads the same sizes for every count a try could show
 
-        def plan_gain(a, b):  # the belief's best plan over plain decoding at this round's costs (goodputs)
-            tokens = expected_tokens_under_belief(a, b, K_max)
-            owed = [catch_up * min(1.0, B * tokens[K] / horizon) for K in range(self.K_max + 1)]
-            plain = (B + extra) / seconds[0]
-            return max((B * tokens[K] + extra) / (seconds[K] + owed[K]) for K in range(1, self.K_max + 1)) / plain
-        believed = expected_tokens_under_belief(a, b, K_max)[:self.K_max + 1]
+        def plan_gain(a, b):  # the belief's best plan over plain decoding at this round's costs
+            g = goodputs(expected_tokens_under_belief(a, b, K_max)[:self.K_max + 1], B, d, T, catch_up, horizon,
+                         behind, beside)
+            return max(g[1:]) / g[0]
         trial = goodputs(believed, B, d, T, catch_up, None, behind, beside)  # the whole catch-up on this round
         K = max(range(1, self.K_max + 1), key=trial.__getitem__)
         lost = believed[K] * (trial[0] / trial[K] - 1.0)            # plain rounds of seconds the try round loses

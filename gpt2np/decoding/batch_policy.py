@@ -27,7 +27,9 @@ catch-up where it does not.
 
 T and D are measured in this run (every packed call's seconds by its rows: policies.v_curve draws a
 line through the target's, and a size read fewer than SETTLED times costs no more than a larger timed
-one, whose rows it could be padded to (padded_price); the draft's are joined size to size and carried past them by T's shape;
+one, whose rows it could be padded to (padded_price), and a size never timed whose products run as a timed size's
+rows (weights in panels pad 1 row to 2 and 5 to 6) costs what that size reads (twin_price), once a larger size is
+timed; the draft's are joined size to size and carried past them by T's shape;
 before the draft is timed, D(M) = c_prior T(M)), so the same rule needs no profiling tables: as B
 grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Where the target's
 products take matmul's few-row methods (large weights, streamed from memory: every GPT-2 release),
@@ -165,6 +167,30 @@ def padded_price(seconds, M, caps):  # seconds of M rows as the curve prices the
     return min([seconds] + [least for m, least in caps if m > M][-1:])
 
 
+def twin_price(M, durations, runs_as):  # -> seconds of a timed size whose products run over M's rows, or None
+    """Where the target's products pad some sizes to others (runs_as: {rows: the rows they run as}, weights in
+    panels: model/fast/matmul.py's PANEL_PADDED_ROWS, 1 row as 2 and 5 as 6), a size never timed costs what a
+    timed size run as the same rows reads: the same products, no guess. The line through the timed sizes
+    (v_curve) leaves out 1 row and carries its slope down to 2, which a curve that steps prices too high: under
+    SkylakeX on an Intel Xeon (family 6, model 207), 1558M in panels, 2 rows cost what 1 does and 3-4 rows
+    1.15-1.25 of it, the line priced 2 rows at 1.16-1.22, K = 3 looked the better plan, and K = 1, never played,
+    was never timed, so never corrected (PERFORMANCE.md, "A Xeon whose few-row curve steps"). Only once a size
+    larger than the twins is timed: before, the sizes above them are the prior curve's (v_curve), dearer than a
+    twin's reading, and the first drafting round would try K = 1 where the prior tries more (the batch
+    simulator's stepped curve, alpha 0.8, 32 tokens: 0.95 -> 0.92 of the best fixed K).
+
+    >>> pads = {1: 2, 5: 6}
+    >>> twin_price(2, {1: [0.40, 0.38, 0.39], 3: [0.47]}, pads), twin_price(5, {6: [0.53], 8: [0.6]}, pads)
+    (0.39, 0.53)
+    >>> twin_price(3, {1: [0.39], 4: [0.47]}, pads), twin_price(2, {1: [0.39]}, pads)  # no twin; nothing larger
+    (None, None)
+    """
+    if M in durations or not any(s and runs_as.get(m, m) > runs_as.get(M, M) for m, s in durations.items()):
+        return None                                                    # (before a larger size is timed: the prior's)
+    twins = [m for m, s in durations.items() if s and runs_as.get(m, m) == runs_as.get(M, M)]
+    return median(durations[twins[0]]) if twins else None
+
+
 def draft_seconds(durations, T, c_prior):  # {rows: [seconds]}, target rows -> seconds -> (rows -> seconds)
     """D(M), the seconds of a draft call over M rows: a timed size's median; between two timed sizes
     the line joining them; past them the target's shape T through the nearest timed size (so past
@@ -238,10 +264,12 @@ def explore_price(gain, trial, waited):
 class BatchAutoK:
     """K = argmax goodput(K) for the round's B running sequences (module docstring)."""
 
-    def __init__(self, K_max=8, c_prior=0.5, few_rows=FEW_ROWS):
+    def __init__(self, K_max=8, c_prior=0.5, few_rows=FEW_ROWS, runs_as=None):
         """few_rows: the rows up to which the target's products take few-row methods (FEW_ROWS), or
-        None for a target whose products have none (batched_speculative.batch_auto_K)."""
+        None for a target whose products have none; runs_as: {rows: the rows the target's products run them as}
+        where they pad some sizes (twin_price; batched_speculative.batch_auto_K)."""
         self.K_max, self.c_prior, self.few_rows, self.name = K_max, c_prior, few_rows, "batch auto"
+        self.runs_as = dict(runs_as or {})
         self.reset()
 
     def reset(self):
@@ -259,7 +287,10 @@ class BatchAutoK:
                 return v[last] + max(0.0, v[last] - v[last - 1]) * (m - last)
             return v[FEW_ROWS] * m / FEW_ROWS
 
-        def T(M):  # past the curve: past few_rows too, at full price; unless settled, never above a larger size's
+        def T(M):  # past the curve: past few_rows too, at full price; unless settled, never above a larger size's;
+            twin = twin_price(M, self.target_durations, self.runs_as)  # never timed: a twin's reading, if any
+            if twin is not None:
+                return twin
             seconds = at_full_price(lambda m: t1 * (v[m] if m in v else v_past(m)), M, top, self.few_rows)
             return seconds if M in settled else padded_price(seconds, M, caps)
         caps = padding_caps(self.target_durations)

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..model.batch import forward_packed, forward_separately
-from ..model.fast.layout import all_small
+from ..model.fast.layout import all_small, weights_order
+from ..model.fast.matmul import PANEL_PADDED_ROWS
 from ..model.forward import GPT2
 from .autoregressive import MODEL_INTERFACE, check_generation_request, check_model
 from .batch_policy import FEW_ROWS, BatchAutoK
@@ -389,12 +390,14 @@ def batch_rounds(target, draft, seqs, verify=verify_each, roll_back=roll_back_ea
 
 def batch_auto_K(target, draft, K_max):  # -> BatchAutoK for this pair
     """BatchAutoK with the draft's share of a target call as its prior c (prompt lookup: 0, no model call; the
-    rounds show it the lookup's misses as rejections, lookup_misses), and the rows where the target's products
+    rounds show it the lookup's misses as rejections, lookup_misses), the rows where the target's products
     leave their few-row methods (FEW_ROWS), or none for a target whose weights are all small
-    (model/fast/layout.all_small: the bundled models; batch_policy's docstring)."""
+    (model/fast/layout.all_small: the bundled models; batch_policy's docstring), and, for weights in panels, the
+    sizes their products run as others (model/fast/matmul.PANEL_PADDED_ROWS; batch_policy.twin_price)."""
     small = isinstance(target, GPT2) and all_small(target.params)
     c = 0.0 if looks_up(draft) else parameter_ratio(draft, target)
-    return BatchAutoK(K_max, c, few_rows=None if small else FEW_ROWS)
+    panels = isinstance(target, GPT2) and weights_order(target) == "panels"
+    return BatchAutoK(K_max, c, few_rows=None if small else FEW_ROWS, runs_as=PANEL_PADDED_ROWS if panels else None)
 
 
 def speculative_batch_stream(target, draft, prompts, n_tokens, *, K=DEFAULT_K, temperature=None, top_k=None,

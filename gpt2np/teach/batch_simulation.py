@@ -29,7 +29,8 @@ decoding included) for a 124M draft of a 355M target (c 0.35) and of a 1558M tar
 on cost curves shaped like the Xeon's under SkylakeX and under Haswell, for the 1558M target on
 the Zen 4 EPYC's measured curve in panels (EPYC_PANELS: past 16 rows it jumps, which a line from
 v(2) to v(16) and a tenth of a row after it misses: a prompt's round that also drafts costs there
-what the lines call cheap), and for the bundled pair
+what the lines call cheap) and on an Intel Xeon's (XEON_PANELS: 2 rows cost what 1 does, then a step every
+two rows, where a line through the timed sizes prices an untimed 2 rows too high), and for the bundled pair
 on a flat curve (FLAT: a target whose weights are all small, which BatchAutoK is told, few_rows=None),
 B 1-8, alpha 0.5 / 0.8, 32 tokens after 16 (--tokens N: N): the median and the 10th percentile over the
 seeds of auto's seconds over the best fixed K's median seconds (above 1: auto is faster); --noise spiky gives the
@@ -47,6 +48,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..decoding.batch_policy import FEW_ROWS, BatchAutoK
+from ..model.fast.matmul import PANEL_PADDED_ROWS
 from ..report import OneLineErrorParser
 
 CURVES = {  # (v(2), v(16)) of a target round's seconds over M rows against one row, shaped like the Xeon's
@@ -58,6 +60,12 @@ EPYC_PANELS = {1: 1.0, 2: 1.05, 5: 1.05, 8: 1.14, 12: 1.32, 16: 1.61, 17: 2.14, 
                48: 5.38, 64: 6.80}  # v(M) of random 1558M in panels under SkylakeX (the Zen 4 EPYC, 8 cached positions,
                # 5 alternated passes a size, session 48): flat to 8 rows, then past 16 each panel an sgemm over every
                # row, a jump the lines above do not have (17 rows 0.53 one-row passes over 16, 21 rows 1.74)
+XEON_PANELS = {1: 1.0, 2: 1.0, 3: 1.2, 4: 1.2, 5: 1.33, 6: 1.33, 8: 1.44, 12: 1.66, 16: 1.89, 17: 2.31, 20: 2.55,
+               24: 2.61, 32: 2.75, 40: 3.07}  # v(M) of random 1558M in panels under SkylakeX on an Intel Xeon
+               # (family 6, model 207, session 71; 64 cached positions, 4-5 alternated passes a size, two runs read
+               # together): 2 rows cost what 1 does (panels run 1 row as 2), then a step every two rows (3-4:
+               # 1.14-1.26, 5-6: 1.20-1.35; one layer's products alone 1.19 and 1.39), which the lines above and
+               # EPYC_PANELS (flat to 8 rows) do not have
 FLAT = {"v2": 1.1, "v16": 1.5, "tail": 0.03}  # row_costs' for a target whose weights are all small, as the bundled
                      # 2.6M: rows nearly free past 16 too (measured, rounds of 8 sequences: T(16), T(24), T(40) =
                      # 1.09, 1.23, 1.46 T(8); this curve's 1.18, 1.37, 1.75, a little steeper). few_rows=None
@@ -385,15 +393,17 @@ def main(argv=None):
     print(f"BatchAutoK against the best fixed K (plain decoding is K = 0): the best's median seconds over auto's,"
           f" {args.seeds} seeds, timing noise {args.noise}, {args.tokens} tokens after 16")
     print(f"{'curve':<9} {'pair':<14} {'B':>2} {'alpha':>5} {'best':>5} {'median':>6} {'p10':>6}")
-    scenarios = [(kernel, row_costs(v2, v16), PAIRS, FEW_ROWS) for kernel, (v2, v16) in CURVES.items()]
-    scenarios.append(("panels", measured_costs(EPYC_PANELS), {"124M -> 1558M": PAIRS["124M -> 1558M"]}, FEW_ROWS))
-    scenarios.append(("flat", row_costs(**FLAT), SMALL_PAIRS, None))
-    for curve, target_seconds, pairs, few_rows in scenarios:
+    scenarios = [(kernel, row_costs(v2, v16), PAIRS, FEW_ROWS, None) for kernel, (v2, v16) in CURVES.items()]
+    for curve, points in (("panels", EPYC_PANELS), ("xeon", XEON_PANELS)):  # panels pad 1 row to 2, 5 to 6
+        scenarios.append((curve, measured_costs(points), {"124M -> 1558M": PAIRS["124M -> 1558M"]}, FEW_ROWS,
+                          PANEL_PADDED_ROWS))
+    scenarios.append(("flat", row_costs(**FLAT), SMALL_PAIRS, None, None))
+    for curve, target_seconds, pairs, few_rows, runs_as in scenarios:
         for pair, c in pairs.items():
             for B in (1, 2, 4, 8):
                 for alpha in (0.5, 0.8):
                     r = compare(B, alpha, c, target_seconds, seeds, n_tokens=args.tokens, noise=args.noise,
-                                policy=lambda c: BatchAutoK(K_max=4, c_prior=c, few_rows=few_rows))
+                                policy=lambda c: BatchAutoK(K_max=4, c_prior=c, few_rows=few_rows, runs_as=runs_as))
                     ratios = r["ratios"]
                     print(f"{curve:<9} {pair:<14} {B:>2} {alpha:>5} {'K=' + str(r['best']):>5} "
                           f"{np.median(ratios):>6.3f} {ratios[len(ratios) // 10]:>6.3f}")

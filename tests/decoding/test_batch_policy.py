@@ -15,6 +15,7 @@ from gpt2np.decoding.autoregressive import generate
 from gpt2np.decoding.batched_speculative import speculative_batch_stream, speculative_generate_batch
 from gpt2np.decoding.speculative import speculative_generate
 from gpt2np.model.config import GPT2Config
+from gpt2np.model.fast.matmul import PANEL_PADDED_ROWS
 from gpt2np.model.forward import GPT2
 from gpt2np.teach import batch_simulation
 from gpt2np.teach.toy_models import random_toy_model
@@ -162,6 +163,69 @@ def test_a_settled_size_keeps_its_own_median_above_a_larger_one(n):
             policy.update([], rows, seconds, [(1, 0.017)], first_round=False)
     T = policy.costs(1)[1]
     assert T(3) == pytest.approx(0.212 if n >= batch_policy.SETTLED else 0.192), (n, T(3))
+
+
+def traced_xeon_rounds(policy):
+    """One sequence, 124M -> 1558M in panels under SkylakeX, as an Intel Xeon (family 6, model 207) timed it: 3,
+    4 (K = 3, 45 rounds), 5 and 6 rows, then the plain pass (1 row: fresh); 2 rows (K = 1) never. Alpha 0.45 over
+    92 positions; the draft's one-row step 38 ms. There 2 rows cost what 1 does (in panels a 1-row product runs
+    as 2 rows), 3-4 rows 1.15-1.25 of it (PERFORMANCE.md, "A Xeon whose few-row curve steps")."""
+    policy.overlaps = [1.0] * 41 + [0.0] * 51
+    policy.update([], 17, 1.1, [], first_round=True)  # the prompt's round: not timed
+    for rows, seconds, times in ((3, 0.473, 4), (4, 0.438, 45), (5, 0.555, 3), (6, 0.534, 2), (1, 0.367, 5)):
+        for _ in range(times):
+            policy.update([], rows, seconds, [(1, 0.038)], first_round=False)
+    return policy
+
+
+def test_a_size_never_timed_costs_what_its_padded_twin_reads():
+    """The line through 3-6 rows carried down to 2 priced K = 1's round at 1.16 one-row rounds, so K = 3 looked
+    the better plan and K = 1, never played, was never timed (the bench: K = 3 in 45 rounds of 60, 0.84 of
+    K = 1's speed). Told that the target's products run 1 row as 2 (panels), the policy prices 2 rows at the
+    1-row round's reading and plays K = 1. Control: told nothing, the line's price plays K = 3."""
+    told = traced_xeon_rounds(BatchAutoK(K_max=8, c_prior=0.09, runs_as=PANEL_PADDED_ROWS))
+    untold = traced_xeon_rounds(BatchAutoK(K_max=8, c_prior=0.09))
+    print(f"T(2): told {told.costs(1)[1](2):.3f} s, untold {untold.costs(1)[1](2):.3f} s (1 row 0.367 s)")
+    assert told.costs(1)[1](2) == pytest.approx(0.367) and untold.costs(1)[1](2) > 1.1 * 0.367
+    assert (told.choose(1, lag=0, horizon=40), untold.choose(1, lag=0, horizon=40)) == (1, 3)
+
+
+def test_a_twin_prices_a_size_only_once_a_larger_size_is_timed():
+    """Before any larger size is timed the untimed sizes are the prior curve's: a 1-row reading alone would price
+    2 rows at 1 row's beside the prior's dearer 3-5 rows, and the first drafting round would try K = 1 where the
+    prior would try more (the batch simulator's stepped curve, alpha 0.8, 32 tokens: 0.95 -> 0.92 of the best
+    fixed K)."""
+    policy = BatchAutoK(K_max=4, c_prior=0.09, runs_as=PANEL_PADDED_ROWS)
+    policy.update([], 17, 1.1, [], first_round=True)
+    policy.update([], 1, 0.4, [(18, 0.08)], first_round=False)
+    assert policy.costs(1)[1](2) > 0.4 * 1.1
+    policy.update([], 5, 0.5, [(1, 0.04)], first_round=False)
+    policy.update([], 8, 0.6, [(1, 0.04)], first_round=False)
+    T = policy.costs(1)[1]
+    assert (T(2), T(6)) == (pytest.approx(0.4), pytest.approx(0.5)), (T(2), T(6))
+
+
+def test_a_panels_target_tells_its_batch_policy_which_sizes_it_pads():
+    from gpt2np.model.fast.layout import set_weights_order
+    config = GPT2Config(n_vocab=512, n_ctx=32, n_embd=512, n_head=4, n_layer=1)  # c_fc's 4 MiB: large
+    model = GPT2(config, random_params(config, seed=1))
+    told = {order: batched_speculative.batch_auto_K(set_weights_order(model, order), model, 4).runs_as
+            for order in ("panels", "row-major")}
+    assert told == {"panels": PANEL_PADDED_ROWS, "row-major": {}}, told
+
+
+def test_on_a_stepped_curve_the_twin_price_recovers_what_the_line_loses():
+    """The batch simulator's Intel Xeon curve (XEON_PANELS: 2 rows cost 1 row's, then a step every two rows),
+    124M -> 1558M, one sequence, alpha 0.5, 100 tokens, 30 seeds: K = 1 is best (1.08x K = 3). Told the panels'
+    twins, auto's seconds fall against the same policy told nothing, seed by seed."""
+    target = batch_simulation.measured_costs(batch_simulation.XEON_PANELS)
+
+    def seconds(runs_as):
+        return np.array([batch_simulation.simulate(BatchAutoK(K_max=4, c_prior=0.09, runs_as=runs_as), 1, 16, 100,
+                                                   0.5, target, 0.09, seed, 0.12)[0] for seed in range(30)])
+    told, untold = seconds(PANEL_PADDED_ROWS), seconds(None)
+    print(f"told / untold seconds: mean {np.mean(told / untold):.3f}, {np.sum(told < untold)} of 30 faster")
+    assert np.mean(told / untold) < 0.985 and np.sum(told < untold) >= 15, told / untold
 
 
 def test_a_new_batch_size_is_not_timed_where_the_draft_s_clock_vouches_for_it():

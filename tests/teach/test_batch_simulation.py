@@ -101,12 +101,13 @@ def test_a_target_of_small_weights_is_priced_by_its_line_and_drafts_where_the_fu
     assert set(Ks) == {0}, Ks
 
 
-TABLE_CELLS = 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2  # both line curves x both pairs, panels, flat; B 1-8 x alpha 0.5 / 0.8
+TABLE_CELLS = 2 * 2 * 4 * 2 + 4 * 2 + 4 * 2 + 4 * 2  # both line curves x both pairs, panels, xeon, flat; B 1-8 x alpha
+                                                    # 0.5 / 0.8
 
 
 def table_cells(out):
     """The printed table's cells (one line each) in main's output."""
-    return [line for line in out.splitlines() if line.startswith(("SkylakeX", "Haswell", "panels", "flat"))]
+    return [line for line in out.splitlines() if line.startswith(("SkylakeX", "Haswell", "panels", "xeon", "flat"))]
 
 
 def test_the_table_prints_every_cell(capsys):

@@ -34,7 +34,9 @@ before the draft is timed, D(M) = c_prior T(M)), so the same rule needs no profi
 grows, T(B (K + 1)) leaves the flat part of the curve and the best K falls to 0. Where the target's
 products take matmul's few-row methods (large weights, streamed from memory: every GPT-2 release),
 rows past FEW_ROWS and past every timed size are priced at full cost (each its share of a FEW_ROWS
-call: past the few-row methods plain sgemm packs), so a full batch does not pay to learn them.
+call: past the few-row methods plain sgemm packs), so a full batch does not pay to learn them, unless
+its weights are row-major (not in panels, whose products may jump there) and what reading such a size could save
+over the rounds left is worth the round it may lose (price_try: its price lies between the line and full price).
 A target whose weights are all small (in the core's cache, plain x @ w past a few rows: the
 bundled models, whose passes are mostly per-call work) has no such edge (few_rows=None): its
 untimed sizes follow the line through the timed ones, as below FEW_ROWS, and past the curve too (a
@@ -107,6 +109,7 @@ TRY_ROUNDS = 3  # a retry is judged by what about this many rounds of it would s
                # against the rule before (an optimistic alpha and a price that decays with the rounds waited):
                # at 100 tokens the cells' medians' mean 0.9763 -> 0.978, the lowest 0.945 -> 0.963 (the cells
                # where plain decoding is best: B = 1, alpha 0.5, +0.02); the 32-token table unchanged
+PRICE_POINTS = 9  # price_try: an untimed size's seconds read at this many even points from the line to full price
 TIMING_ROUNDS = 3  # a plain round is spent timing a size only while the running sequences want more than this many
                    # rounds at the belief's longest (worth_timing): a batch that falls to one sequence with 8 tokens
                    # left timed its new size and then finished in one or two rounds (simulated, 100 seeds, 12 %
@@ -276,14 +279,16 @@ class BatchAutoK:
         self.t, self.waited, self.overlaps, self.target_durations, self.draft_durations = 0, 0, [], {}, {}
         self.n_calls, self.last_timed = 0, {}  # target rounds timed; rows -> n_calls when that size was last timed
 
-    def costs(self, B, rows=0):  # -> (D: rows -> draft seconds, T: rows -> target round seconds), t1 units if untimed
-        last = max(FEW_ROWS, B * (self.K_max + 1) + rows)  # rows: the fixed sequences' (choose)
+    def costs(self, B, rows=0, line=False):  # -> (D: rows -> draft seconds, T: rows -> target round seconds), t1
+        """line: every untimed size on the line through the timed ones, never at full price (price_try's other end)."""
+        last = max(FEW_ROWS, B * (self.K_max + 1) + rows)  # rows: the fixed sequences' (choose)    # units if untimed
         v = v_curve(self.target_durations, last)
         t1 = t1_estimate(self.target_durations, v) or 1.0
         top = max(self.target_durations, default=0)
+        few_rows = None if line else self.few_rows
 
         def v_past(m):  # past the curve (a catch-up's rows): its line carried on, or each row a FEW_ROWS call's share
-            if self.few_rows is None:  # never falling (as v_curve's line): `last` may be a timed size, read low
+            if few_rows is None:  # never falling (as v_curve's line): `last` may be a timed size, read low
                 return v[last] + max(0.0, v[last] - v[last - 1]) * (m - last)
             return v[FEW_ROWS] * m / FEW_ROWS
 
@@ -291,7 +296,7 @@ class BatchAutoK:
             twin = twin_price(M, self.target_durations, self.runs_as)  # never timed: a twin's reading, if any
             if twin is not None:
                 return twin
-            seconds = at_full_price(lambda m: t1 * (v[m] if m in v else v_past(m)), M, top, self.few_rows)
+            seconds = at_full_price(lambda m: t1 * (v[m] if m in v else v_past(m)), M, top, few_rows)
             return seconds if M in settled else padded_price(seconds, M, caps)
         caps = padding_caps(self.target_durations)
         settled = {m for m, s in self.target_durations.items() if len(s) >= SETTLED}
@@ -327,7 +332,40 @@ class BatchAutoK:
             self.waited += 1
             return 0                                                   # plain wins even so, or a try costs too much
         self.waited = 0
-        return max(range(1, self.K_max + 1), key=planned.__getitem__)
+        K = max(range(1, self.K_max + 1), key=planned.__getitem__)
+        return self.price_try(K, planned, B, d, T, catch_up, horizon, behind, beside, believed)
+
+    def price_try(self, K, planned, B, d, T, catch_up, horizon, behind, beside, believed):  # -> K, or a K to price
+        """Where the plan drafts K: a K whose rows no round has timed and full price charges (past few_rows and
+        past every timed size: at_full_price) is played once instead where reading its price is worth more than
+        the round it may lose. Its seconds lie between the line through the timed sizes (costs(line=True)) and
+        full price; taken as even over PRICE_POINTS points of that range, the try is worth what its K would save
+        over the plan in the plan's rounds left where the price falls low (a knowledge gradient, as try_value is
+        for alpha), less what it loses this round on average. Full price alone is a prior no round corrects:
+        under forced Haswell a row-major 1558M target's 24 rows read 1.11 s where full price said 1.35 (16 rows:
+        0.86), so a batch of 8 at alpha 0.8 played K = 1, never K = 2: 0.927 of K = 2; trying it, 0.981
+        (PERFORMANCE.md, "Issue 29's 1558M table under forced Haswell after sessions 70-71"). Not for a target in
+        panels (told runs_as): its products jump past 16 rows above full price (EPYC_PANELS in teach/
+        batch_simulation.py), where a try loses (simulated, B = 8, alpha 0.8, 32 tokens: 0.993 -> 0.954)."""
+        if self.few_rows is None or self.runs_as or horizon is None or not self.target_durations:
+            return K
+        _, line = self.costs(B, beside[0], line=True)
+        edge, rounds = max(self.few_rows, *self.target_durations), horizon / (B * believed[K])  # the plan's rounds
+        best, choice = 0.0, K
+        for k in range(1, self.K_max + 1):
+            M = B * (k + 1) + beside[0]
+            if M <= edge:
+                continue
+            gains = []
+            for j in range(PRICE_POINTS):                             # M's seconds from the line to full price
+                price = line(M) + (T(M) - line(M)) * j / (PRICE_POINTS - 1)
+                at = goodputs(believed, B, d, lambda m: price if m == M else T(m), catch_up, horizon, behind, beside)
+                gains.append(at[k] / planned[K] - 1.0)
+            saved, lost = sum(max(0.0, g) for g in gains), max(0.0, -sum(gains))  # over PRICE_POINTS prices
+            value = ((rounds - 1.0) * saved - lost) / PRICE_POINTS
+            if value > best:
+                best, choice = value, k
+        return choice
 
     def retry(self, a, b, B, d, T, catch_up, horizon, behind, beside, believed, fixed):  # -> K: 0, or a try's
         """Where the batch has drafted and the belief says drafting loses: try the K whose round, its whole

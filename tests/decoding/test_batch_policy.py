@@ -205,6 +205,38 @@ def test_a_twin_prices_a_size_only_once_a_larger_size_is_timed():
     assert (T(2), T(6)) == (pytest.approx(0.4), pytest.approx(0.5)), (T(2), T(6))
 
 
+def traced_haswell_rounds(policy):
+    """Eight sequences, 124M -> 1558M row-major under forced Haswell, as the Zen 4 EPYC timed them: 8 rows (plain)
+    before and after 16 rows (K = 1) 16 times at 0.79-0.86 s; 24 rows (K = 2) never. Alpha 0.84 over 128 positions; the
+    draft's 8-row step 63 ms. Full price puts 24 rows at 1.5 x 16 rows' 0.85 s; they read 1.11 s (PERFORMANCE.md,
+    "Issue 29's 1558M table under forced Haswell after sessions 70-71")."""
+    policy.overlaps = [1.0] * 107 + [0.0] * 21
+    policy.update([], 8 * 17, 2.3, [], first_round=True)  # the prompts' round: not timed
+    for rows, seconds, times in ((8, 0.67, 1), (16, 0.85, 16), (8, 0.67, 1)):  # the plain pass timed again
+        for _ in range(times):
+            policy.update([], rows, seconds, [(8, 0.063)], first_round=False)
+    return policy
+
+
+def test_a_size_full_price_locks_out_is_tried_once():
+    """24 rows, past FEW_ROWS and past every timed size, cost full price: K = 2 plans 13 % under K = 1, is never
+    played, so never timed (the bench: K = 1 in 155 rounds of 176, 0.927 of K = 2). Its price lies between the
+    line through 8 and 16 rows (1.07 s) and full price (1.28 s); what reading it could save over the 540 tokens
+    left is worth a round's loss, so K = 2 is played once. Read at full price, it is not tried again. Controls:
+    a target in panels (whose products jump past 16 rows) and a run near its end keep K = 1."""
+    policy = traced_haswell_rounds(BatchAutoK(K_max=8, c_prior=0.09))
+    _, T = policy.costs(8)
+    _, line = policy.costs(8, line=True)
+    print(f"T(24): full price {T(24):.3f} s, the line {line(24):.3f} s (16 rows 0.85 s; read 1.11 s)")
+    assert T(24) == pytest.approx(1.5 * 0.85) and line(24) < 0.9 * T(24)
+    panels = traced_haswell_rounds(BatchAutoK(K_max=8, c_prior=0.09, runs_as=PANEL_PADDED_ROWS))
+    late = traced_haswell_rounds(BatchAutoK(K_max=8, c_prior=0.09))
+    assert (policy.choose(8, lag=6, horizon=541), panels.choose(8, lag=6, horizon=541),
+            late.choose(8, lag=6, horizon=16)) == (2, 1, 1)
+    policy.update([1.0] * 15, 24, 1.5 * 0.85, [(8, 0.063), (8, 0.063)], first_round=False)
+    assert policy.choose(8, lag=6, horizon=525) == 1
+
+
 def test_a_panels_target_tells_its_batch_policy_which_sizes_it_pads():
     from gpt2np.model.fast.layout import set_weights_order
     config = GPT2Config(n_vocab=512, n_ctx=32, n_embd=512, n_head=4, n_layer=1)  # c_fc's 4 MiB: large

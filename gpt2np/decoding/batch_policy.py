@@ -279,9 +279,10 @@ class BatchAutoK:
         self.t, self.waited, self.overlaps, self.target_durations, self.draft_durations = 0, 0, [], {}, {}
         self.n_calls, self.last_timed = 0, {}  # target rounds timed; rows -> n_calls when that size was last timed
 
-    def costs(self, B, rows=0, line=False):  # -> (D: rows -> draft seconds, T: rows -> target round seconds), t1
-        """line: every untimed size on the line through the timed ones, never at full price (price_try's other end)."""
-        last = max(FEW_ROWS, B * (self.K_max + 1) + rows)  # rows: the fixed sequences' (choose)    # units if untimed
+    def costs(self, B, rows=0, line=False):  # -> (D: rows -> draft seconds, T: rows -> target round seconds)
+        """Seconds, t1 units if untimed. line: every untimed size on the line through the timed ones, never at full
+        price (price_try's other end)."""
+        last = max(FEW_ROWS, B * (self.K_max + 1) + rows)  # rows: the fixed sequences' (choose)
         v = v_curve(self.target_durations, last)
         t1 = t1_estimate(self.target_durations, v) or 1.0
         top = max(self.target_durations, default=0)
@@ -356,9 +357,9 @@ class BatchAutoK:
             M = B * (k + 1) + beside[0]
             if M <= edge:
                 continue
-            gains = []
+            gains, lo, hi = [], line(M), T(M)
             for j in range(PRICE_POINTS):                             # M's seconds from the line to full price
-                price = line(M) + (T(M) - line(M)) * j / (PRICE_POINTS - 1)
+                price = lo + (hi - lo) * j / (PRICE_POINTS - 1)
                 at = goodputs(believed, B, d, lambda m: price if m == M else T(m), catch_up, horizon, behind, beside)
                 gains.append(at[k] / planned[K] - 1.0)
             saved, lost = sum(max(0.0, g) for g in gains), max(0.0, -sum(gains))  # over PRICE_POINTS prices

@@ -207,9 +207,9 @@ def test_a_twin_prices_a_size_only_once_a_larger_size_is_timed():
 
 def traced_haswell_rounds(policy):
     """Eight sequences, 124M -> 1558M row-major under forced Haswell, as the Zen 4 EPYC timed them: 8 rows (plain)
-    before and after 16 rows (K = 1) 16 times at 0.79-0.86 s; 24 rows (K = 2) never. Alpha 0.84 over 128 positions; the
-    draft's 8-row step 63 ms. Full price puts 24 rows at 1.5 x 16 rows' 0.85 s; they read 1.11 s (PERFORMANCE.md,
-    "Issue 29's 1558M table under forced Haswell after sessions 70-71")."""
+    before and after 16 rows (K = 1) 16 times at 0.79-0.86 s; 24 rows (K = 2) never. Alpha 0.84 over 128
+    positions; the draft's 8-row step 63 ms. Full price puts 24 rows at 1.5 x 16 rows' 0.85 s; they read 1.11 s
+    (PERFORMANCE.md, "Issue 29's 1558M table under forced Haswell after sessions 70-71")."""
     policy.overlaps = [1.0] * 107 + [0.0] * 21
     policy.update([], 8 * 17, 2.3, [], first_round=True)  # the prompts' round: not timed
     for rows, seconds, times in ((8, 0.67, 1), (16, 0.85, 16), (8, 0.67, 1)):  # the plain pass timed again
